@@ -1,0 +1,54 @@
+# KV-cache course kit. `make grade` and `make test` set everything up themselves.
+#
+#   make grade [SUBMISSION=dir]   grade a submission (default: the reference solution)
+#   make test                     the project's own test suite (no slow benchmarks)
+#   make lint                     ruff lint + format check
+#   make regen / make check-cases regenerate test cases / verify they match solution/
+
+# The system interpreter is preferred: the sandboxed worker runs as an
+# unprivileged user, who must be able to execute the venv's interpreter
+# (a pyenv under /root is not readable by that user).
+PYTHON     ?= $(firstword $(wildcard /usr/bin/python3) python3)
+VENV       ?= .venv
+PY         := $(VENV)/bin/python
+SUBMISSION ?= solution
+RESULTS    ?= results/results.json
+PARTS      ?=
+
+STAMP := $(VENV)/.installed
+
+.PHONY: grade test lint format regen check-cases venv clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	# torch first and exactly pinned: the CPU wheel, never the CUDA packages.
+	$(PY) -m pip install --quiet "torch==2.13.0"
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+grade: $(STAMP)
+	$(PY) -m grader grade $(SUBMISSION) --results $(RESULTS) $(if $(PARTS),--parts $(PARTS),) --table
+
+# pytest exits 5 when it collected no tests: that is a failure, not a pass.
+test: $(STAMP)
+	@$(PY) -m pytest -m "not slow" -q; status=$$?; \
+	if [ $$status -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$status
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+regen: $(STAMP)
+	$(PY) -m grader regen
+
+check-cases: $(STAMP)
+	$(PY) -m grader regen --check
+
+clean:
+	rm -rf $(VENV) results dist .pytest_cache .ruff_cache

@@ -1,0 +1,187 @@
+"""Part 1 test-case generation from the reference calculator (and its mutants).
+
+Public cases use the handout's specs; hidden cases are seeded random specs
+and shapes. Each case stores the reference's value and, for every mutant
+whose value differs, that value: the diagnosis catalogue.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+GIB = 2**30
+REL_TOL = 1e-6
+SEED = 20240501
+
+LLAMA3_8B = dict(
+    n_layers=32, n_q_heads=32, n_kv_heads=8, d_model=4096, d_ff=14336, vocab_size=128256
+)
+LLAMA32_1B = dict(
+    n_layers=16, n_q_heads=32, n_kv_heads=8, d_model=2048, d_ff=8192, vocab_size=128256
+)
+
+
+def spec(fields: dict[str, Any]) -> dict[str, Any]:
+    """A model spec as it crosses to the worker."""
+    return {"__spec__": dict(fields)}
+
+
+def _decode(module: ModuleType, value: Any) -> Any:
+    if isinstance(value, dict) and "__spec__" in value:
+        return module.ModelSpec(**value["__spec__"])
+    return value
+
+
+def call(module: ModuleType, case: dict[str, Any]) -> Any:
+    """Run ``case`` against a trusted module (the reference or a mutant)."""
+    fn: Callable = getattr(module, case["func"])
+    args = [_decode(module, a) for a in case["args"]]
+    kwargs = {k: _decode(module, v) for k, v in case["kwargs"].items()}
+    return fn(*args, **kwargs)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=1e-12)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return int(value) if isinstance(value, int) else float(value)
+
+
+def finish(
+    case: dict[str, Any], reference: ModuleType, mutants: dict[str, ModuleType]
+) -> dict[str, Any]:
+    """Fill in the expected value and the mutants' differing values."""
+    expected = _plain(call(reference, case))
+    mistakes = {}
+    for name, module in mutants.items():
+        try:
+            value = _plain(call(module, case))
+        except Exception:
+            continue
+        if not _same(value, expected):
+            mistakes[name] = value
+    want = "table" if isinstance(expected, dict) else type(expected).__name__
+    return {**case, "want": want, "expected": expected, "mistakes": mistakes}
+
+
+def case(num: str, label: str, func: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    return {"check": num, "label": label, "func": func, "args": list(args), "kwargs": kwargs}
+
+
+def public_cases() -> list[dict[str, Any]]:
+    """The handout's numbers: LLaMA-3-8B and Llama-3.2-1B, N = 1024, d = 128."""
+    big, small = spec(LLAMA3_8B), spec(LLAMA32_1B)
+    gpu = 80 * GIB
+    out = [
+        case("1.1", "LLaMA-3-8B", "param_count", big),
+        case("1.1", "Llama-3.2-1B", "param_count", small),
+        case("1.2", "LLaMA-3-8B", "weight_bytes", big),
+        case("1.2", "Llama-3.2-1B", "weight_bytes", small),
+        case("1.3", "LLaMA-3-8B, context 1024, fp16", "kv_cache_bytes_per_request", big, 1024),
+        case("1.3", "LLaMA-3-8B, context 8192, fp32", "kv_cache_bytes_per_request", big, 8192, 4),
+        case("1.4", "LLaMA-3-8B, 80 GiB, context 1024", "max_batch_size", big, gpu, 1024),
+        case("1.4", "Llama-3.2-1B, 80 GiB, context 4096", "max_batch_size", small, gpu, 4096),
+    ]
+    for tp in (2, 4, 8):
+        out.append(case("1.5", f"LLaMA-3-8B, TP = {tp}", "max_batch_size", big, gpu, 1024, tp=tp))
+    for phase in ("prefill", "decode"):
+        out.append(case("1.6", f"N=1024, d=128, {phase}", "attention_flops", 1024, 128, phase))
+        out.append(case("1.7", f"N=1024, d=128, {phase}", "attention_bytes", 1024, 128, phase))
+        out.append(case("1.8", f"N=1024, d=128, {phase}", "arithmetic_intensity", 1024, 128, phase))
+    for batch in (1, 8, 64):
+        out.append(
+            case(
+                "1.9",
+                f"N=1024, d=128, decode, batch {batch}",
+                "arithmetic_intensity",
+                1024,
+                128,
+                "decode",
+                batch=batch,
+            )
+        )
+    out.append(case("1.10", "defaults", "answer_table"))
+    return out
+
+
+def random_spec(rng: random.Random) -> dict[str, Any]:
+    head_dim = rng.choice([64, 128])
+    n_q = rng.choice([8, 16, 32, 48, 64])
+    n_kv = rng.choice([d for d in (1, 2, 4, 8, 16, n_q) if n_q % d == 0])
+    d_model = n_q * head_dim
+    return dict(
+        n_layers=rng.randint(2, 80),
+        n_q_heads=n_q,
+        n_kv_heads=n_kv,
+        d_model=d_model,
+        d_ff=256 * rng.randint(d_model // 256, 4 * d_model // 256),
+        vocab_size=rng.randint(1000, 256000),
+        bytes_per_param=rng.choice([1, 2, 4]),
+        tied_embeddings=rng.random() < 0.3,
+    )
+
+
+def hidden_cases(seed: int = SEED, n_specs: int = 8, n_shapes: int = 8) -> list[dict[str, Any]]:
+    """Seeded random specs (check 1.12) and attention shapes (check 1.13)."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n_specs):
+        s = spec(random_spec(rng))
+        ctx = rng.choice([512, 2048, 4096, 8192, 32768])
+        gpu = rng.choice([24, 40, 48, 80, 141]) * GIB
+        tp = rng.choice([1, 2, 4, 8])
+        label = f"hidden spec #{i + 1}"
+        out += [
+            case("1.12", label, "param_count", s),
+            case("1.12", label, "weight_bytes", s),
+            case("1.12", label, "kv_cache_bytes_per_request", s, ctx, rng.choice([1, 2, 4])),
+            case("1.12", label, "max_batch_size", s, gpu, ctx, tp=tp),
+        ]
+    for i in range(n_shapes):
+        n, d = rng.choice([128, 333, 2048, 4096, 16384]), rng.choice([64, 96, 128])
+        bpe = rng.choice([1, 2, 4])
+        label = f"hidden shape #{i + 1}"
+        for phase in ("prefill", "decode"):
+            out += [
+                case("1.13", label, "attention_flops", n, d, phase),
+                case("1.13", label, "attention_bytes", n, d, phase, bpe),
+                case(
+                    "1.13",
+                    label,
+                    "arithmetic_intensity",
+                    n,
+                    d,
+                    phase,
+                    bpe,
+                    batch=rng.randint(1, 128),
+                ),
+            ]
+    return out
+
+
+def build(
+    reference: ModuleType, mutants: dict[str, ModuleType], diagnoses: dict[str, str]
+) -> dict[str, dict[str, Any]]:
+    """``{"public": ..., "hidden": ...}`` case files for Part 1."""
+
+    def document(cases: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "part": "part1",
+            "version": 1,
+            "rel_tol": REL_TOL,
+            "diagnoses": diagnoses,
+            "cases": [finish(c, reference, mutants) for c in cases],
+        }
+
+    return {"public": document(public_cases()), "hidden": document(hidden_cases())}

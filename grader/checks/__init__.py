@@ -1,0 +1,1 @@
+"""Graded checks, one module per part (``part1`` ...), run by :mod:`grader.runner`."""

@@ -1,0 +1,159 @@
+"""What every check shares: the decorator, the base class, value checking, diagnosis."""
+
+from __future__ import annotations
+
+import math
+import unittest
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from gradescope_utils.autograder_utils.decorators import (
+    number as gs_number,
+)
+from gradescope_utils.autograder_utils.decorators import (
+    partial_credit,
+    tags,
+    visibility,
+    weight,
+)
+
+from grader.client import SubmissionError
+from grader.context import GradingContext
+from grader.points import part_of, points
+
+
+def check(
+    num: str, *, vis: str = "visible", partial: bool = False, extra_tags: tuple[str, ...] = ()
+) -> Callable[[Callable], Callable]:
+    """Mark a test method as graded check ``num`` with its points, part tag and visibility."""
+
+    def decorate(fn: Callable) -> Callable:
+        w = points(num)
+        if partial:
+            fn = partial_credit(w)(fn)
+        fn = weight(w)(fn)
+        fn = gs_number(num)(fn)
+        fn = visibility(vis)(fn)
+        return tags(part_of(num), *extra_tags)(fn)
+
+    return decorate
+
+
+class ValueProblem(Exception):
+    """A returned value has the wrong type or is not finite."""
+
+
+def as_number(enc: Any, want: str, what: str) -> float | int:
+    """Validate a tagged value from the worker as ``want`` ("int" or "float")."""
+    if not isinstance(enc, dict) or "kind" not in enc:
+        raise ValueProblem(f"{what} returned something the grader cannot read.")
+    kind = enc["kind"]
+    if kind == "tensor-scalar":
+        kind, enc = enc.get("item_kind", "other"), enc
+        if want == "int" and kind == "int":
+            raise ValueProblem(
+                f"{what} returned a 0-d torch tensor; return a plain Python int (use .item())."
+            )
+    value = enc.get("value")
+    if want == "int":
+        if kind == "int" and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if kind == "float":
+            raise ValueProblem(
+                f"{what} must return an int, but returned the float {value!r}; "
+                "use integer arithmetic (// instead of /) or int(...)."
+            )
+    else:
+        if kind == "int" and isinstance(value, int):
+            return float(value)
+        if kind == "float":
+            if isinstance(value, str) or not math.isfinite(value):
+                raise ValueProblem(f"{what} returned {value}, not a finite number.")
+            return float(value)
+    if kind == "other":
+        got = f"an object of type {enc.get('type')}"
+    elif kind == "none":
+        got = "None (is a `return` missing?)"
+    else:
+        got = f"a {kind} ({value!r})"
+    raise ValueProblem(f"{what} must return a{'n' if want == 'int' else ''} {want}, got {got}.")
+
+
+def values_match(got: float, expected: float, rel_tol: float) -> bool:
+    """Exact for ints, relative tolerance for floats."""
+    if isinstance(got, int) and isinstance(expected, int):
+        return got == expected
+    return math.isclose(got, expected, rel_tol=rel_tol, abs_tol=1e-12)
+
+
+def diagnose(got: Any, mistakes: dict[str, Any], diagnoses: dict[str, str], rel_tol: float) -> str:
+    """Name the known mistakes whose output equals the student's value."""
+    names = [
+        name for name, value in mistakes.items() if _same(got, value, rel_tol) and name in diagnoses
+    ]
+    if not names:
+        return ""
+    causes = "; or ".join(diagnoses[n] for n in names)
+    return f"Likely cause: your code {causes}."
+
+
+def _same(got: Any, value: Any, rel_tol: float) -> bool:
+    if isinstance(got, dict) and isinstance(value, dict):
+        return got.keys() == value.keys() and all(_same(got[k], value[k], rel_tol) for k in got)
+    if isinstance(got, (int, float)) and isinstance(value, (int, float)):
+        return values_match(got, value, rel_tol)
+    return False
+
+
+@dataclass
+class Outcome:
+    """Cases passed out of those run, with the messages of the failures."""
+
+    passed: int = 0
+    total: int = 0
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def fraction(self) -> float:
+        return self.passed / self.total if self.total else 0.0
+
+
+class GradedTestCase(unittest.TestCase):
+    """Base of every check class. ``ctx`` is bound by the runner, per grading run."""
+
+    part: ClassVar[str]
+    ctx: ClassVar[GradingContext]
+    longMessage = False
+    maxDiff = None
+
+    def setUp(self) -> None:
+        # gradescope-utils keeps partial scores on the function object: clear
+        # any left from an earlier run in the same process.
+        fn = getattr(type(self), self._testMethodName)
+        if hasattr(fn, "__score__"):
+            fn.__score__ = None
+
+    def request(self, header: dict[str, Any], *, what: str, **kwargs: Any) -> Any:
+        """Send a request to this part's worker; a submission problem fails the check."""
+        try:
+            return self.ctx.worker(self.part).request(header, what=what, **kwargs)
+        except SubmissionError as exc:
+            self.fail(with_output(exc.message, exc.output))
+
+    def cases(self, num: str) -> list[dict[str, Any]]:
+        """The cases of check ``num`` (public and hidden)."""
+        return [c for c in self.ctx.cases(self.part)["cases"] if c["check"] == num]
+
+    def require_hidden(self) -> None:
+        """Skip-as-failure when the hidden cases are absent (the student's local copy)."""
+        if not self.ctx.cases(self.part)["hidden_available"]:
+            self.fail("Hidden cases are only available on Gradescope; this check runs there.")
+
+
+def with_output(message: str, output: str) -> str:
+    """Append what the submission printed, if anything, to a failure message."""
+    output = output.strip()
+    if not output:
+        return message
+    return f"{message}\n\nYour code printed:\n{output}"

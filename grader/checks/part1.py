@@ -1,0 +1,207 @@
+"""Part 1 checks: the KV-cache / batch-size / arithmetic-intensity calculator.
+
+Every value check runs the student's function in the worker on generated
+cases (the handout's spec in public checks, seeded random specs in hidden
+ones) and compares with the reference's values stored in ``test_cases/``.
+When a wrong value equals what a known mistake produces, the feedback names
+the mistake.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grader.checks.base import (
+    GradedTestCase,
+    Outcome,
+    ValueProblem,
+    as_number,
+    check,
+    diagnose,
+    values_match,
+    with_output,
+)
+from grader.client import SubmissionError
+from grader.images import problem_with_png
+from grader.points import points
+
+FATAL = {"missing", "import", "timeout", "crash"}
+
+
+def fmt(value: Any) -> str:
+    """Numbers as a student reads them: ints with separators, floats to 6 digits."""
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {fmt(v)}" for k, v in value.items()) + "}"
+    return repr(value)
+
+
+class Part1Checks(GradedTestCase):
+    part = "part1"
+
+    # ---------------------------------------------------------------- machinery
+
+    def evaluate(self, case: dict[str, Any]) -> tuple[bool, str, str]:
+        """Run one case: (passed, message, kind of failure)."""
+        label = case["label"]
+        what = f"{case['func']}({label})"
+        header = {
+            "op": "call",
+            "func": case["func"],
+            "args": case["args"],
+            "kwargs": case["kwargs"],
+        }
+        try:
+            reply = self.ctx.worker(self.part).request(header, what=what)
+        except SubmissionError as exc:
+            return False, with_output(exc.message, exc.output), exc.kind
+        try:
+            got = self.decode(reply.header["result"], case["want"], case, what)
+        except ValueProblem as exc:
+            return False, str(exc), "type"
+        expected = case["expected"]
+        rel_tol = self.ctx.cases(self.part)["rel_tol"]
+        if self.matches(got, expected, rel_tol):
+            return True, "", ""
+        hidden = case["visibility"] == "hidden"
+        message = f"{what} returned {fmt(got)}"
+        message += ", which is wrong." if hidden else f"; expected {fmt(expected)}."
+        if isinstance(expected, dict) and isinstance(got, dict):
+            wrong = [k for k in expected if not values_match(got[k], expected[k], rel_tol)]
+            message += f" Wrong entries: {', '.join(wrong)}."
+        cause = diagnose(got, case.get("mistakes", {}), self.diagnoses(), rel_tol)
+        return False, f"{message} {cause}".strip(), "value"
+
+    def decode(self, enc: Any, want: str, case: dict[str, Any], what: str) -> Any:
+        if want != "table":
+            return as_number(enc, want, what)
+        if not isinstance(enc, dict) or enc.get("kind") != "dict":
+            raise ValueProblem(f"{what} must return a dict with the keys {list(case['expected'])}.")
+        entries = enc["value"]
+        missing = [k for k in case["expected"] if k not in entries]
+        if missing:
+            raise ValueProblem(f"{what} is missing the keys {missing}.")
+        return {
+            key: as_number(entries[key], "int" if isinstance(exp, int) else "float", f"[{key!r}]")
+            for key, exp in case["expected"].items()
+        }
+
+    @staticmethod
+    def matches(got: Any, expected: Any, rel_tol: float) -> bool:
+        if isinstance(expected, dict):
+            return all(values_match(got[k], v, rel_tol) for k, v in expected.items())
+        return values_match(got, expected, rel_tol)
+
+    def diagnoses(self) -> dict[str, str]:
+        return self.ctx.cases(self.part)["diagnoses"]
+
+    def run_cases(self, num: str) -> Outcome:
+        """Evaluate every case of check ``num``; stop early on failures that would repeat."""
+        outcome = Outcome()
+        for case in self.cases(num):
+            outcome.total += 1
+            ok, message, kind = self.evaluate(case)
+            if ok:
+                outcome.passed += 1
+                continue
+            outcome.failures.append(message)
+            if kind in FATAL:
+                outcome.total = len(self.cases(num))
+                break
+        return outcome
+
+    def all_or_nothing(self, num: str) -> None:
+        outcome = self.run_cases(num)
+        if not outcome.total:
+            self.fail(f"No test cases for check {num}: run `python -m grader regen`.")
+        if outcome.failures:
+            self.fail("\n".join(outcome.failures[:3]))
+
+    def partial(self, num: str, set_score: Any) -> None:
+        self.require_hidden()
+        outcome = self.run_cases(num)
+        set_score(round(points(num) * outcome.fraction, 4))
+        print(f"{outcome.passed} of {outcome.total} hidden cases correct.")
+        if outcome.failures:
+            self.fail(f"First failure: {outcome.failures[0]}")
+
+    # ------------------------------------------------------------------ checks
+
+    @check("1.1")
+    def test_param_count(self) -> None:
+        """1.1 param_count: LLaMA-3-8B and Llama-3.2-1B specs"""
+        self.all_or_nothing("1.1")
+
+    @check("1.2")
+    def test_weight_bytes(self) -> None:
+        """1.2 weight_bytes: LLaMA-3-8B in fp16"""
+        self.all_or_nothing("1.2")
+
+    @check("1.3")
+    def test_kv_cache_bytes(self) -> None:
+        """1.3 kv_cache_bytes_per_request: GQA-aware KV cache size"""
+        self.all_or_nothing("1.3")
+
+    @check("1.4")
+    def test_max_batch_one_gpu(self) -> None:
+        """1.4 max_batch_size: one 80 GiB GPU, context 1024"""
+        self.all_or_nothing("1.4")
+
+    @check("1.5")
+    def test_max_batch_tensor_parallel(self) -> None:
+        """1.5 max_batch_size: tensor parallelism (TP = 2, 4, 8)"""
+        self.all_or_nothing("1.5")
+
+    @check("1.6")
+    def test_attention_flops(self) -> None:
+        """1.6 attention_flops: prefill and decode"""
+        self.all_or_nothing("1.6")
+
+    @check("1.7")
+    def test_attention_bytes(self) -> None:
+        """1.7 attention_bytes: prefill and decode (standard attention through HBM)"""
+        self.all_or_nothing("1.7")
+
+    @check("1.8")
+    def test_arithmetic_intensity(self) -> None:
+        """1.8 arithmetic_intensity at N = 1024, d = 128"""
+        self.all_or_nothing("1.8")
+
+    @check("1.9")
+    def test_decode_ai_independent_of_batch(self) -> None:
+        """1.9 decode arithmetic intensity does not change with batch size"""
+        self.all_or_nothing("1.9")
+
+    @check("1.10")
+    def test_answer_table(self) -> None:
+        """1.10 answer_table: the assignment's table in GiB"""
+        self.all_or_nothing("1.10")
+
+    @check("1.11")
+    def test_plots(self) -> None:
+        """1.11 plot_prefill_ai and plot_decode_ai save valid PNG images"""
+        problems = []
+        for func in ("plot_prefill_ai", "plot_decode_ai"):
+            path = self.ctx.sandbox.out_dir / f"{func}.png"
+            header = {"op": "call", "func": func, "args": [str(path)], "kwargs": {}}
+            self.request(header, what=f"{func}(path)")
+            problem = problem_with_png(path)
+            if problem:
+                problems.append(f"{func}: {problem}")
+        if problems:
+            self.fail("\n".join(problems))
+
+    @check("1.12", partial=True)
+    def test_hidden_memory(self, set_score: Any = None) -> None:
+        """1.12 hidden random specs: parameters, weights, KV cache, max batch"""
+        self.partial("1.12", set_score)
+
+    @check("1.13", partial=True)
+    def test_hidden_attention(self, set_score: Any = None) -> None:
+        """1.13 hidden random shapes: attention FLOPs, bytes and intensity"""
+        self.partial("1.13", set_score)

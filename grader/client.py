@@ -1,0 +1,312 @@
+"""The parent's handle on one worker process: start it, send requests, contain it.
+
+Every failure of the submission (it does not import, raises, exits, hangs, runs
+out of memory, floods its output or sends garbage) becomes a
+:class:`SubmissionError` whose message a student can act on. The worker is
+restarted for the next request; a failure that would only repeat (an import
+that fails, a function that already timed out) is remembered and reported
+again at once instead of costing another timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+import numpy as np
+import psutil
+
+from grader.sandbox import Limits, Sandbox, limit_setter
+from grader.worker.protocol import ProtocolError, ReadTimeout, read_message, write_message
+
+
+class SubmissionError(Exception):
+    """A problem with the submission, worded for the student."""
+
+    def __init__(self, message: str, kind: str = "error", output: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.output = output
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+
+@dataclass
+class Reply:
+    """A successful answer: its JSON header, its arrays and what the worker printed."""
+
+    header: dict[str, Any]
+    arrays: dict[str, np.ndarray]
+    output: str = ""
+    seconds: float = 0.0
+
+
+class _OutputCollector(threading.Thread):
+    """Drains the worker's stdout/stderr, keeping at most ``cap`` bytes."""
+
+    def __init__(self, stream: Any, cap: int) -> None:
+        super().__init__(daemon=True)
+        self.stream = stream
+        self.cap = cap
+        self.kept = bytearray()
+        self.total = 0
+        self.mark = 0
+        self.lock = threading.Lock()
+
+    def run(self) -> None:
+        while True:
+            chunk = self.stream.read1(1 << 16)
+            if not chunk:
+                return
+            with self.lock:
+                self.total += len(chunk)
+                room = self.cap - len(self.kept)
+                if room > 0:
+                    self.kept += chunk[:room]
+
+    def since_mark(self) -> str:
+        """Output produced since the last call, with a note if some was dropped."""
+        with self.lock:
+            text = self.kept[self.mark :].decode("utf-8", "replace")
+            self.mark = len(self.kept)
+            if self.total > self.cap and len(self.kept) >= self.cap and text == "":
+                return ""
+            if self.total > self.cap and text:
+                text += f"\n[... output truncated: {self.total:,} bytes printed in all]"
+            return text
+
+
+def describe_error(error: dict[str, Any], what: str, module_file: str) -> str:
+    """Turn a worker-side exception description into a student-facing sentence."""
+    etype = str(error.get("type", "Exception"))
+    message = str(error.get("message", ""))
+    where = str(error.get("where", ""))
+    at = f" ({where})" if where else ""
+    if etype == "MissingName":
+        return f"{module_file} does not define `{message}`, which the grader calls."
+    if etype == "NotImplementedError":
+        return f"{what} is not implemented yet: it raises NotImplementedError{at}."
+    if etype == "SystemExit":
+        return f"{what} called sys.exit({message}){at}; the grader needs it to return a value."
+    if etype == "MemoryError":
+        return f"{what} ran out of memory{at}."
+    text = f"{what} raised {etype}: {message}{at}"
+    tb = str(error.get("traceback", "")).strip()
+    if tb:
+        text += f"\nTraceback (your code):\n{tb}"
+    return text
+
+
+@dataclass
+class WorkerClient:
+    """Runs the worker for one part of one submission inside ``sandbox``."""
+
+    part: str
+    module_file: str  # e.g. "question1.py", used in messages
+    submission_dir: str  # folder the worker imports from (inside the sandbox)
+    sandbox: Sandbox
+    limits: Limits
+    device: str = "cpu"
+    threads: int = 1
+    _proc: subprocess.Popen | None = None
+    _to_worker: int = -1
+    _from_worker: int = -1
+    _output: _OutputCollector | None = None
+    _import_error: SubmissionError | None = None
+    _timed_out: set[str] = field(default_factory=set)
+    starts: int = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _start(self) -> None:
+        if self._import_error is not None:
+            raise self._import_error
+        req_r, req_w = os.pipe()
+        resp_r, resp_w = os.pipe()
+        identity = self.sandbox.identity
+        command = [
+            sys.executable,
+            "-E",
+            "-s",
+            str(self.sandbox.worker_dir / "main.py"),
+            "--part",
+            self.part,
+            "--submission",
+            self.submission_dir,
+            "--in-fd",
+            str(req_r),
+            "--out-fd",
+            str(resp_w),
+        ]
+        extra: dict[str, Any] = {}
+        if identity.dropped:
+            extra = {"user": identity.uid, "group": identity.gid, "extra_groups": []}
+        try:
+            self._proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                pass_fds=(req_r, resp_w),
+                cwd=self.submission_dir,
+                env=self.sandbox.environment(self.device, self.threads),
+                start_new_session=True,
+                preexec_fn=limit_setter(self.limits, identity),
+                **extra,
+            )
+        finally:
+            os.close(req_r)
+            os.close(resp_w)
+        self.starts += 1
+        self._to_worker, self._from_worker = req_w, resp_r
+        self._output = _OutputCollector(self._proc.stdout, self.limits.max_output_bytes)
+        self._output.start()
+        try:
+            header, _ = self._receive(self.limits.startup_timeout_s)
+        except SubmissionError as exc:
+            self._import_error = SubmissionError(
+                f"{self.module_file} could not be loaded: {exc}", kind="import", output=exc.output
+            )
+            self.stop()
+            raise self._import_error from None
+        if not header.get("ok"):
+            error = header.get("error", {})
+            detail = describe_error(error, f"importing {self.module_file}", self.module_file)
+            if error.get("type") in ("SyntaxError", "IndentationError"):
+                detail = (
+                    f"{self.module_file} has a syntax error ({error.get('where', '')}): "
+                    f"{error.get('message', '')}"
+                )
+            self._import_error = SubmissionError(
+                detail, kind="import", output=self._output.since_mark()
+            )
+            self.stop()
+            raise self._import_error
+
+    def stop(self) -> None:
+        """Kill the worker's whole process group and close the channel."""
+        proc = self._proc
+        if proc is not None:
+            _kill_group(proc)
+            proc.wait()
+            if self._output is not None:
+                self._output.join(timeout=5)
+        for fd in (self._to_worker, self._from_worker):
+            if fd >= 0:
+                os.close(fd)
+        self._proc, self._to_worker, self._from_worker = None, -1, -1
+
+    # ------------------------------------------------------------------- requests
+
+    def request(
+        self,
+        header: dict[str, Any],
+        arrays: dict[str, np.ndarray] | None = None,
+        *,
+        what: str,
+        timeout: float | None = None,
+    ) -> Reply:
+        """Send one request; return the reply or raise :class:`SubmissionError`.
+
+        ``what`` names the request for messages, e.g. ``"param_count(spec)"``;
+        its part before ``(`` identifies it for the remembered-timeout rule.
+        """
+        key = what.split("(")[0]
+        if key in self._timed_out:
+            raise SubmissionError(
+                f"{what} was not run: it already ran past the time limit in an earlier check.",
+                kind="timeout",
+            )
+        if self._proc is None:
+            self._start()
+        assert self._output is not None
+        self._output.since_mark()
+        limit = timeout if timeout is not None else self.limits.request_timeout_s
+        start = time.perf_counter()
+        try:
+            write_message(self._to_worker, header, arrays)
+        except (BrokenPipeError, OSError):
+            self._died(what)
+        try:
+            reply, out_arrays = self._receive(limit, what=what)
+        except SubmissionError as exc:
+            if exc.kind == "timeout":
+                self._timed_out.add(key)
+            raise
+        seconds = time.perf_counter() - start
+        output = self._output.since_mark()
+        if not reply.get("ok"):
+            raise SubmissionError(
+                describe_error(reply.get("error", {}), what, self.module_file),
+                kind="exception",
+                output=output,
+            )
+        return Reply(header=reply, arrays=out_arrays, output=output, seconds=seconds)
+
+    def _receive(self, timeout: float, what: str = "") -> tuple[dict, dict]:
+        deadline = time.monotonic() + timeout
+        label = what or f"importing {self.module_file}"
+        try:
+            return read_message(
+                self._from_worker, deadline=deadline, max_bytes=self.limits.max_response_bytes
+            )
+        except ReadTimeout:
+            output = self._output.since_mark() if self._output else ""
+            self.stop()
+            raise SubmissionError(
+                f"{label} did not finish within {timeout:.0f} s and was stopped "
+                "(an infinite loop, or far too slow).",
+                kind="timeout",
+                output=output,
+            ) from None
+        except EOFError:
+            self._died(label)
+        except ProtocolError as exc:
+            output = self._output.since_mark() if self._output else ""
+            self.stop()
+            raise SubmissionError(
+                f"{label}: the grader received garbage from your code ({exc}).",
+                kind="protocol",
+                output=output,
+            ) from None
+
+    def _died(self, label: str) -> NoReturn:
+        proc = self._proc
+        code = proc.wait(timeout=10) if proc is not None else None
+        output = self._output.since_mark() if self._output else ""
+        self.stop()
+        if code is not None and code < 0:
+            sig = signal.Signals(-code).name
+            reason = {
+                "SIGKILL": "it was killed (usually for using too much memory)",
+                "SIGXFSZ": "it wrote a file larger than the limit",
+                "SIGXCPU": "it used too much CPU time",
+                "SIGSEGV": "it crashed (segmentation fault)",
+            }.get(sig, f"it was killed by {sig}")
+        else:
+            reason = (
+                f"the process exited with status {code} (did your code call os._exit() or exit()?)"
+            )
+        raise SubmissionError(f"{label} stopped the grader's worker: {reason}.", "crash", output)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the worker's process group and every descendant that left it."""
+    try:
+        children = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        children = []
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            child.kill()

@@ -1,0 +1,76 @@
+"""Everything one grading run shares: the sandbox, the workers, the test cases."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grader.client import SubmissionError, WorkerClient
+from grader.parts import PARTS
+from grader.sandbox import Limits, Sandbox
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+TEST_CASES = PROJECT_ROOT / "test_cases"
+
+
+def load_cases(part: str, root: Path = TEST_CASES) -> dict[str, Any]:
+    """A part's public and (when present) hidden cases, merged into one case set."""
+    merged: dict[str, Any] = {"cases": [], "diagnoses": {}, "hidden_available": False}
+    for visibility in ("public", "hidden"):
+        path = root / visibility / f"{part}.json"
+        if not path.is_file():
+            continue
+        data = json.loads(path.read_text())
+        merged["diagnoses"].update(data.get("diagnoses", {}))
+        merged["rel_tol"] = data.get("rel_tol", merged.get("rel_tol"))
+        merged["cases"].extend({**c, "visibility": visibility} for c in data["cases"])
+        merged["hidden_available"] |= visibility == "hidden"
+    return merged
+
+
+@dataclass
+class GradingContext:
+    """Shared state of one grading run; checks reach the submission only through it."""
+
+    sandbox: Sandbox
+    limits: Limits
+    device: str
+    bases: dict[str, Path | None]  # per part: the submission folder inside the sandbox
+    cases_root: Path = TEST_CASES
+    threads: int = 1
+    _workers: dict[str, WorkerClient] = field(default_factory=dict)
+    _cases: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def worker(self, part: str) -> WorkerClient:
+        """The part's worker; raises :class:`SubmissionError` if its file is missing."""
+        main_file = PARTS[part].main_file
+        base = self.bases.get(part)
+        if base is None:
+            raise SubmissionError(
+                f"{main_file} was not found in your submission (looked at the top level, in "
+                f"assignment/ and in every folder). Upload it and resubmit.",
+                kind="missing",
+            )
+        if part not in self._workers:
+            self._workers[part] = WorkerClient(
+                part=part,
+                module_file=main_file,
+                submission_dir=str(base),
+                sandbox=self.sandbox,
+                limits=self.limits,
+                device=self.device,
+                threads=self.threads,
+            )
+        return self._workers[part]
+
+    def cases(self, part: str) -> dict[str, Any]:
+        if part not in self._cases:
+            self._cases[part] = load_cases(part, self.cases_root)
+        return self._cases[part]
+
+    def close(self) -> None:
+        """Stop every worker (and everything they started)."""
+        for client in self._workers.values():
+            client.stop()

@@ -1,0 +1,40 @@
+"""Points for every graded check, in one place.
+
+Keys are the check numbers shown on Gradescope; a part's total is the sum of
+its checks. Reweighting a check (or a part) is an edit here and nowhere else.
+"""
+
+from __future__ import annotations
+
+POINTS: dict[str, dict[str, float]] = {
+    "part1": {
+        "1.1": 2,  # param_count
+        "1.2": 1,  # weight_bytes
+        "1.3": 2,  # kv_cache_bytes_per_request
+        "1.4": 2,  # max_batch_size, one GPU
+        "1.5": 2,  # max_batch_size under tensor parallelism
+        "1.6": 1,  # attention_flops
+        "1.7": 2,  # attention_bytes
+        "1.8": 1,  # arithmetic_intensity
+        "1.9": 1,  # decode AI does not change with batch
+        "1.10": 1,  # answer_table
+        "1.11": 1,  # the two plots
+        "1.12": 2,  # hidden random specs: memory functions
+        "1.13": 2,  # hidden random shapes: attention functions
+    },
+}
+
+
+def part_of(number: str) -> str:
+    """``"1.4"`` -> ``"part1"``."""
+    return f"part{number.split('.')[0]}"
+
+
+def points(number: str) -> float:
+    """The weight of check ``number``."""
+    return float(POINTS[part_of(number)][number])
+
+
+def part_total(part: str) -> float:
+    """Maximum score of a part."""
+    return float(sum(POINTS[part].values()))

@@ -1,0 +1,144 @@
+"""Grading one submission: copy it into a sandbox, run the checks, write results.json.
+
+``grade()`` is the whole pipeline. Whatever happens inside (a missing file, a
+hostile submission, a bug in the grader itself) the workers are stopped first
+and a valid results file is written last, in a ``finally``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import io
+import json
+import os
+import sys
+import time
+import traceback
+import unittest
+from pathlib import Path
+
+from gradescope_utils.autograder_utils.json_test_runner import JSONTestRunner
+
+from grader.checks.base import GradedTestCase
+from grader.context import TEST_CASES, GradingContext
+from grader.parts import PARTS
+from grader.points import part_total
+from grader.results import GradingResults, TestResult, fallback_results, write_results
+from grader.sandbox import Limits, Sandbox, WorkerIdentity
+from grader.submission import copy_submission, locate
+
+
+def check_classes(part: str) -> list[type[GradedTestCase]]:
+    """The unittest classes that grade ``part``."""
+    module = importlib.import_module(PARTS[part].checks_module)
+    return [
+        obj
+        for obj in vars(module).values()
+        if inspect.isclass(obj)
+        and issubclass(obj, GradedTestCase)
+        and obj.__module__ == module.__name__
+    ]
+
+
+def build_suite(ctx: GradingContext, parts: list[str]) -> unittest.TestSuite:
+    """The checks of ``parts``, each class bound to this run's context."""
+    loader = unittest.TestLoader()
+    suite = unittest.TestSuite()
+    for part in parts:
+        for cls in check_classes(part):
+            bound = type(cls.__name__, (cls,), {"ctx": ctx, "__module__": cls.__module__})
+            suite.addTests(loader.loadTestsFromTestCase(bound))
+    return suite
+
+
+def run_suite(suite: unittest.TestSuite) -> GradingResults:
+    """Run checks with gradescope-utils' runner and read its JSON back as dataclasses."""
+    stream = io.StringIO()
+    JSONTestRunner(stream=stream, failure_prefix="", buffer=True).run(suite)
+    data = json.loads(stream.getvalue())
+    tests = [TestResult.from_gradescope(t) for t in data["tests"]]
+    tests.sort(key=lambda t: [int(x) if x.isdigit() else x for x in t.number.split(".")])
+    return GradingResults(tests=tests, leaderboard=data.get("leaderboard", []))
+
+
+def summary(results: GradingResults, notes: list[str]) -> str:
+    """The top-of-page text a student sees on Gradescope."""
+    lines = []
+    for part, (score, max_score) in results.by_part().items():
+        title = PARTS[part].title if part in PARTS else part
+        lines.append(f"{part} ({title}): {score:g} / {max_score:g}")
+    lines.append(f"Total: {results.score:g} / {results.max_score:g}")
+    if notes:
+        lines += ["", *notes]
+    return "\n".join(lines)
+
+
+def grade(
+    submission: Path,
+    *,
+    results_path: Path,
+    parts: list[str] | None = None,
+    device: str = "cpu",
+    limits: Limits | None = None,
+    cases_root: Path = TEST_CASES,
+    identity: WorkerIdentity | None = None,
+) -> GradingResults | None:
+    """Grade ``submission`` and write ``results_path``; return the results (None on a crash)."""
+    parts = parts or list(PARTS)
+    started = time.monotonic()
+    results: GradingResults | None = None
+    crash = ""
+    sandbox: Sandbox | None = None
+    ctx: GradingContext | None = None
+    try:
+        sandbox = Sandbox.create(identity)
+        copied = copy_submission(Path(submission), sandbox.submission_dir)
+        sandbox.hand_over()
+        bases = {p: locate(sandbox.submission_dir, PARTS[p].main_file) for p in parts}
+        ctx = GradingContext(
+            sandbox=sandbox,
+            limits=limits or Limits(),
+            device=device,
+            bases=bases,
+            cases_root=cases_root,
+            threads=max(1, min(4, os.cpu_count() or 1)),
+        )
+        results = run_suite(build_suite(ctx, parts))
+        notes = [
+            f"{PARTS[p].main_file} was not found in your submission, so {p} scores 0."
+            for p, base in bases.items()
+            if base is None
+        ]
+        notes += [f"Not graded: {r}" for r in copied.refused]
+        results.output = summary(results, notes)
+        results.extra_data = {
+            "device": device,
+            "parts": parts,
+            "worker_user": sandbox.identity.name,
+            "sandbox_warnings": sandbox.warnings,
+        }
+    except Exception:
+        crash = traceback.format_exc()
+        print(crash, file=sys.stderr)
+    finally:
+        if ctx is not None:
+            ctx.close()
+        if results is not None:
+            results.execution_time = time.monotonic() - started
+            write_results(results, results_path)
+        else:
+            total = sum(part_total(p) for p in parts if p in PARTS)
+            write_results(
+                fallback_results(
+                    "The autograder failed before it could grade your submission. "
+                    "This is not your fault; please tell the course staff.\n\n" + crash[-3000:],
+                    max_score=total,
+                ),
+                results_path,
+            )
+        if sandbox is not None:
+            for warning in sandbox.warnings:
+                print(f"warning: {warning}", file=sys.stderr)
+            sandbox.cleanup()
+    return results

@@ -1,0 +1,208 @@
+"""Where and as whom untrusted code runs: the sandbox folder, the worker user, the limits.
+
+The parent creates one sandbox per grading run: a private temporary folder
+holding a copy of the submission and of the worker scripts. When the grader
+runs as root (always on Gradescope) the worker runs as an unprivileged user
+that owns only that folder; elsewhere it runs as the current user and the
+run records a warning.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+KIB, MIB, GIB = 2**10, 2**20, 2**30
+
+#: The dedicated account created by the Gradescope set-up (``setup.sh``).
+WORKER_USER = "kvgrader"
+#: Used when running as root on a machine without the dedicated account.
+FALLBACK_USER = "nobody"
+
+WORKER_SOURCE = Path(__file__).resolve().parent / "worker"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits applied to every worker process and every request."""
+
+    request_timeout_s: float = 20.0  # wall clock for one request
+    startup_timeout_s: float = 60.0  # wall clock for importing the submission
+    memory_bytes: int = 6 * GIB  # address-space limit (RLIMIT_AS)
+    max_processes: int = 512  # processes + threads of the worker user (RLIMIT_NPROC)
+    max_file_bytes: int = 64 * MIB  # largest file the worker may write (RLIMIT_FSIZE)
+    max_output_bytes: int = 64 * KIB  # captured stdout/stderr kept per worker
+    max_response_bytes: int = 512 * MIB  # largest answer the parent will read
+    cpu_seconds: int = 1800  # CPU time backstop (RLIMIT_CPU)
+
+    def scaled(self, factor: float) -> Limits:
+        """The same limits with every timeout multiplied by ``factor``."""
+        return replace(
+            self,
+            request_timeout_s=self.request_timeout_s * factor,
+            startup_timeout_s=self.startup_timeout_s * factor,
+        )
+
+
+@dataclass(frozen=True)
+class WorkerIdentity:
+    """The account the worker runs as, and why."""
+
+    uid: int
+    gid: int
+    name: str
+    dropped: bool  # True when the worker runs as a different, unprivileged user
+    warning: str = ""
+
+
+def _interpreter_usable_by(uid: int, gid: int) -> bool:
+    """Whether ``uid`` can start this interpreter (a pyenv under /root is not readable)."""
+    try:
+        result = subprocess.run(
+            [sys.executable, "-E", "-s", "-c", "import numpy"],
+            user=uid,
+            group=gid,
+            extra_groups=[],
+            cwd="/",
+            env={"PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return result.returncode == 0
+
+
+def resolve_identity(preferred: str = WORKER_USER) -> WorkerIdentity:
+    """Pick the worker's account: unprivileged when we are root, else ourselves."""
+    me = pwd.getpwuid(os.getuid())
+    if os.getuid() != 0:
+        return WorkerIdentity(
+            os.getuid(),
+            os.getgid(),
+            me.pw_name,
+            dropped=False,
+            warning=(
+                f"the grader is not running as root, so student code runs as {me.pw_name!r} "
+                "and can read whatever that user can read"
+            ),
+        )
+    for name in (preferred, FALLBACK_USER):
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            continue
+        if _interpreter_usable_by(entry.pw_uid, entry.pw_gid):
+            note = "" if name == preferred else f"user {preferred!r} does not exist; using {name!r}"
+            return WorkerIdentity(entry.pw_uid, entry.pw_gid, name, dropped=True, warning=note)
+    return WorkerIdentity(
+        0,
+        0,
+        me.pw_name,
+        dropped=False,
+        warning=(
+            f"no unprivileged user ({preferred!r} or {FALLBACK_USER!r}) can run {sys.executable}; "
+            "student code runs as root"
+        ),
+    )
+
+
+def limit_setter(limits: Limits, identity: WorkerIdentity) -> Callable[[], None]:
+    """A ``preexec_fn`` applying the resource limits inside the child."""
+
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.max_file_bytes, limits.max_file_bytes))
+        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if identity.dropped:
+            # Counts every process and thread of the worker user, so it only
+            # makes sense for a dedicated account.
+            resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_processes, limits.max_processes))
+        os.umask(0o077)
+
+    return apply
+
+
+@dataclass
+class Sandbox:
+    """A private folder with the worker scripts and a copy of the submission."""
+
+    root: Path
+    identity: WorkerIdentity
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def worker_dir(self) -> Path:
+        return self.root / "worker"
+
+    @property
+    def submission_dir(self) -> Path:
+        return self.root / "submission"
+
+    @property
+    def out_dir(self) -> Path:
+        return self.root / "out"
+
+    @classmethod
+    def create(cls, identity: WorkerIdentity | None = None) -> Sandbox:
+        identity = identity or resolve_identity()
+        root = Path(tempfile.mkdtemp(prefix="kvgrade-"))
+        box = cls(root=root, identity=identity)
+        if identity.warning:
+            box.warnings.append(identity.warning)
+        shutil.copytree(
+            WORKER_SOURCE, box.worker_dir, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+        )
+        for name in ("submission", "out", "home", "tmp"):
+            (root / name).mkdir(exist_ok=True)
+        return box
+
+    def hand_over(self) -> None:
+        """Give the worker user the writable folders; the worker scripts stay read-only."""
+        os.chmod(self.root, 0o711)
+        for path in (self.worker_dir, *self.worker_dir.rglob("*")):
+            os.chmod(path, 0o755 if path.is_dir() else 0o644)
+        if not self.identity.dropped:
+            return
+        for name in ("submission", "out", "home", "tmp"):
+            top = self.root / name
+            for path in (top, *top.rglob("*")):
+                os.chown(path, self.identity.uid, self.identity.gid, follow_symlinks=False)
+
+    def environment(self, device: str, threads: int) -> dict[str, str]:
+        """The worker's whole environment: nothing of the parent's leaks through."""
+        return {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(self.root / "home"),
+            "TMPDIR": str(self.root / "tmp"),
+            "MPLCONFIGDIR": str(self.root / "tmp"),
+            "MPLBACKEND": "Agg",
+            "LANG": "C.UTF-8",
+            "PYTHONIOENCODING": "utf-8",
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONHASHSEED": "0",
+            "OMP_NUM_THREADS": str(threads),
+            "MKL_NUM_THREADS": str(threads),
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "KVGRADER_DEVICE": device,
+        }
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def warn_once(message: str) -> None:
+    """Tell the person running the grader (stderr), never the student."""
+    warnings.warn(message, RuntimeWarning, stacklevel=2)

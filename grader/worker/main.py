@@ -1,0 +1,92 @@
+"""Worker process: imports one part of a submission and answers requests.
+
+Runs inside the sandbox with the student's code; nothing here is trusted by the
+parent. Every answer is plain data (JSON values and numeric arrays), so a
+submission that tampers with this process can at worst send wrong data, which
+the parent validates like any other answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from protocol import read_message, write_message
+
+WORKER_DIR = Path(__file__).resolve().parent
+
+
+# ------------------------------------------------------------------------ errors
+
+
+def describe_exception(exc: BaseException) -> dict[str, Any]:
+    """The exception's type, message and the frames that belong to the submission."""
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not Path(f.filename).resolve().is_relative_to(WORKER_DIR)
+    ]
+    where = ""
+    if frames:
+        last = frames[-1]
+        where = f"{Path(last.filename).name}, line {last.lineno}, in {last.name}"
+    if isinstance(exc, SyntaxError) and exc.filename:
+        where = f"{Path(exc.filename).name}, line {exc.lineno}"
+    tb = "".join(traceback.format_list(frames[-8:]))
+    return {
+        "type": type(exc).__name__,
+        "message": str(exc)[:2000],
+        "where": where,
+        "traceback": tb[-4000:],
+    }
+
+
+# --------------------------------------------------------------------------- main
+
+
+def load_adapter(part: str):
+    """Import the part's adapter, which imports the student's module."""
+    return importlib.import_module(f"adapter_{part}")
+
+
+def serve(adapter: Any, in_fd: int, out_fd: int) -> None:
+    """Answer requests until the parent closes the channel."""
+    while True:
+        try:
+            request, arrays = read_message(in_fd)
+        except EOFError:
+            return
+        try:
+            header, out_arrays = adapter.handle(request, arrays)
+            write_message(out_fd, {"ok": True, **header}, out_arrays)
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt included
+            write_message(out_fd, {"ok": False, "error": describe_exception(exc)})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--part", required=True)
+    parser.add_argument("--submission", required=True)
+    parser.add_argument("--in-fd", type=int, required=True)
+    parser.add_argument("--out-fd", type=int, required=True)
+    args = parser.parse_args()
+
+    sys.path.insert(0, args.submission)
+    os.chdir(args.submission)
+    try:
+        adapter = load_adapter(args.part)
+        adapter.setup()
+    except BaseException as exc:
+        write_message(args.out_fd, {"ok": False, "error": describe_exception(exc)})
+        return
+    write_message(args.out_fd, {"ok": True, "ready": True})
+    serve(adapter, args.in_fd, args.out_fd)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,232 @@
+"""Part 1: KV-cache, batch-size and arithmetic-intensity calculator.
+
+Pure functions over a model spec. Conventions (pinned by the handout so that one
+answer is right):
+
+* GiB = 2**30 bytes.
+* The parameter count is the real architecture's: token embedding, an untied
+  output head, per layer the q/k/v/o projections with GQA shapes, the SwiGLU
+  gate/up/down matrices and two RMSNorm weight vectors, plus the final norm.
+  No biases.
+* The KV cache is stored in the same precision as the weights.
+* Under tensor parallelism of degree X, weights and cache are split evenly over
+  X GPUs; the batch is counted over the whole group.
+* One multiply-add is 2 FLOPs; attention is the "standard" algorithm in which
+  S = QK^T, P = softmax(S) and O = PV each go through HBM.
+
+Run ``python question1.py`` to print the answer table and save the two plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+GIB = 2**30  # bytes in one GiB
+
+
+@dataclass
+class ModelSpec:
+    n_layers: int  # transformer blocks
+    n_q_heads: int  # query heads per layer
+    n_kv_heads: int  # key/value heads per layer (GQA: n_kv_heads <= n_q_heads)
+    d_model: int  # hidden size; head_dim = d_model // n_q_heads
+    d_ff: int  # SwiGLU inner size
+    vocab_size: int  # rows of the embedding and of the output head
+    bytes_per_param: int = 2  # 2 for fp16/bf16 weights (and KV cache)
+    tied_embeddings: bool = False  # True if the output head reuses the embedding
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_q_heads
+
+
+# The LLaMA-3-8B-like model of the assignment and the hardware it runs on.
+LLAMA3_8B = ModelSpec(
+    n_layers=32, n_q_heads=32, n_kv_heads=8, d_model=4096, d_ff=14336, vocab_size=128256
+)
+GPU_MEM_GIB = 80
+CONTEXT_LEN = 1024
+TP_DEGREE = 2
+HEAD_DIM = 128
+
+
+# ----------------------------------------------------------------------------- memory
+
+
+def param_count(spec: ModelSpec) -> int:
+    """Total number of parameters of a Llama-style decoder (see module docstring)."""
+    d, kv_dim = spec.d_model, spec.n_kv_heads * spec.head_dim
+    attention = d * d + 2 * d * kv_dim + d * d  # W_q, W_k, W_v, W_o
+    ffn = 3 * d * spec.d_ff  # gate, up, down (SwiGLU)
+    norms = 2 * d  # attention_norm, ffn_norm
+    per_layer = attention + ffn + norms
+    embedding = spec.vocab_size * d
+    output_head = 0 if spec.tied_embeddings else spec.vocab_size * d
+    final_norm = d
+    return embedding + spec.n_layers * per_layer + final_norm + output_head
+
+
+def weight_bytes(spec: ModelSpec) -> int:
+    """Bytes needed to hold the weights."""
+    return param_count(spec) * spec.bytes_per_param
+
+
+def kv_cache_bytes_per_request(spec: ModelSpec, context_len: int, bytes_per_elem: int = 2) -> int:
+    """Bytes of K and V cached for one sequence of ``context_len`` tokens (GQA aware)."""
+    per_token_per_layer = 2 * spec.n_kv_heads * spec.head_dim  # K and V
+    return per_token_per_layer * spec.n_layers * context_len * bytes_per_elem
+
+
+def max_batch_size(spec: ModelSpec, gpu_mem_bytes: int, context_len: int, tp: int = 1) -> int:
+    """Largest batch whose KV caches fit next to the weights on ``tp`` GPUs.
+
+    Weights and caches are split evenly over the ``tp`` GPUs, so the group has
+    ``tp * gpu_mem_bytes`` to hold one copy of the weights plus ``batch`` caches.
+    Returns 0 when the weights alone do not fit.
+    """
+    free = tp * gpu_mem_bytes - weight_bytes(spec)
+    per_request = kv_cache_bytes_per_request(spec, context_len, spec.bytes_per_param)
+    return max(free // per_request, 0)
+
+
+# ------------------------------------------------------------------ arithmetic intensity
+
+
+def _check_phase(phase: str) -> None:
+    if phase not in ("prefill", "decode"):
+        raise ValueError(f"phase must be 'prefill' or 'decode', got {phase!r}")
+
+
+def attention_flops(N: int, d: int, phase: str) -> float:
+    """FLOPs of single-head standard attention over a context of N tokens."""
+    _check_phase(phase)
+    if phase == "prefill":
+        return float(4 * N * N * d)  # QK^T (N x N x d) and PV (N x N x d), 2 FLOPs each
+    return float(4 * N * d)  # one query row against N keys and N values
+
+
+def attention_bytes(N: int, d: int, phase: str, bpe: int = 2) -> float:
+    """HBM bytes moved by standard attention (S, P and O each written and read back)."""
+    _check_phase(phase)
+    if phase == "prefill":
+        # read Q, K, V (3Nd); write S, read S, write P, read P (4N^2); write O (Nd)
+        return float((4 * N * N + 4 * N * d) * bpe)
+    # read q and write o (2d); read K and V (2Nd); write/read S and P (4N)
+    return float((2 * d + 2 * N * d + 4 * N) * bpe)
+
+
+def arithmetic_intensity(N: int, d: int, phase: str, bpe: int = 2, batch: int = 1) -> float:
+    """FLOPs per byte; a batch of independent requests scales both terms alike."""
+    return (batch * attention_flops(N, d, phase)) / (batch * attention_bytes(N, d, phase, bpe))
+
+
+# ---------------------------------------------------------------------------- answers
+
+
+def answer_table(
+    spec: ModelSpec = LLAMA3_8B,
+    gpu_mem_gib: float = GPU_MEM_GIB,
+    context_len: int = CONTEXT_LEN,
+    tp: int = TP_DEGREE,
+    head_dim: int = HEAD_DIM,
+) -> dict[str, float]:
+    """The assignment's answer table, in the handout's units (GiB, billions)."""
+    gpu_mem_bytes = int(gpu_mem_gib * GIB)
+    params = param_count(spec)
+    return {
+        "total_params": params,
+        "total_params_billion": params / 1e9,
+        "weight_gib": weight_bytes(spec) / GIB,
+        "kv_cache_per_request_gib": kv_cache_bytes_per_request(
+            spec, context_len, spec.bytes_per_param
+        )
+        / GIB,
+        "max_batch_size": max_batch_size(spec, gpu_mem_bytes, context_len),
+        "max_batch_size_tp": max_batch_size(spec, gpu_mem_bytes, context_len, tp=tp),
+        "ai_prefill": arithmetic_intensity(context_len, head_dim, "prefill"),
+        "ai_decode": arithmetic_intensity(context_len, head_dim, "decode"),
+    }
+
+
+# ------------------------------------------------------------------------------ plots
+
+
+def plot_prefill_ai(path: str | Path) -> None:
+    """Plot prefill arithmetic intensity against context length N (256..8192), d = 128."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ns = list(range(256, 8192 + 1, 128))
+    ai = [arithmetic_intensity(n, HEAD_DIM, "prefill") for n in ns]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(ns, ai, label="prefill, batch 1")
+    ax.axhline(HEAD_DIM / 2, color="grey", linestyle="--", label="limit d / BPE = 64")
+    ax.set_xlabel("context length N (tokens)")
+    ax.set_ylabel("arithmetic intensity (FLOPs/byte)")
+    ax.set_title("Prefill attention: AI vs context length (d = 128, fp16)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_decode_ai(path: str | Path) -> None:
+    """Plot decode arithmetic intensity against batch size (1..100), N = 1024, d = 128."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    batches = list(range(1, 101))
+    ai = [arithmetic_intensity(CONTEXT_LEN, HEAD_DIM, "decode", batch=b) for b in batches]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(batches, ai, label="decode, N = 1024")
+    ax.set_ylim(0, 2)
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("arithmetic intensity (FLOPs/byte)")
+    ax.set_title("Decode attention: AI vs batch size (d = 128, fp16)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+# ------------------------------------------------------------------------------- main
+
+
+def format_table(table: dict[str, float], tp: int = TP_DEGREE) -> str:
+    """The answer table as the handout prints it."""
+    rows = [
+        (
+            "Total model parameters",
+            f"{table['total_params']:,} ({table['total_params_billion']:.2f} B)",
+        ),
+        ("Weight memory", f"{table['weight_gib']:.2f} GiB"),
+        ("KV cache per request", f"{table['kv_cache_per_request_gib']:.3f} GiB"),
+        ("Max batch size (1 GPU)", f"{table['max_batch_size']}"),
+        (f"Max batch size (TP = {tp})", f"{table['max_batch_size_tp']}"),
+        ("AI prefill (N=1024, d=128)", f"{table['ai_prefill']:.2f} FLOPs/byte"),
+        ("AI decode (N=1024, d=128)", f"{table['ai_decode']:.2f} FLOPs/byte"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out-dir", default=".", help="where to save the two plots")
+    args = parser.parse_args()
+    print(format_table(answer_table()))
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    plot_prefill_ai(out / "prefill_ai.png")
+    plot_decode_ai(out / "decode_ai.png")
+    print(f"plots written to {out / 'prefill_ai.png'} and {out / 'decode_ai.png'}")
+
+
+if __name__ == "__main__":
+    main()
