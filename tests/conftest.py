@@ -1,0 +1,83 @@
+"""Shared fixtures: graded results of the solution and the blank skeleton (built once per
+session), and a factory that writes a patched copy of the solution and grades it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from grader.results import GradingResults, validate_results
+from grader.runner import grade
+from grader.sandbox import Limits
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTION = ROOT / "solution"
+ASSIGNMENT = ROOT / "assignment"
+
+#: Short timeouts keep the misbehaving-submission tests fast.
+FAST_LIMITS = Limits(request_timeout_s=3.0, startup_timeout_s=8.0)
+
+
+@dataclass
+class Graded:
+    """A grading run: the results object and the file Gradescope would read."""
+
+    results: GradingResults
+    data: dict
+
+    def test(self, number: str) -> dict:
+        return next(t for t in self.data["tests"] if t.get("number") == number)
+
+    def score(self, number: str) -> float:
+        return self.test(number)["score"]
+
+    def output(self, number: str) -> str:
+        return self.test(number).get("output", "")
+
+
+def run_grade(submission: Path, out: Path, **kwargs) -> Graded:
+    path = out / "results.json"
+    results = grade(submission, results_path=path, **kwargs)
+    data = json.loads(path.read_text())
+    validate_results(data)
+    assert results is not None, data.get("output")
+    return Graded(results, data)
+
+
+@pytest.fixture(scope="session")
+def solution_graded(tmp_path_factory: pytest.TempPathFactory) -> Graded:
+    return run_grade(SOLUTION, tmp_path_factory.mktemp("solution"))
+
+
+@pytest.fixture(scope="session")
+def blank_graded(tmp_path_factory: pytest.TempPathFactory) -> Graded:
+    return run_grade(ASSIGNMENT, tmp_path_factory.mktemp("blank"))
+
+
+def patched_solution(dest: Path, file: str, edits: list[tuple[str, str]]) -> Path:
+    """Copy solution/ to ``dest`` and apply ``(old, new)`` edits (each must match once)."""
+    shutil.copytree(SOLUTION, dest, ignore=shutil.ignore_patterns("__pycache__", "*.png"))
+    target = dest / file
+    text = target.read_text()
+    for old, new in edits:
+        assert text.count(old) == 1, f"edit anchor {old!r} must occur exactly once"
+        text = text.replace(old, new)
+    target.write_text(text)
+    return dest
+
+
+@pytest.fixture
+def grade_patched(tmp_path: Path) -> Callable[..., Graded]:
+    """Grade a copy of the solution with some edits applied to one file."""
+
+    def run(edits: list[tuple[str, str]], file: str = "question1.py", **kwargs) -> Graded:
+        submission = patched_solution(tmp_path / "submission", file, edits)
+        kwargs.setdefault("limits", FAST_LIMITS)
+        return run_grade(submission, tmp_path / "out", **kwargs)
+
+    return run
