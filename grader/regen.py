@@ -101,7 +101,10 @@ def check(cases_root: Path = TEST_CASES, solution: Path = SOLUTION) -> list[str]
             problems.append(f"{rel}: changed since the manifest was written")
     with tempfile.TemporaryDirectory() as tmp:
         fresh = Path(tmp)
-        write_cases(fresh, solution)
+        try:
+            write_cases(fresh, solution)
+        except Exception as exc:
+            return [*problems, f"cannot regenerate the cases: {exc}"]
         for path in sorted(fresh.rglob("*.json")):
             rel = path.relative_to(fresh)
             committed = cases_root / rel

@@ -105,14 +105,9 @@ def test_nan_is_rejected(grade_patched) -> None:
 
 
 def test_function_that_never_returns_times_out(grade_patched) -> None:
-    graded = grade_patched(
-        [
-            (
-                '    _check_phase(phase)\n    if phase == "prefill":\n        # read Q',
-                '    _check_phase(phase)\n    while True:\n        pass\n    if phase == "prefill":\n        # read Q',
-            )
-        ]
-    )
+    anchor = '    _check_phase(phase)\n    if phase == "prefill":\n        # read Q'
+    looping = anchor.replace("_check_phase(phase)\n", "_check_phase(phase)\n    while True: pass\n")
+    graded = grade_patched([(anchor, looping)])
     assert graded.score("1.7") == 0
     assert "did not finish within 3 s" in graded.output("1.7")
     # Everything that does not call attention_bytes is still graded.

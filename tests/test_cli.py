@@ -1,0 +1,43 @@
+"""The command line: exit status 0 whenever results were written; clear errors otherwise."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ASSIGNMENT, ROOT, SOLUTION
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "grader", *args], cwd=ROOT, capture_output=True, text=True
+    )
+
+
+def test_grade_prints_a_table_and_writes_results(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    proc = run("grade", str(SOLUTION), "--results", str(out), "--table")
+    assert proc.returncode == 0, proc.stderr
+    assert "TOTAL  20 / 20" in proc.stdout
+    assert json.loads(out.read_text())["score"] == 20
+
+
+def test_zero_score_still_exits_zero(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    proc = run("grade", str(ASSIGNMENT), "--results", str(out), "--parts", "part1")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(out.read_text())["score"] == 0
+
+
+def test_unknown_part_is_a_usage_error(tmp_path: Path) -> None:
+    proc = run("grade", str(SOLUTION), "--results", str(tmp_path / "r.json"), "--parts", "part9")
+    assert proc.returncode == 2
+    assert "unknown part(s) part9" in proc.stderr
+
+
+def test_regen_check_passes_on_committed_cases() -> None:
+    proc = run("regen", "--check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "up to date" in proc.stdout

@@ -1,0 +1,59 @@
+"""Submissions are found wherever the files were uploaded, and copied without links."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from grader.submission import copy_submission, locate
+
+
+def touch(path: Path, text: str = "x") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_locate_prefers_top_level_then_assignment_then_shallowest(tmp_path: Path) -> None:
+    touch(tmp_path / "deep" / "er" / "question1.py")
+    touch(tmp_path / "b" / "question1.py")
+    touch(tmp_path / "a" / "question1.py")
+    assert locate(tmp_path, "question1.py") == tmp_path / "a"
+    touch(tmp_path / "assignment" / "question1.py")
+    assert locate(tmp_path, "question1.py") == tmp_path / "assignment"
+    touch(tmp_path / "question1.py")
+    assert locate(tmp_path, "question1.py") == tmp_path
+
+
+def test_locate_nested_package_path(tmp_path: Path) -> None:
+    touch(tmp_path / "hw" / "llama" / "model.py")
+    assert locate(tmp_path, "llama/model.py") == tmp_path / "hw"
+    assert locate(tmp_path, "llama/generation.py") is None
+
+
+def test_locate_ignores_macos_metadata(tmp_path: Path) -> None:
+    touch(tmp_path / "__MACOSX" / "question1.py")
+    assert locate(tmp_path, "question1.py") is None
+
+
+def test_copy_refuses_links_and_keeps_regular_files(tmp_path: Path) -> None:
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    touch(src / "question1.py", "print(1)")
+    secret = touch(tmp_path / "secret.json", "answers")
+    os.symlink(secret, src / "answers.json")
+    os.symlink(tmp_path, src / "escape")
+    report = copy_submission(src, dst)
+    assert report.copied == ["question1.py"]
+    assert (dst / "question1.py").read_text() == "print(1)"
+    assert not (dst / "answers.json").exists()
+    assert not (dst / "escape").exists()
+    assert any("answers.json" in r and "link" in r for r in report.refused)
+    assert any("escape" in r for r in report.refused)
+
+
+def test_copy_refuses_special_files(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    os.mkfifo(src / "pipe")
+    report = copy_submission(src, tmp_path / "dst")
+    assert report.refused == ["pipe (not a regular file)"]
