@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
+
+import pytest
 
 from grader.points import POINTS, part_total
 from tests.conftest import ASSIGNMENT, FAST_LIMITS, SOLUTION, run_grade
@@ -195,3 +198,37 @@ def test_results_are_written_even_if_the_grader_crashes(tmp_path: Path, monkeypa
     assert data["score"] == 0
     assert "RuntimeError: grader bug" in data["output"]
     assert data["tests"][0]["max_score"] == 20
+
+
+def test_memory_limit_is_enforced(grade_patched) -> None:
+    edit = (
+        "    d, kv_dim = spec.d_model",
+        "    bytearray(64 * 2**30)\n    d, kv_dim = spec.d_model",
+    )
+    graded = grade_patched([edit])
+    assert graded.score("1.1") == 0
+    assert "ran out of memory" in graded.output("1.1")
+    assert graded.score("1.6") == 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the process limit needs a dedicated worker user")
+def test_process_limit_and_cleanup(grade_patched) -> None:
+    import psutil
+
+    from tests.conftest import FAST_LIMITS
+
+    edit = (
+        "    d, kv_dim = spec.d_model",
+        "    import subprocess\n"
+        "    procs = [subprocess.Popen(['sleep', '77.5']) for _ in range(400)]\n"
+        "    d, kv_dim = spec.d_model",
+    )
+    graded = grade_patched([edit], limits=FAST_LIMITS.__class__(max_processes=32))
+    assert graded.score("1.1") == 0
+    assert "raised BlockingIOError" in graded.output("1.1")
+    assert "(question1.py, line" in graded.output("1.1")  # the student's line, not the library's
+    assert "kvgrade-" not in graded.output("1.1")  # no sandbox paths in feedback
+    leftover = [
+        p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "77.5"]
+    ]
+    assert leftover == []

@@ -24,25 +24,44 @@ WORKER_DIR = Path(__file__).resolve().parent
 # ------------------------------------------------------------------------ errors
 
 
-def describe_exception(exc: BaseException) -> dict[str, Any]:
-    """The exception's type, message and the frames that belong to the submission."""
+def _display_name(filename: str, submission: Path | None) -> str:
+    """A file name as the student knows it: relative to their folder, else the library's."""
+    path = Path(filename).resolve()
+    if submission is not None and path.is_relative_to(submission):
+        return str(path.relative_to(submission))
+    return path.name
+
+
+def describe_exception(exc: BaseException, submission: Path | None = None) -> dict[str, Any]:
+    """The exception's type, message, the line of the submission it came from, and a
+    traceback with the worker's own frames removed."""
     frames = [
         f
         for f in traceback.extract_tb(exc.__traceback__)
         if not Path(f.filename).resolve().is_relative_to(WORKER_DIR)
     ]
+    own = [
+        f
+        for f in frames
+        if submission is not None and Path(f.filename).resolve().is_relative_to(submission)
+    ]
     where = ""
-    if frames:
-        last = frames[-1]
-        where = f"{Path(last.filename).name}, line {last.lineno}, in {last.name}"
+    anchor = own[-1] if own else (frames[-1] if frames else None)
+    if anchor is not None:
+        where = (
+            f"{_display_name(anchor.filename, submission)}, line {anchor.lineno}, in {anchor.name}"
+        )
     if isinstance(exc, SyntaxError) and exc.filename:
-        where = f"{Path(exc.filename).name}, line {exc.lineno}"
-    tb = "".join(traceback.format_list(frames[-8:]))
+        where = f"{_display_name(exc.filename, submission)}, line {exc.lineno}"
+    shown = [
+        traceback.FrameSummary(_display_name(f.filename, submission), f.lineno, f.name, line=f.line)
+        for f in frames[-8:]
+    ]
     return {
         "type": type(exc).__name__,
         "message": str(exc)[:2000],
         "where": where,
-        "traceback": tb[-4000:],
+        "traceback": "".join(traceback.format_list(shown))[-4000:],
     }
 
 
@@ -54,7 +73,7 @@ def load_adapter(part: str):
     return importlib.import_module(f"adapter_{part}")
 
 
-def serve(adapter: Any, in_fd: int, out_fd: int) -> None:
+def serve(adapter: Any, in_fd: int, out_fd: int, submission: Path) -> None:
     """Answer requests until the parent closes the channel."""
     while True:
         try:
@@ -65,7 +84,7 @@ def serve(adapter: Any, in_fd: int, out_fd: int) -> None:
             header, out_arrays = adapter.handle(request, arrays)
             write_message(out_fd, {"ok": True, **header}, out_arrays)
         except BaseException as exc:  # SystemExit and KeyboardInterrupt included
-            write_message(out_fd, {"ok": False, "error": describe_exception(exc)})
+            write_message(out_fd, {"ok": False, "error": describe_exception(exc, submission)})
 
 
 def main() -> None:
@@ -76,16 +95,17 @@ def main() -> None:
     parser.add_argument("--out-fd", type=int, required=True)
     args = parser.parse_args()
 
-    sys.path.insert(0, args.submission)
-    os.chdir(args.submission)
+    submission = Path(args.submission).resolve()
+    sys.path.insert(0, str(submission))
+    os.chdir(submission)
     try:
         adapter = load_adapter(args.part)
         adapter.setup()
     except BaseException as exc:
-        write_message(args.out_fd, {"ok": False, "error": describe_exception(exc)})
+        write_message(args.out_fd, {"ok": False, "error": describe_exception(exc, submission)})
         return
     write_message(args.out_fd, {"ok": True, "ready": True})
-    serve(adapter, args.in_fd, args.out_fd)
+    serve(adapter, args.in_fd, args.out_fd, submission)
 
 
 if __name__ == "__main__":

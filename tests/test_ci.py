@@ -1,0 +1,38 @@
+"""`make test` (what .ci/run runs) fails when a test fails and when no test ran."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+
+def make_test(pytest_args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["make", "-s", "test", f"PYTEST_ARGS={pytest_args}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_no_tests_collected_is_a_failure() -> None:
+    proc = make_test("-k no_test_has_this_name_zzz")
+    assert proc.returncode != 0
+    assert "collected no tests" in proc.stderr
+
+
+def test_a_failing_test_fails_the_run(tmp_path: Path) -> None:
+    probe = tmp_path / "test_probe.py"
+    probe.write_text("def test_fails():\n    assert 1 == 2\n")
+    proc = make_test(f"{probe} -p no:cacheprovider")
+    assert proc.returncode != 0
+    assert "1 failed" in proc.stdout
+
+
+def test_ci_script_runs_the_readme_command() -> None:
+    script = (ROOT / ".ci" / "run").read_text()
+    assert "make test" in script
+    assert "make test" in (ROOT / "README.md").read_text()
