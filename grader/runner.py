@@ -25,7 +25,7 @@ from grader.context import TEST_CASES, GradingContext
 from grader.parts import PARTS
 from grader.points import part_total
 from grader.results import GradingResults, TestResult, fallback_results, write_results
-from grader.sandbox import Limits, Sandbox, WorkerIdentity
+from grader.sandbox import Limits, Sandbox, WorkerIdentity, protect_hidden
 from grader.submission import copy_submission, locate
 
 
@@ -93,6 +93,7 @@ def grade(
     ctx: GradingContext | None = None
     try:
         sandbox = Sandbox.create(identity)
+        protect_hidden(Path(cases_root) / "hidden", sandbox.identity)
         copied = copy_submission(Path(submission), sandbox.submission_dir)
         sandbox.hand_over()
         bases = {p: locate(sandbox.submission_dir, PARTS[p].main_file) for p in parts}

@@ -29,6 +29,8 @@ WORKER_USER = "kvgrader"
 FALLBACK_USER = "nobody"
 
 WORKER_SOURCE = Path(__file__).resolve().parent / "worker"
+#: Scripts of the Gradescope set-up (user creation).
+PROJECT_GRADESCOPE = Path(__file__).resolve().parent / "gradescope"
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,12 @@ def resolve_identity(preferred: str = WORKER_USER) -> WorkerIdentity:
             "student code runs as root"
         ),
     )
+
+
+def protect_hidden(folder: Path, identity: WorkerIdentity) -> None:
+    """Make hidden test data unreadable to the worker user (owner-only, owned by us)."""
+    if identity.dropped and folder.is_dir() and folder.stat().st_uid == os.getuid():
+        folder.chmod(0o700)
 
 
 def limit_setter(limits: Limits, identity: WorkerIdentity) -> Callable[[], None]:

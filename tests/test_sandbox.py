@@ -64,3 +64,39 @@ def test_worker_cannot_write_the_results_folder(grade_patched, tmp_path: Path) -
     assert graded.score("1.1") == 0
     assert "PermissionError" in graded.output("1.1")
     assert graded.data["tests"]  # the real file, not the forged one
+
+
+@pytest.mark.skipif(not ROOT_ONLY, reason="creating a user needs root")
+def test_setup_script_creates_the_worker_user_that_the_grader_then_uses() -> None:
+    import pwd
+    import subprocess
+
+    from grader.sandbox import PROJECT_GRADESCOPE
+
+    name = "kvgrader-selftest"
+    script = PROJECT_GRADESCOPE / "create_worker_user.sh"
+    try:
+        subprocess.run(["bash", str(script), name], check=True, capture_output=True)
+        subprocess.run(["bash", str(script), name], check=True, capture_output=True)  # idempotent
+        entry = pwd.getpwnam(name)
+        identity = resolve_identity(preferred=name)
+        assert identity.dropped
+        assert (identity.name, identity.uid) == (name, entry.pw_uid)
+        assert identity.warning == ""
+    finally:
+        subprocess.run(["userdel", name], capture_output=True)
+
+
+@pytest.mark.skipif(not ROOT_ONLY, reason="dropping privileges needs root")
+def test_worker_cannot_read_the_hidden_test_cases(grade_patched) -> None:
+    from grader.context import TEST_CASES
+
+    hidden = TEST_CASES / "hidden" / "part1.json"
+    edit = (
+        "    d, kv_dim = spec.d_model",
+        f"    open({str(hidden)!r}).read()\n    d, kv_dim = spec.d_model",
+    )
+    graded = grade_patched([edit])
+    assert graded.score("1.1") == 0
+    assert "PermissionError" in graded.output("1.1")
+    assert 0 < graded.score("1.12") < 2  # the hidden checks still ran, from the parent
