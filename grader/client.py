@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -51,38 +52,52 @@ class Reply:
 
 
 class _OutputCollector(threading.Thread):
-    """Drains the worker's stdout/stderr, keeping at most ``cap`` bytes."""
+    """Drains the worker's stdout/stderr, keeping at most ``cap`` bytes.
 
-    def __init__(self, stream: Any, cap: int) -> None:
+    The cap applies per request. Reads happen under a lock, so
+    :meth:`since_mark` can drain whatever is still in the pipe: everything the
+    worker printed before its reply is attributed to that request.
+    """
+
+    def __init__(self, fd: int, cap: int) -> None:
         super().__init__(daemon=True)
-        self.stream = stream
+        self.fd = fd
         self.cap = cap
         self.kept = bytearray()
         self.total = 0
-        self.mark = 0
+        self.closed = False
         self.lock = threading.Lock()
+
+    def _read_available(self) -> bool:
+        """Read what the pipe holds now; False once the worker closed it. Lock held."""
+        while not self.closed and select.select([self.fd], [], [], 0)[0]:
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                self.closed = True
+                break
+            self.total += len(chunk)
+            room = self.cap - len(self.kept)
+            if room > 0:
+                self.kept += chunk[:room]
+        return not self.closed
 
     def run(self) -> None:
         while True:
-            chunk = self.stream.read1(1 << 16)
-            if not chunk:
-                return
+            select.select([self.fd], [], [], 0.05)
             with self.lock:
-                self.total += len(chunk)
-                room = self.cap - len(self.kept)
-                if room > 0:
-                    self.kept += chunk[:room]
+                if not self._read_available():
+                    return
 
     def since_mark(self) -> str:
-        """Output produced since the last call, with a note if some was dropped."""
+        """Output since the last call (at most ``cap`` bytes of it), then start afresh."""
         with self.lock:
-            text = self.kept[self.mark :].decode("utf-8", "replace")
-            self.mark = len(self.kept)
-            if self.total > self.cap and len(self.kept) >= self.cap and text == "":
-                return ""
-            if self.total > self.cap and text:
-                text += f"\n[... output truncated: {self.total:,} bytes printed in all]"
-            return text
+            self._read_available()
+            text = self.kept.decode("utf-8", "replace")
+            total = self.total
+            self.kept, self.total = bytearray(), 0
+        if total > len(text.encode("utf-8", "replace")) and text:
+            text += f"\n[... output truncated: {total:,} bytes printed in all]"
+        return text
 
 
 def describe_error(error: dict[str, Any], what: str, module_file: str) -> str:
@@ -135,8 +150,10 @@ class WorkerClient:
         identity = self.sandbox.identity
         command = [
             sys.executable,
-            "-E",
+            "-E",  # ignore PYTHON* variables (so -u and -B are spelled out)
             "-s",
+            "-u",  # unbuffered: what the worker prints is attributed to the right request
+            "-B",
             str(self.sandbox.worker_dir / "main.py"),
             "--part",
             self.part,
@@ -168,7 +185,7 @@ class WorkerClient:
             os.close(resp_w)
         self.starts += 1
         self._to_worker, self._from_worker = req_w, resp_r
-        self._output = _OutputCollector(self._proc.stdout, self.limits.max_output_bytes)
+        self._output = _OutputCollector(self._proc.stdout.fileno(), self.limits.max_output_bytes)
         self._output.start()
         try:
             header, _ = self._receive(self.limits.startup_timeout_s)
@@ -200,6 +217,8 @@ class WorkerClient:
             proc.wait()
             if self._output is not None:
                 self._output.join(timeout=5)
+            if proc.stdout is not None:
+                proc.stdout.close()
         for fd in (self._to_worker, self._from_worker):
             if fd >= 0:
                 os.close(fd)

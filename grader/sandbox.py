@@ -18,7 +18,7 @@ import sys
 import tempfile
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 KIB, MIB, GIB = 2**10, 2**20, 2**30
@@ -45,14 +45,6 @@ class Limits:
     max_output_bytes: int = 64 * KIB  # captured stdout/stderr kept per worker
     max_response_bytes: int = 512 * MIB  # largest answer the parent will read
     cpu_seconds: int = 1800  # CPU time backstop (RLIMIT_CPU)
-
-    def scaled(self, factor: float) -> Limits:
-        """The same limits with every timeout multiplied by ``factor``."""
-        return replace(
-            self,
-            request_timeout_s=self.request_timeout_s * factor,
-            startup_timeout_s=self.startup_timeout_s * factor,
-        )
 
 
 @dataclass(frozen=True)
@@ -197,9 +189,6 @@ class Sandbox:
             "MPLBACKEND": "Agg",
             "LANG": "C.UTF-8",
             "PYTHONIOENCODING": "utf-8",
-            "PYTHONUNBUFFERED": "1",
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "PYTHONHASHSEED": "0",
             "OMP_NUM_THREADS": str(threads),
             "MKL_NUM_THREADS": str(threads),
             "HF_HUB_OFFLINE": "1",

@@ -232,3 +232,27 @@ def test_process_limit_and_cleanup(grade_patched) -> None:
         p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "77.5"]
     ]
     assert leftover == []
+
+
+def test_tensor_instead_of_number(grade_patched) -> None:
+    edit = (
+        "    return param_count(spec) * spec.bytes_per_param",
+        "    import torch\n    return torch.tensor(param_count(spec) * spec.bytes_per_param)",
+    )
+    graded = grade_patched([edit])
+    assert graded.score("1.2") == 0
+    assert "use .item()" in graded.output("1.2")
+
+
+def test_printed_output_is_shown_with_the_failure_and_capped(grade_patched) -> None:
+    edit = (
+        "    d, kv_dim = spec.d_model",
+        "    print('debugging ' * 20_000)\n"
+        "    raise RuntimeError('oops')\n"
+        "    d, kv_dim = spec.d_model",
+    )
+    graded = grade_patched([edit])
+    output = graded.output("1.1")
+    assert "raised RuntimeError: oops" in output
+    assert "Your code printed:\ndebugging" in output
+    assert len(output) <= 8100

@@ -50,11 +50,9 @@ def as_number(enc: Any, want: str, what: str) -> float | int:
         raise ValueProblem(f"{what} returned something the grader cannot read.")
     kind = enc["kind"]
     if kind == "tensor-scalar":
-        kind, enc = enc.get("item_kind", "other"), enc
-        if want == "int" and kind == "int":
-            raise ValueProblem(
-                f"{what} returned a 0-d torch tensor; return a plain Python int (use .item())."
-            )
+        raise ValueProblem(
+            f"{what} returned a torch tensor; return a plain Python number (use .item())."
+        )
     value = enc.get("value")
     if want == "int":
         if kind == "int" and isinstance(value, int) and not isinstance(value, bool):
