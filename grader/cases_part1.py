@@ -7,11 +7,12 @@ whose value differs, that value: the diagnosis catalogue.
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
+
+from grader.checks.base import same_value
 
 GIB = 2**30
 REL_TOL = 1e-6
@@ -44,14 +45,6 @@ def call(module: ModuleType, case: dict[str, Any]) -> Any:
     return fn(*args, **kwargs)
 
 
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, int) and isinstance(b, int):
-        return a == b
-    return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=1e-12)
-
-
 def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
@@ -69,7 +62,7 @@ def finish(
             value = _plain(call(module, case))
         except Exception:
             continue
-        if not _same(value, expected):
+        if not same_value(value, expected, REL_TOL):
             mistakes[name] = value
     want = "table" if isinstance(expected, dict) else type(expected).__name__
     return {**case, "want": want, "expected": expected, "mistakes": mistakes}

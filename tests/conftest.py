@@ -59,6 +59,14 @@ def blank_graded(tmp_path_factory: pytest.TempPathFactory) -> Graded:
     return run_grade(ASSIGNMENT, tmp_path_factory.mktemp("blank"))
 
 
+PARAM_COUNT_BODY = "    d, kv_dim = spec.d_model"
+
+
+def in_param_count(code: str) -> tuple[str, str]:
+    """An edit that runs ``code`` (indented lines) at the start of ``param_count``."""
+    return PARAM_COUNT_BODY, f"{code}\n{PARAM_COUNT_BODY}"
+
+
 def patched_solution(dest: Path, file: str, edits: list[tuple[str, str]]) -> Path:
     """Copy solution/ to ``dest`` and apply ``(old, new)`` edits (each must match once)."""
     shutil.copytree(SOLUTION, dest, ignore=shutil.ignore_patterns("__pycache__", "*.png"))

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from grader.points import POINTS, part_total
-from tests.conftest import ASSIGNMENT, FAST_LIMITS, SOLUTION, run_grade
+from grader.sandbox import Limits
+from tests.conftest import ASSIGNMENT, FAST_LIMITS, SOLUTION, in_param_count, run_grade
 
 ALL_CHECKS = set(POINTS["part1"])
 
@@ -155,14 +156,7 @@ def test_hang_at_import_fails_the_part_quickly(grade_patched) -> None:
 
 
 def test_flooding_output_is_truncated(grade_patched) -> None:
-    graded = grade_patched(
-        [
-            (
-                "    d, kv_dim = spec.d_model",
-                "    print('x' * 10_000_000)\n    d, kv_dim = spec.d_model",
-            )
-        ]
-    )
+    graded = grade_patched([in_param_count("    print('x' * 10_000_000)")])
     assert graded.score("1.1") == 2  # printing is allowed, the answer is still right
     assert len(graded.data["output"]) < 10_000
 
@@ -201,11 +195,7 @@ def test_results_are_written_even_if_the_grader_crashes(tmp_path: Path, monkeypa
 
 
 def test_memory_limit_is_enforced(grade_patched) -> None:
-    edit = (
-        "    d, kv_dim = spec.d_model",
-        "    bytearray(64 * 2**30)\n    d, kv_dim = spec.d_model",
-    )
-    graded = grade_patched([edit])
+    graded = grade_patched([in_param_count("    bytearray(64 * 2**30)")])
     assert graded.score("1.1") == 0
     assert "ran out of memory" in graded.output("1.1")
     assert graded.score("1.6") == 1
@@ -215,15 +205,11 @@ def test_memory_limit_is_enforced(grade_patched) -> None:
 def test_process_limit_and_cleanup(grade_patched) -> None:
     import psutil
 
-    from tests.conftest import FAST_LIMITS
-
-    edit = (
-        "    d, kv_dim = spec.d_model",
+    edit = in_param_count(
         "    import subprocess\n"
-        "    procs = [subprocess.Popen(['sleep', '77.5']) for _ in range(400)]\n"
-        "    d, kv_dim = spec.d_model",
+        "    procs = [subprocess.Popen(['sleep', '77.5']) for _ in range(400)]"
     )
-    graded = grade_patched([edit], limits=FAST_LIMITS.__class__(max_processes=32))
+    graded = grade_patched([edit], limits=Limits(max_processes=32))
     assert graded.score("1.1") == 0
     assert "raised BlockingIOError" in graded.output("1.1")
     assert "(question1.py, line" in graded.output("1.1")  # the student's line, not the library's
@@ -245,12 +231,7 @@ def test_tensor_instead_of_number(grade_patched) -> None:
 
 
 def test_printed_output_is_shown_with_the_failure_and_capped(grade_patched) -> None:
-    edit = (
-        "    d, kv_dim = spec.d_model",
-        "    print('debugging ' * 20_000)\n"
-        "    raise RuntimeError('oops')\n"
-        "    d, kv_dim = spec.d_model",
-    )
+    edit = in_param_count("    print('debugging ' * 20_000)\n    raise RuntimeError('oops')")
     graded = grade_patched([edit])
     output = graded.output("1.1")
     assert "raised RuntimeError: oops" in output

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from grader.sandbox import Sandbox, resolve_identity
+from tests.conftest import in_param_count
 
 ROOT_ONLY = os.geteuid() == 0
 
@@ -44,11 +45,7 @@ def test_worker_cannot_read_root_only_files(grade_patched, tmp_path: Path) -> No
     secret = tmp_path / "hidden.json"
     secret.write_text("42")
     secret.chmod(0o600)
-    edit = (
-        "    d, kv_dim = spec.d_model",
-        f"    open({str(secret)!r}).read()\n    d, kv_dim = spec.d_model",
-    )
-    graded = grade_patched([edit])
+    graded = grade_patched([in_param_count(f"    open({str(secret)!r}).read()")])
     assert graded.score("1.1") == 0
     assert "PermissionError" in graded.output("1.1")
 
@@ -56,11 +53,7 @@ def test_worker_cannot_read_root_only_files(grade_patched, tmp_path: Path) -> No
 @pytest.mark.skipif(not ROOT_ONLY, reason="dropping privileges needs root")
 def test_worker_cannot_write_the_results_folder(grade_patched, tmp_path: Path) -> None:
     target = tmp_path / "out" / "results.json"
-    edit = (
-        "    d, kv_dim = spec.d_model",
-        f"    open({str(target)!r}, 'w').write('{{}}')\n    d, kv_dim = spec.d_model",
-    )
-    graded = grade_patched([edit])
+    graded = grade_patched([in_param_count(f"    open({str(target)!r}, 'w').write('{{}}')")])
     assert graded.score("1.1") == 0
     assert "PermissionError" in graded.output("1.1")
     assert graded.data["tests"]  # the real file, not the forged one
@@ -92,11 +85,7 @@ def test_worker_cannot_read_the_hidden_test_cases(grade_patched) -> None:
     from grader.context import TEST_CASES
 
     hidden = TEST_CASES / "hidden" / "part1.json"
-    edit = (
-        "    d, kv_dim = spec.d_model",
-        f"    open({str(hidden)!r}).read()\n    d, kv_dim = spec.d_model",
-    )
-    graded = grade_patched([edit])
+    graded = grade_patched([in_param_count(f"    open({str(hidden)!r}).read()")])
     assert graded.score("1.1") == 0
     assert "PermissionError" in graded.output("1.1")
     assert 0 < graded.score("1.12") < 2  # the hidden checks still ran, from the parent

@@ -88,7 +88,9 @@ def values_match(got: float, expected: float, rel_tol: float) -> bool:
 def diagnose(got: Any, mistakes: dict[str, Any], diagnoses: dict[str, str], rel_tol: float) -> str:
     """Name the known mistakes whose output equals the student's value."""
     names = [
-        name for name, value in mistakes.items() if _same(got, value, rel_tol) and name in diagnoses
+        name
+        for name, value in mistakes.items()
+        if same_value(got, value, rel_tol) and name in diagnoses
     ]
     if not names:
         return ""
@@ -96,9 +98,12 @@ def diagnose(got: Any, mistakes: dict[str, Any], diagnoses: dict[str, str], rel_
     return f"Likely cause: your code {causes}."
 
 
-def _same(got: Any, value: Any, rel_tol: float) -> bool:
+def same_value(got: Any, value: Any, rel_tol: float) -> bool:
+    """Numbers (or dicts of numbers, key for key) equal under :func:`values_match`."""
     if isinstance(got, dict) and isinstance(value, dict):
-        return got.keys() == value.keys() and all(_same(got[k], value[k], rel_tol) for k in got)
+        return got.keys() == value.keys() and all(
+            same_value(got[k], value[k], rel_tol) for k in got
+        )
     if isinstance(got, (int, float)) and isinstance(value, (int, float)):
         return values_match(got, value, rel_tol)
     return False

@@ -18,6 +18,7 @@ from grader.checks.base import (
     as_number,
     check,
     diagnose,
+    same_value,
     values_match,
     with_output,
 )
@@ -66,7 +67,7 @@ class Part1Checks(GradedTestCase):
             return False, str(exc), "type"
         expected = case["expected"]
         rel_tol = self.ctx.cases(self.part)["rel_tol"]
-        if self.matches(got, expected, rel_tol):
+        if same_value(got, expected, rel_tol):
             return True, "", ""
         hidden = case["visibility"] == "hidden"
         message = f"{what} returned {fmt(got)}"
@@ -90,12 +91,6 @@ class Part1Checks(GradedTestCase):
             key: as_number(entries[key], "int" if isinstance(exp, int) else "float", f"[{key!r}]")
             for key, exp in case["expected"].items()
         }
-
-    @staticmethod
-    def matches(got: Any, expected: Any, rel_tol: float) -> bool:
-        if isinstance(expected, dict):
-            return all(values_match(got[k], v, rel_tol) for k, v in expected.items())
-        return values_match(got, expected, rel_tol)
 
     def diagnoses(self) -> dict[str, str]:
         return self.ctx.cases(self.part)["diagnoses"]
