@@ -50,16 +50,21 @@ def cmd_regen(args: argparse.Namespace) -> int:
 def cmd_mutants(args: argparse.Namespace) -> int:
     from grader.mutants import run_mutants
 
-    verdicts = run_mutants(parse_parts(args.parts))
+    names = [n.strip() for n in args.only.split(",") if n.strip()] or None
+    verdicts = run_mutants(parse_parts(args.parts), names=names)
     for v in verdicts:
-        caught = "caught" if v.caught else "MISSED"
-        named = "named" if v.named else "NOT NAMED"
-        print(
-            f"{v.mutant.part}  {v.mutant.name:<28} {v.score:g}/{v.max_score:g}  {caught}, {named}"
-        )
-    ok = sum(v.caught and v.named for v in verdicts)
-    print(f"{ok} of {len(verdicts)} mutants caught and named")
-    return 0 if ok == len(verdicts) else 1
+        if v.mutant.variant:
+            outcome = "correct variant, full marks" if v.ok else "CORRECT VARIANT LOST POINTS"
+        else:
+            caught = "caught" if v.caught else "MISSED"
+            outcome = f"{caught}, {'named' if v.named else 'NOT NAMED'}"
+        print(f"{v.mutant.part}  {v.mutant.name:<30} {v.score:g}/{v.max_score:g}  {outcome}")
+    mistakes = [v for v in verdicts if not v.mutant.variant]
+    variants = [v for v in verdicts if v.mutant.variant]
+    print(f"{sum(v.ok for v in mistakes)} of {len(mistakes)} mutants caught and named")
+    if variants:
+        print(f"{sum(v.ok for v in variants)} of {len(variants)} correct variants kept full marks")
+    return 0 if all(v.ok for v in verdicts) else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("mutants", help="grade the mutant library: is every known bug caught?")
     m.add_argument("--parts", default="", help="comma-separated part tags (default: all)")
+    m.add_argument("--only", default="", help="comma-separated mutant names (default: all)")
     m.set_defaults(func=cmd_mutants)
     return parser
 

@@ -31,10 +31,26 @@ from grader.worker.protocol import ProtocolError, ReadTimeout, read_message, wri
 class SubmissionError(Exception):
     """A problem with the submission, worded for the student."""
 
-    def __init__(self, message: str, kind: str = "error", output: str = "") -> None:
+    def __init__(
+        self,
+        message: str,
+        kind: str = "error",
+        output: str = "",
+        error: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.kind = kind
         self.output = output
+        self.error = (
+            error if isinstance(error, dict) else {}
+        )  # the worker's description of an exception: type, message
+
+    @property
+    def signature(self) -> str:
+        """``"Type: message"`` of the exception the submission raised ("" if none)."""
+        if not self.error:
+            return ""
+        return f"{self.error.get('type', '')}: {self.error.get('message', '')}"
 
     @property
     def message(self) -> str:
@@ -108,6 +124,8 @@ def describe_error(error: dict[str, Any], what: str, module_file: str) -> str:
     at = f" ({where})" if where else ""
     if etype == "MissingName":
         return f"{module_file} does not define `{message}`, which the grader calls."
+    if etype == "LoadError":  # raised by an adapter: the reason is already student-facing
+        return f"{what} cannot be loaded: {message}."
     if etype == "NotImplementedError":
         return f"{what} is not implemented yet: it raises NotImplementedError{at}."
     if etype == "SystemExit":
@@ -224,6 +242,11 @@ class WorkerClient:
                 os.close(fd)
         self._proc, self._to_worker, self._from_worker = None, -1, -1
 
+    @property
+    def running(self) -> bool:
+        """Whether a worker process is up (state kept in it, such as loaded models, survives)."""
+        return self._proc is not None
+
     # ------------------------------------------------------------------- requests
 
     def request(
@@ -268,6 +291,7 @@ class WorkerClient:
                 describe_error(reply.get("error", {}), what, self.module_file),
                 kind="exception",
                 output=output,
+                error=reply.get("error", {}),
             )
         return Reply(header=reply, arrays=out_arrays, output=output, seconds=seconds)
 

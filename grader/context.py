@@ -16,16 +16,25 @@ TEST_CASES = PROJECT_ROOT / "test_cases"
 
 
 def load_cases(part: str, root: Path = TEST_CASES) -> dict[str, Any]:
-    """A part's public and (when present) hidden cases, merged into one case set."""
+    """A part's public and (when present) hidden cases, merged into one case set.
+
+    Case lists are concatenated (each case tagged with its visibility), tables
+    such as ``diagnoses`` or ``models`` are merged key by key, and any other
+    value is taken from the last file that has it.
+    """
     merged: dict[str, Any] = {"cases": [], "diagnoses": {}, "hidden_available": False}
     for visibility in ("public", "hidden"):
         path = root / visibility / f"{part}.json"
         if not path.is_file():
             continue
         data = json.loads(path.read_text())
-        merged["diagnoses"].update(data.get("diagnoses", {}))
-        merged["rel_tol"] = data.get("rel_tol", merged.get("rel_tol"))
-        merged["cases"].extend({**c, "visibility": visibility} for c in data["cases"])
+        for key, value in data.items():
+            if key == "cases":
+                merged["cases"].extend({**c, "visibility": visibility} for c in value)
+            elif isinstance(value, dict):
+                merged.setdefault(key, {}).update(value)
+            else:
+                merged[key] = value
         merged["hidden_available"] |= visibility == "hidden"
     return merged
 
@@ -42,6 +51,7 @@ class GradingContext:
     threads: int = 1
     _workers: dict[str, WorkerClient] = field(default_factory=dict)
     _cases: dict[str, dict[str, Any]] = field(default_factory=dict)
+    scratch: dict[str, Any] = field(default_factory=dict)  # per-run state checks share
 
     def worker(self, part: str) -> WorkerClient:
         """The part's worker; raises :class:`SubmissionError` if its file is missing."""

@@ -26,19 +26,27 @@ SOLUTION = PROJECT_ROOT / "solution"
 
 @dataclass(frozen=True)
 class Mutant:
+    """A known mistake (or, with ``variant=True``, a correct rewrite) of the reference.
+
+    ``edits`` are (old, new) text replacements of ``file``; each ``old`` must
+    occur exactly once, so a mutant that no longer applies is reported at once.
+    """
+
     name: str
     part: str
     file: str  # path relative to solution/
-    old: str  # text replaced (must occur exactly once)
-    new: str
-    diagnosis: str  # completes "Likely cause: your code ..."
+    edits: tuple[tuple[str, str], ...]
+    diagnosis: str = ""  # completes "Likely cause: your code ..."; empty for variants
+    variant: bool = False  # a correct variant: must keep full marks
 
     def apply(self, source: str) -> str:
         """The mutated text of ``self.file``."""
-        count = source.count(self.old)
-        if count != 1:
-            raise ValueError(f"mutant {self.name}: {self.old!r} occurs {count} times, not once")
-        return source.replace(self.old, self.new)
+        for old, new in self.edits:
+            count = source.count(old)
+            if count != 1:
+                raise ValueError(f"mutant {self.name}: {old!r} occurs {count} times, not once")
+            source = source.replace(old, new)
+        return source
 
     def materialise(self, solution: Path = SOLUTION) -> Path:
         """A temporary copy of the solution with this mutant applied; caller removes it."""
@@ -49,22 +57,39 @@ class Mutant:
         return root
 
 
-_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.png")
+_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.png", "*.json")
 
 
-def load_mutants(part: str | None = None) -> list[Mutant]:
-    """Every mutant in the library (of one part, if given)."""
+def _entry(tag: str, item: dict, variant: bool) -> Mutant:
+    edits = [(e["old"], e["new"]) for e in item.get("edit", [])]
+    if "old" in item:
+        edits.insert(0, (item["old"], item["new"]))
+    if not edits:
+        raise ValueError(f"mutant {item.get('name')!r} of {tag} has no edit")
+    return Mutant(
+        name=item["name"],
+        part=tag,
+        file=item["file"],
+        edits=tuple(edits),
+        diagnosis=item.get("diagnosis", ""),
+        variant=variant,
+    )
+
+
+def load_mutants(part: str | None = None, *, variants: bool = False) -> list[Mutant]:
+    """The library's mistakes (of one part, if given); with ``variants``, its correct rewrites."""
     library = resources.files("grader").joinpath("mutant_library")
-    mutants = []
+    found = []
     for entry in sorted(library.iterdir(), key=lambda e: e.name):
         if not entry.name.endswith(".toml"):
             continue
         tag = entry.name.removesuffix(".toml")
         if part and tag != part:
             continue
-        for item in tomllib.loads(entry.read_text())["mutant"]:
-            mutants.append(Mutant(part=tag, **item))
-    return mutants
+        data = tomllib.loads(entry.read_text())
+        key = "variant" if variants else "mutant"
+        found += [_entry(tag, item, variants) for item in data.get(key, [])]
+    return found
 
 
 @dataclass(frozen=True)
@@ -78,13 +103,23 @@ class MutantVerdict:
     def caught(self) -> bool:
         return self.score < self.max_score
 
+    @property
+    def ok(self) -> bool:
+        """A mistake caught and named, or a correct variant at full marks."""
+        if self.mutant.variant:
+            return self.score == self.max_score
+        return self.caught and self.named
 
-def run_mutants(parts: list[str], *, limits=None) -> list[MutantVerdict]:
-    """Grade every mutant of ``parts`` and report whether each was caught and named."""
+
+def run_mutants(
+    parts: list[str], *, limits=None, names: list[str] | None = None
+) -> list[MutantVerdict]:
+    """Grade every mutant and correct variant of ``parts`` (or only those in ``names``)."""
     from grader.runner import grade
 
     verdicts = []
-    for mutant in [m for p in parts for m in load_mutants(p)]:
+    library = [m for p in parts for m in load_mutants(p) + load_mutants(p, variants=True)]
+    for mutant in [m for m in library if names is None or m.name in names]:
         root = mutant.materialise()
         try:
             results = grade(
@@ -94,7 +129,6 @@ def run_mutants(parts: list[str], *, limits=None) -> list[MutantVerdict]:
             shutil.rmtree(root, ignore_errors=True)
         assert results is not None, f"grading mutant {mutant.name} crashed"
         feedback = "\n".join(t.output for t in results.tests if t.status == "failed")
-        verdicts.append(
-            MutantVerdict(mutant, results.score, results.max_score, mutant.diagnosis in feedback)
-        )
+        named = bool(mutant.diagnosis) and mutant.diagnosis in feedback
+        verdicts.append(MutantVerdict(mutant, results.score, results.max_score, named))
     return verdicts

@@ -15,6 +15,12 @@ class Part:
 
 PARTS: dict[str, Part] = {
     "part1": Part("part1", "KV-cache calculator", "question1.py", "grader.checks.part1"),
+    "part2": Part(
+        "part2",
+        "Tiny transformer with a KV cache",
+        "transformer_skeleton.py",
+        "grader.checks.part2",
+    ),
 }
 
 

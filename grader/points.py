@@ -22,6 +22,19 @@ POINTS: dict[str, dict[str, float]] = {
         "1.12": 2,  # hidden random specs: memory functions
         "1.13": 2,  # hidden random shapes: attention functions
     },
+    "part2": {
+        "2.1": 1,  # the course state dict loads
+        "2.2": 4,  # logits without the cache (public)
+        "2.3": 3,  # with the cache, full sequence, and the cache's shapes (public)
+        "2.4": 4,  # one token at a time with the cache (public)
+        "2.5": 3,  # prefill then chunks of several tokens (public)
+        "2.6": 2,  # hidden: other weights and sizes, batches, long sequences, no cache
+        "2.7": 3,  # hidden: the same with the cache
+        "2.8": 2,  # generate: same tokens with and without the cache
+        "2.9": 3,  # generate: one new token per cached forward call
+        "2.10": 2,  # generate: temperature honoured
+        "2.11": 3,  # benchmark: cached speedup after a long prompt (timed by the grader)
+    },
 }
 
 

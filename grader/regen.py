@@ -41,26 +41,51 @@ def import_path(path: Path, name: str) -> ModuleType:
     return module
 
 
-def build_part1(solution: Path = SOLUTION) -> dict[str, dict[str, Any]]:
-    """Part 1's public and hidden case files."""
-    reference = import_path(solution / "question1.py", "_reference_question1")
+# What a builder returns: relative path -> (schema name or None, JSON document or raw bytes).
+CaseFiles = dict[str, tuple[str | None, Any]]
+
+
+def reference_and_mutants(
+    part: str, main_file: str, solution: Path
+) -> tuple[ModuleType, dict[str, ModuleType], dict[str, str]]:
+    """The reference module, every mutant of ``part`` as a module, and their diagnoses."""
+    stem = Path(main_file).stem
+    reference = import_path(solution / main_file, f"_reference_{stem}")
     mutants: dict[str, ModuleType] = {}
     diagnoses: dict[str, str] = {}
-    for mutant in load_mutants("part1"):
+    for mutant in load_mutants(part):
         root = mutant.materialise(solution)
         try:
             mutants[mutant.name] = import_path(root / mutant.file, f"_mutant_{mutant.name}")
         finally:
             shutil.rmtree(root, ignore_errors=True)
         diagnoses[mutant.name] = mutant.diagnosis
-    return cases_part1.build(reference, mutants, diagnoses)
+    return reference, mutants, diagnoses
 
 
-BUILDERS = {"part1": build_part1}
+def build_part1(solution: Path = SOLUTION) -> CaseFiles:
+    """Part 1's public and hidden case files."""
+    documents = cases_part1.build(*reference_and_mutants("part1", "question1.py", solution))
+    return {f"{vis}/part1.json": ("part1_cases", doc) for vis, doc in documents.items()}
 
 
-def case_schema(part: str) -> dict[str, Any]:
-    text = resources.files("grader").joinpath(f"schemas/{part}_cases.schema.json").read_text()
+def build_part2(solution: Path = SOLUTION) -> CaseFiles:
+    """Part 2's metadata, course-format public cases, weights file and hidden cases."""
+    from grader import cases_part2_build
+
+    return cases_part2_build.build(
+        *reference_and_mutants("part2", "transformer_skeleton.py", solution)
+    )
+
+
+BUILDERS = {"part1": build_part1, "part2": build_part2}
+
+
+def case_schema(name: str) -> dict[str, Any]:
+    """The JSON schema ``schemas/<name>.schema.json`` (``name`` like "part1_cases")."""
+    if not name.endswith("cases"):
+        name = f"{name}_cases"
+    text = resources.files("grader").joinpath(f"schemas/{name}.schema.json").read_text()
     return json.loads(text)
 
 
@@ -68,15 +93,25 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def serialise(rel: str, payload: Any) -> bytes:
+    """Bytes of a case file: JSON documents sorted and indented (compact when large)."""
+    if isinstance(payload, bytes):
+        return payload
+    if isinstance(payload, list):  # the course-format case list: large, kept compact
+        return (json.dumps(payload, separators=(",", ":")) + "\n").encode()
+    return (json.dumps(payload, indent=1, sort_keys=True) + "\n").encode()
+
+
 def write_cases(out: Path, solution: Path = SOLUTION) -> list[Path]:
     """Generate every part's cases into ``out`` with a manifest; return the files written."""
     written = []
-    for part, builder in BUILDERS.items():
-        for visibility, document in builder(solution).items():
-            jsonschema.validate(document, case_schema(part))
-            path = out / visibility / f"{part}.json"
+    for builder in BUILDERS.values():
+        for rel, (schema, payload) in builder(solution).items():
+            if schema is not None:
+                jsonschema.validate(payload, case_schema(schema))
+            path = out / rel
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
+            path.write_bytes(serialise(rel, payload))
             written.append(path)
     manifest = {
         "generated_by": "python -m grader regen",
@@ -105,7 +140,7 @@ def check(cases_root: Path = TEST_CASES, solution: Path = SOLUTION) -> list[str]
             write_cases(fresh, solution)
         except Exception as exc:
             return [*problems, f"cannot regenerate the cases: {exc}"]
-        for path in sorted(fresh.rglob("*.json")):
+        for path in sorted(p for p in fresh.rglob("*") if p.is_file()):
             rel = path.relative_to(fresh)
             committed = cases_root / rel
             if not committed.is_file():

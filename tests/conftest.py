@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from grader.parts import PARTS
 from grader.results import GradingResults, validate_results
 from grader.runner import grade
 from grader.sandbox import Limits
@@ -38,6 +39,12 @@ class Graded:
 
     def output(self, number: str) -> str:
         return self.test(number).get("output", "")
+
+    def part_tests(self, part: str) -> list[dict]:
+        return [t for t in self.data["tests"] if part in t.get("tags", [])]
+
+    def part_score(self, part: str) -> float:
+        return sum(t["score"] for t in self.part_tests(part))
 
 
 def run_grade(submission: Path, out: Path, **kwargs) -> Graded:
@@ -86,6 +93,7 @@ def grade_patched(tmp_path: Path) -> Callable[..., Graded]:
     def run(edits: list[tuple[str, str]], file: str = "question1.py", **kwargs) -> Graded:
         submission = patched_solution(tmp_path / "submission", file, edits)
         kwargs.setdefault("limits", FAST_LIMITS)
+        kwargs.setdefault("parts", [p.tag for p in PARTS.values() if p.main_file == file])
         return run_grade(submission, tmp_path / "out", **kwargs)
 
     return run

@@ -18,7 +18,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
 
 def test_grade_prints_a_table_and_writes_results(tmp_path: Path) -> None:
     out = tmp_path / "results.json"
-    proc = run("grade", str(SOLUTION), "--results", str(out), "--table")
+    proc = run("grade", str(SOLUTION), "--results", str(out), "--table", "--parts", "part1")
     assert proc.returncode == 0, proc.stderr
     assert "TOTAL  20 / 20" in proc.stdout
     assert json.loads(out.read_text())["score"] == 20

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from grader.parts import PARTS
 from grader.points import POINTS, part_total
 from grader.sandbox import Limits
 from tests.conftest import ASSIGNMENT, FAST_LIMITS, SOLUTION, in_param_count, run_grade
@@ -16,21 +17,22 @@ ALL_CHECKS = set(POINTS["part1"])
 
 
 def test_solution_gets_full_marks(solution_graded) -> None:
-    data = solution_graded.data
-    assert data["score"] == part_total("part1") == 20
-    assert {t["number"] for t in data["tests"]} == ALL_CHECKS
-    assert all(t["status"] == "passed" for t in data["tests"])
+    tests = solution_graded.part_tests("part1")
+    assert solution_graded.part_score("part1") == part_total("part1") == 20
+    assert {t["number"] for t in tests} == ALL_CHECKS
+    assert all(t["status"] == "passed" for t in tests)
 
 
 def test_every_check_carries_its_part_tag(solution_graded) -> None:
-    assert all("part1" in t["tags"] for t in solution_graded.data["tests"])
+    for t in solution_graded.data["tests"]:
+        assert f"part{t['number'].split('.')[0]}" in t["tags"]
 
 
 def test_blank_skeleton_scores_zero_with_every_check_present(blank_graded) -> None:
-    data = blank_graded.data
-    assert data["score"] == 0
-    assert {t["number"] for t in data["tests"]} == ALL_CHECKS
-    assert sum(t["max_score"] for t in data["tests"]) == 20
+    tests = blank_graded.part_tests("part1")
+    assert blank_graded.part_score("part1") == 0
+    assert {t["number"] for t in tests} == ALL_CHECKS
+    assert sum(t["max_score"] for t in tests) == 20
     assert "not implemented yet" in blank_graded.output("1.1")
 
 
@@ -167,6 +169,7 @@ def test_missing_file_is_a_clear_message(tmp_path: Path) -> None:
     graded = run_grade(tmp_path / "sub", tmp_path / "out", limits=FAST_LIMITS)
     assert graded.data["score"] == 0
     assert "question1.py was not found" in graded.output("1.1")
+    assert "transformer_skeleton.py was not found" in graded.output("2.2")
     assert "question1.py was not found" in graded.data["output"]
 
 
@@ -174,7 +177,7 @@ def test_files_uploaded_inside_folders_are_found(tmp_path: Path) -> None:
     nested = tmp_path / "sub" / "assignment"
     shutil.copytree(SOLUTION, nested)
     graded = run_grade(tmp_path / "sub", tmp_path / "out")
-    assert graded.data["score"] == 20
+    assert graded.data["score"] == sum(part_total(p) for p in PARTS)
 
 
 def test_results_are_written_even_if_the_grader_crashes(tmp_path: Path, monkeypatch) -> None:
@@ -191,7 +194,7 @@ def test_results_are_written_even_if_the_grader_crashes(tmp_path: Path, monkeypa
     data = json.loads(path.read_text())
     assert data["score"] == 0
     assert "RuntimeError: grader bug" in data["output"]
-    assert data["tests"][0]["max_score"] == 20
+    assert data["tests"][0]["max_score"] == sum(part_total(p) for p in PARTS)
 
 
 def test_memory_limit_is_enforced(grade_patched) -> None:

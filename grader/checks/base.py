@@ -92,10 +92,15 @@ def diagnose(got: Any, mistakes: dict[str, Any], diagnoses: dict[str, str], rel_
         for name, value in mistakes.items()
         if same_value(got, value, rel_tol) and name in diagnoses
     ]
-    if not names:
+    return likely_cause(names, diagnoses)
+
+
+def likely_cause(names: list[str], diagnoses: dict[str, str]) -> str:
+    """ "Likely cause: your code ..." for the named mistakes ("" if none)."""
+    causes = [diagnoses[n] for n in names if n in diagnoses]
+    if not causes:
         return ""
-    causes = "; or ".join(diagnoses[n] for n in names)
-    return f"Likely cause: your code {causes}."
+    return f"Likely cause: your code {'; or '.join(causes)}."
 
 
 def same_value(got: Any, value: Any, rel_tol: float) -> bool:

@@ -1,0 +1,216 @@
+"""Part 2 test data: seeded weights, the course-format public cases, hidden cases
+and the diagnosis catalogue, all produced by running the reference (and every
+mutant) through the same adapter functions that later observe the student.
+
+Weights are not stored for grading: both models' weights are drawn from a
+seeded NumPy generator (:func:`make_state_dict`) and checked against a stored
+digest, so the grader needs no solution code and no weight files at run time.
+Students get the public model as ``model_state_dict.pt``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from grader.worker import adapter_part2 as adapter
+
+ATOL = 1e-2  # absolute tolerance on every logit, the handout's and the harness's
+FINGERPRINT_VOCAB = 8  # logits kept per position in a mutant's fingerprint
+
+PUBLIC_MODEL = {
+    "config": {
+        "vocab_size": 1000,
+        "d_model": 50,
+        "d_ff": 100,
+        "num_layers": 2,
+        "max_seq_len": 1024,
+    },
+    "seed": 20240211,
+}
+HIDDEN_MODEL = {
+    "config": {"vocab_size": 640, "d_model": 64, "d_ff": 160, "num_layers": 3, "max_seq_len": 320},
+    "seed": 77031,
+}
+PUBLIC_SEED = 5150
+HIDDEN_SEED = 90210
+
+
+# ----------------------------------------------------------------------- weights
+
+
+def state_dict_shapes(config: dict[str, int]) -> dict[str, tuple[int, ...]]:
+    """Every parameter of the course model, by state-dict key, with its shape."""
+    v, d, f = config["vocab_size"], config["d_model"], config["d_ff"]
+    shapes: dict[str, tuple[int, ...]] = {
+        "token_embedding.weight": (v, d),
+        "pos_embedding.weight": (config["max_seq_len"], d),
+    }
+    for i in range(config["num_layers"]):
+        p = f"layers.{i}."
+        for name in ("W_q", "W_k", "W_v", "W_o"):
+            shapes[f"{p}attention.{name}.weight"] = (d, d)
+        shapes[f"{p}attention.W_o.bias"] = (d,)
+        shapes[f"{p}feed_forward.fc1.weight"] = (f, d)
+        shapes[f"{p}feed_forward.fc1.bias"] = (f,)
+        shapes[f"{p}feed_forward.fc2.weight"] = (d, f)
+        shapes[f"{p}feed_forward.fc2.bias"] = (d,)
+        for norm in ("norm1", "norm2"):
+            shapes[f"{p}{norm}.weight"] = (d,)
+            shapes[f"{p}{norm}.bias"] = (d,)
+    shapes["norm.weight"] = (d,)
+    shapes["norm.bias"] = (d,)
+    shapes["output_projection.weight"] = (v, d)
+    shapes["output_projection.bias"] = (v,)
+    return shapes
+
+
+def _draw(rng: np.random.Generator, name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """Weights scaled so that attention is sharp and logits spread: mistakes show."""
+    if name.endswith("embedding.weight"):
+        return rng.standard_normal(shape)
+    if ".norm" in name or name.startswith("norm."):
+        base = 1.0 if name.endswith("weight") else 0.0
+        return base + 0.1 * rng.standard_normal(shape)
+    if name.endswith("bias"):
+        return 0.1 * rng.standard_normal(shape)
+    gain = {"W_q": 1.5, "W_k": 1.5, "output_projection": 2.0}
+    g = next((v for k, v in gain.items() if k in name), 1.0)
+    return g / np.sqrt(shape[1]) * rng.standard_normal(shape)
+
+
+def make_state_dict(model: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The float32 weights of ``model`` ({"config", "seed"}), deterministic in the seed."""
+    rng = np.random.default_rng(model["seed"])
+    return {
+        name: _draw(rng, name, shape).astype(np.float32)
+        for name, shape in state_dict_shapes(model["config"]).items()
+    }
+
+
+def weights_digest(weights: dict[str, np.ndarray]) -> str:
+    """sha256 over names and bytes: detects a NumPy whose generator stream changed."""
+    h = hashlib.sha256()
+    for name in sorted(weights):
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(weights[name], dtype="<f4").tobytes())
+    return h.hexdigest()
+
+
+def torch_state_dict_bytes(weights: dict[str, np.ndarray]) -> bytes:
+    """``model_state_dict.pt`` as students load it with ``torch.load``."""
+    import torch
+
+    buf = io.BytesIO()
+    torch.save({k: torch.from_numpy(v.copy()) for k, v in weights.items()}, buf)
+    return buf.getvalue()
+
+
+# ------------------------------------------------------------------- array codec
+
+
+def encode_array(array: np.ndarray) -> dict[str, Any]:
+    """A float32 array as JSON: dtype, shape and little-endian bytes in base64."""
+    a = np.ascontiguousarray(array, dtype="<f4")
+    return {
+        "dtype": "float32",
+        "shape": list(a.shape),
+        "data": base64.b64encode(a.tobytes()).decode(),
+    }
+
+
+def decode_array(value: dict[str, Any]) -> np.ndarray:
+    raw = base64.b64decode(value["data"])
+    return np.frombuffer(raw, dtype="<f4").reshape(value["shape"]).astype(np.float32)
+
+
+# ------------------------------------------------------------------------- plans
+
+
+def chunk_plan(length: int, prefill: int | None = None, chunk: int = 3) -> list[int]:
+    """Call lengths summing to ``length``: a prefill, then chunks of ``chunk`` tokens."""
+    first = prefill if prefill is not None else (length + 1) // 2
+    steps = [first]
+    while sum(steps) < length:
+        steps.append(min(chunk, length - sum(steps)))
+    return steps
+
+
+def probe_steps(mode: str, length: int) -> list[int] | None:
+    """The forward plan of a mode: None is one call without the cache."""
+    return {
+        "no_cache": None,
+        "full_cache": [length],
+        "sequential": [1] * length,
+        "chunks": chunk_plan(length),
+    }[mode]
+
+
+def fingerprint(logits: np.ndarray) -> list[list[float | None]]:
+    """The first row's first logits at every position; non-finite values as None."""
+    head = logits[0, :, :FINGERPRINT_VOCAB].astype(float)
+    return [[round(float(x), 4) if np.isfinite(x) else None for x in row] for row in head]
+
+
+def fingerprints_match(got: list[list[float | None]], want: list[list[float | None]]) -> bool:
+    """Same shape, same non-finite places, finite values within :data:`ATOL`."""
+    if len(got) != len(want) or any(len(a) != len(b) for a, b in zip(got, want, strict=True)):
+        return False
+    for row_a, row_b in zip(got, want, strict=True):
+        for a, b in zip(row_a, row_b, strict=True):
+            if (a is None) != (b is None) or (a is not None and abs(a - b) > ATOL):
+                return False
+    return True
+
+
+# -------------------------------------------------------------- running modules
+
+
+def _forward(model: Any, ids: np.ndarray, steps: list[int] | None) -> np.ndarray:
+    return adapter.run_forward(model, ids, steps)["logits"]
+
+
+def signature(model: Any, ids: np.ndarray, steps: list[int] | None) -> dict[str, Any]:
+    """What a module shows on one probe: an error, nondeterminism, or a logits fingerprint."""
+    try:
+        first = _forward(model, ids, steps)
+        second = _forward(model, ids, steps)
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {str(exc)[:2000]}"}
+    if first.shape != second.shape or not np.allclose(first, second, atol=1e-5, equal_nan=True):
+        return {"nondeterministic": True}
+    return {"logits": fingerprint(first)}
+
+
+def generate_tokens(model: Any, probe: dict[str, Any], **overrides: Any) -> dict[str, Any]:
+    """Run the seeded ``generate`` of a probe (``overrides`` replace its settings)."""
+    settings = {**probe, **overrides}
+    ids = np.repeat(np.array(settings["prompt"], dtype=np.int64), settings["batch"], axis=0)
+    return adapter.run_generate(
+        model,
+        ids,
+        settings["new_tokens"],
+        settings["temperature"],
+        settings["use_cache"],
+        settings["seed"],
+    )
+
+
+def top2_gap(logits: np.ndarray) -> float:
+    """Smallest gap between the best and second-best logit over (B, T, V) logits."""
+    part = np.sort(logits, axis=-1)[..., -2:]
+    return float((part[..., 1] - part[..., 0]).min())
+
+
+def random_ids(rng: np.random.Generator, vocab: int, batch: int, length: int) -> np.ndarray:
+    return rng.integers(0, vocab, size=(batch, length), dtype=np.int64)
+
+
+def load(module: ModuleType, spec: dict[str, Any]) -> Any:
+    """A trusted module's model with the seeded weights of ``spec``."""
+    return adapter.build_model(module, spec["config"], make_state_dict(spec))

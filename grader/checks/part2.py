@@ -1,0 +1,224 @@
+"""Part 2 checks: the tiny decoder-only transformer and its KV cache.
+
+Logits are checked without the cache, with it over the whole sequence, one
+token at a time and in chunks, on the public course cases and on hidden ones.
+``generate`` is checked for what it does: the same tokens with and without the
+cache, one new token per cached ``forward`` call (counted in the worker, so a
+"cache" that recomputes the prefix is caught without timing), temperature
+honoured. Its speed is then timed by the grader itself (check 2.11).
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+import numpy as np
+
+from grader.checks.base import check, likely_cause, with_output
+from grader.checks.part2_support import Part2Base
+from grader.client import SubmissionError
+from grader.thresholds import load_thresholds
+
+
+class Part2ForwardChecks(Part2Base):
+    # -------------------------------------------------------------- checks
+
+    @check("2.1")
+    def test_load_state_dict(self) -> None:
+        """2.1 the course weights load into DecoderOnlyTransformer(1000, 50, 100, 2, 1024)"""
+        try:
+            self.ensure_model("public", full=True)
+        except SubmissionError as exc:
+            self.fail(with_output(exc.message, exc.output))
+
+    @check("2.2", partial=True)
+    def test_logits_without_cache(self, set_score: Any = None) -> None:
+        """2.2 logits without the cache (the 10 public cases, --mode evaluate)"""
+        self.score("2.2", self.run_public("2.2", "no_cache", "expected_logits_no_cache"), set_score)
+
+    @check("2.3", partial=True)
+    def test_logits_with_cache_full_sequence(self, set_score: Any = None) -> None:
+        """2.3 logits with the cache over the full sequence, and the cache's shapes"""
+        outcome = self.run_public(
+            "2.3", "full_cache", "expected_logits_with_cache", shapes_check=True
+        )
+        self.score("2.3", outcome, set_score)
+
+    @check("2.4", partial=True)
+    def test_logits_one_token_at_a_time(self, set_score: Any = None) -> None:
+        """2.4 one token at a time with the cache (expected_logits_sequential)"""
+        outcome = self.run_public(
+            "2.4", "sequential", "expected_logits_sequential", shapes_check=True
+        )
+        self.score("2.4", outcome, set_score)
+
+    @check("2.5", partial=True)
+    def test_prefill_then_chunks(self, set_score: Any = None) -> None:
+        """2.5 prefill, then decode in chunks of 3 tokens with the cache"""
+        self.score("2.5", self.run_public("2.5", "chunks", "expected_logits_no_cache"), set_score)
+
+    @check("2.6", partial=True)
+    def test_hidden_without_cache(self, set_score: Any = None) -> None:
+        """2.6 hidden: other weights and sizes, batches, up to max_seq_len, without the cache"""
+        self.require_hidden()
+        self.score("2.6", self.run_hidden("2.6"), set_score, what="hidden cases")
+
+    @check("2.7", partial=True)
+    def test_hidden_with_cache(self, set_score: Any = None) -> None:
+        """2.7 hidden: the same with the cache, one token at a time and in chunks"""
+        self.require_hidden()
+        self.score("2.7", self.run_hidden("2.7"), set_score, what="hidden cases")
+
+
+class Part2GenerateChecks(Part2Base):
+    # ------------------------------------------------------------- helpers
+
+    def generate(self, **overrides: Any) -> tuple[np.ndarray, list[int], float]:
+        """Seeded ``generate`` on the probe prompt; validated tokens, forward lengths, seconds."""
+        settings = {**self.meta()["generate"], **overrides}
+        prompt = np.array(settings["prompt"], dtype=np.int64)
+        ids = np.repeat(prompt, settings["batch"], axis=0)
+        header = {
+            "op": "generate",
+            "model": "public",
+            "max_new_tokens": settings["new_tokens"],
+            "temperature": settings["temperature"],
+            "use_cache": settings["use_cache"],
+            "seed": settings["seed"],
+        }
+        what = (
+            f"generate(input_ids of shape {ids.shape}, {settings['new_tokens']}, "
+            f"temperature={settings['temperature']}, use_cache={settings['use_cache']})"
+        )
+        reply = self.call(header, {"input_ids": ids}, what)
+        tokens = reply.arrays.get("tokens")
+        want = (ids.shape[0], ids.shape[1] + settings["new_tokens"])
+        if not isinstance(tokens, np.ndarray) or tuple(tokens.shape) != want:
+            got = tuple(tokens.shape) if isinstance(tokens, np.ndarray) else type(tokens).__name__
+            self.fail(f"{what} returned shape {got}; expected {want}: (B, T + max_new_tokens).")
+        if not np.array_equal(tokens[:, : ids.shape[1]], ids):
+            self.fail(f"{what} changed the prompt: the output must start with input_ids.")
+        vocab = self.meta()["models"]["public"]["config"]["vocab_size"]
+        if tokens.min() < 0 or tokens.max() >= vocab:
+            self.fail(f"{what} returned token ids outside 0..{vocab - 1}.")
+        lengths = reply.header.get("forward_lengths")
+        if not isinstance(lengths, list) or not all(isinstance(n, int) for n in lengths):
+            lengths = []
+        return tokens, lengths, reply.seconds
+
+    def generate_or_fail(self, **overrides: Any) -> tuple[np.ndarray, list[int], float]:
+        try:
+            return self.generate(**overrides)
+        except SubmissionError as exc:
+            self.fail(with_output(exc.message, exc.output))
+
+    # -------------------------------------------------------------- checks
+
+    @check("2.8")
+    def test_generate_same_tokens(self) -> None:
+        """2.8 generate: same seed, same tokens with and without the cache"""
+        cached, _, _ = self.generate_or_fail(use_cache=True)
+        plain, _, _ = self.generate_or_fail(use_cache=False)
+        if not np.array_equal(cached, plain):
+            row, col = np.argwhere(cached != plain)[0]
+            self.fail(
+                "With the same seed, generate(use_cache=True) and generate(use_cache=False) "
+                f"returned different tokens (first difference: row {row}, position {col}). "
+                "Both must compute the same logits and sample them the same way."
+            )
+
+    @check("2.9")
+    def test_generate_feeds_one_token(self) -> None:
+        """2.9 generate: with the cache, forward gets the prompt once, then one token per call"""
+        settings = self.meta()["generate"]
+        prompt_len, n = len(settings["prompt"][0]), settings["new_tokens"]
+        _, lengths, _ = self.generate_or_fail(use_cache=True)
+        problems = []
+        if not lengths:
+            problems.append(
+                "generate(use_cache=True) never called the model's forward (the grader counts "
+                "the tokens each forward call receives); call self(...) or self.forward(...)."
+            )
+        elif any(x != 1 for x in lengths[1:]) or sum(lengths) > prompt_len + n:
+            problems.append(
+                f"With use_cache=True, forward received {lengths} tokens per call for a "
+                f"prompt of {prompt_len} tokens and {n} new tokens. After the first call (the "
+                "prompt), each call must receive only the newest token."
+            )
+            names = [k for k, v in self.signatures("generate_lengths").items() if v == lengths]
+            cause = likely_cause(names, self.meta()["diagnoses"])
+            if cause:
+                problems.append(cause)
+        _, plain, _ = self.generate_or_fail(use_cache=False)
+        if plain and plain != list(range(prompt_len, prompt_len + n)):
+            problems.append(
+                f"With use_cache=False, forward received {plain} tokens per call; without a "
+                f"cache every call must process the whole sequence so far "
+                f"({list(range(prompt_len, prompt_len + n))})."
+            )
+        if problems:
+            self.fail("\n".join(problems))
+
+    @check("2.10")
+    def test_temperature(self) -> None:
+        """2.10 generate: at a very low temperature it picks the model's top token"""
+        settings = self.meta()["generate"]
+        low = {
+            "batch": settings["low_batch"],
+            "new_tokens": settings["low_new_tokens"],
+            "temperature": settings["low_temperature"],
+            "use_cache": True,
+        }
+        tokens, _, _ = self.generate_or_fail(**low)
+        prompt_len, n = len(settings["prompt"][0]), low["new_tokens"]
+        # Your own model's ranking, through the same cached path generate uses.
+        steps = [prompt_len] + [1] * (n - 1)
+        try:
+            logits, _ = self.forward("public", tokens[:, :-1], steps, what="forward (cached)")
+        except SubmissionError:
+            logits, _ = self.forward("public", tokens[:, :-1], None, what="forward (no cache)")
+        top = np.asarray(logits)[:, prompt_len - 1 :, :].argmax(-1)
+        hits = int((top == tokens[:, prompt_len:]).sum())
+        if hits != top.size:
+            names = [
+                k
+                for k, v in self.signatures("low_temperature").items()
+                if isinstance(v, list) and np.array_equal(np.array(v), tokens)
+            ]
+            cause = likely_cause(names, self.meta()["diagnoses"])
+            self.fail(
+                f"At temperature {low['temperature']}, only {hits} of {top.size} sampled tokens "
+                "were the token your own model ranks highest; dividing the logits by a tiny "
+                f"temperature makes sampling (almost) greedy. {cause}".strip()
+            )
+
+    @check("2.11", extra_tags=("benchmark",))
+    def test_benchmark_speedup(self) -> None:
+        """2.11 benchmark: cached generate is faster after a long prompt (timed by the grader)"""
+        profile = self.ctx.device
+        bench = load_thresholds(profile)["part2"]
+        rng = np.random.default_rng(11)
+        vocab = self.meta()["models"]["public"]["config"]["vocab_size"]
+        prompt = rng.integers(0, vocab, size=(1, bench["prompt_len"])).tolist()
+        run = {"prompt": prompt, "batch": 1, "new_tokens": bench["new_tokens"], "temperature": 1.0}
+        times: dict[bool, list[float]] = {True: [], False: []}
+        for i in range(bench["warmup"] + bench["repeats"]):
+            for use_cache in (False, True):
+                _, _, seconds = self.generate_or_fail(**run, use_cache=use_cache, seed=i)
+                if i >= bench["warmup"]:
+                    times[use_cache].append(seconds)
+        plain, cached = statistics.median(times[False]), statistics.median(times[True])
+        speedup = plain / cached
+        print(
+            f"Benchmark ({profile} profile): {bench['new_tokens']} new tokens after a "
+            f"{bench['prompt_len']}-token prompt, median of {bench['repeats']} runs each.\n"
+            f"  without the cache: {plain * 1000:.1f} ms   with the cache: {cached * 1000:.1f} ms"
+            f"   speedup: {speedup:.2f}x (needed: {bench['min_speedup']:g}x)"
+        )
+        if speedup < bench["min_speedup"]:
+            self.fail(
+                f"Cached generation was only {speedup:.2f}x faster than cache-free generation "
+                f"(needed: {bench['min_speedup']:g}x). With a working cache each step after the "
+                "prompt processes one token instead of the whole sequence."
+            )

@@ -1,0 +1,274 @@
+"""What the Part 2 checks share: building the model in the worker, running
+forward plans, comparing logits and naming known mistakes.
+
+The student's model is built in the worker with weights the grader draws from
+a seeded generator (the same values students get as ``model_state_dict.pt``);
+every logit comes back as a float32 array and is compared here with the
+reference's, with one absolute tolerance. ``generate`` is checked for what it
+does (same tokens with and without the cache, one new token per cached call,
+temperature honoured), and its speed is timed by the grader itself.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from grader.cases_part2 import decode_array, make_state_dict, weights_digest
+from grader.checks.base import GradedTestCase, Outcome, likely_cause, with_output
+from grader.checks.logits import compare, logits_problem, matching_mistakes
+from grader.client import Reply, SubmissionError
+from grader.points import points
+
+FATAL = {"missing", "import", "timeout", "crash", "load"}
+
+
+class CaseFailure(Exception):
+    """One case failed; ``kind`` says whether later cases are worth running."""
+
+    def __init__(self, message: str, kind: str = "value") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class Part2Base(GradedTestCase):
+    """Machinery of the Part 2 checks (no checks of its own)."""
+
+    part = "part2"
+
+    # ------------------------------------------------------------------ data
+
+    def meta(self) -> dict[str, Any]:
+        return self.ctx.cases(self.part)
+
+    def atol(self) -> float:
+        return float(self.meta()["atol"])
+
+    def course_cases(self) -> list[dict[str, Any]]:
+        """The public ``test_cases.json`` (the students' file), as arrays."""
+        key = "part2.course_cases"
+        if key not in self.ctx.scratch:
+            path = self.ctx.cases_root / "public" / self.meta()["course_cases"]
+            self.ctx.scratch[key] = [
+                {
+                    k: np.array(v, dtype=np.int64 if k == "input_ids" else np.float32)
+                    for k, v in c.items()
+                }
+                for c in json.loads(path.read_text())
+            ]
+        return self.ctx.scratch[key]
+
+    # --------------------------------------------------------------- worker
+
+    def ensure_model(self, name: str, *, full: bool = False) -> None:
+        """Build model ``name`` in the worker (again after a restart).
+
+        A failure is remembered: check 2.1 (``full``) shows it whole, every later
+        check refers to it in one line.
+        """
+        worker = self.ctx.worker(self.part)
+        loaded = self.ctx.scratch.setdefault("part2.loaded", {})
+        failed = self.ctx.scratch.setdefault("part2.load_failed", {})
+        if name in failed:
+            if full:
+                raise failed[name]
+            raise SubmissionError(
+                f"Not run: DecoderOnlyTransformer could not be built with the {name} model's "
+                "weights (see check 2.1 for why).",
+                "load",
+            )
+        if worker.running and loaded.get(name) == worker.starts:
+            return
+        spec = self.meta()["models"][name]
+        weights = make_state_dict(spec)
+        if weights_digest(weights) != spec["weights_sha256"]:
+            raise RuntimeError(
+                f"grader fault: the {name} model's weights do not match their digest"
+            )
+        c = spec["config"]
+        what = (
+            f"DecoderOnlyTransformer({c['vocab_size']}, {c['d_model']}, {c['d_ff']}, "
+            f"{c['num_layers']}, {c['max_seq_len']}) with the course weights"
+        )
+        try:
+            worker.request({"op": "load", "model": name, "config": c}, weights, what=what)
+        except SubmissionError as exc:
+            if exc.kind == "exception":
+                names = matching_mistakes({"error": exc.signature}, self.signatures("load"), None)
+                hint = likely_cause(names, self.meta()["diagnoses"])
+                exc = SubmissionError(
+                    f"{exc.message}\n{hint}".strip(), "load", exc.output, exc.error
+                )
+            failed[name] = exc
+            return self.ensure_model(name, full=full)
+        loaded[name] = worker.starts
+
+    def call(self, header: dict[str, Any], arrays: dict[str, np.ndarray], what: str) -> Reply:
+        self.ensure_model(header["model"])
+        return self.ctx.worker(self.part).request(header, arrays, what=what)
+
+    def forward(
+        self, model: str, ids: np.ndarray, steps: list[int] | None, what: str
+    ) -> tuple[np.ndarray, list[Any]]:
+        """The submission's logits (B, T, vocab) for ``ids`` under a forward plan."""
+        reply = self.call(
+            {"op": "forward", "model": model, "steps": steps}, {"input_ids": ids}, what
+        )
+        return reply.arrays.get("logits"), reply.header.get("cache_shapes", [])
+
+    def signatures(self, probe: str) -> dict[str, Any]:
+        return self.meta().get("signatures", {}).get(probe, {})
+
+    # ----------------------------------------------------------- diagnosis
+
+    def diagnose(self, mode: str, steps: list[int] | None, observed: dict[str, Any]) -> str:
+        """Name the catalogued mistake behind a failure of the first public case in ``mode``."""
+        catalogue = self.signatures(mode)
+        rerun_differs = None
+        if "logits" in observed and any(s.get("nondeterministic") for s in catalogue.values()):
+            ids = self.course_cases()[0]["input_ids"]
+            try:
+                again, _ = self.forward("public", ids, steps, what="forward (repeated)")
+                rerun_differs = not np.allclose(
+                    again, observed["logits"], atol=1e-5, equal_nan=True
+                )
+            except SubmissionError:
+                rerun_differs = None
+        names = matching_mistakes(observed, catalogue, rerun_differs)
+        return likely_cause(names, self.meta()["diagnoses"])
+
+    # ------------------------------------------------------------- running
+
+    def run_case(
+        self,
+        model: str,
+        ids: np.ndarray,
+        steps: list[int] | None,
+        expected: np.ndarray,
+        positions: list[int] | None,
+        label: str,
+        show_values: bool,
+    ) -> tuple[np.ndarray | None, list[Any]]:
+        """Run one case; raise :class:`CaseFailure` with a student-facing message."""
+        batch, length = ids.shape
+        try:
+            got, shapes = self.forward(model, ids, steps, what=f"forward ({label})")
+        except SubmissionError as exc:
+            raise CaseFailure(with_output(exc.message, exc.output), exc.kind) from None
+        vocab = self.meta()["models"][model]["config"]["vocab_size"]
+        problem = logits_problem(got, (batch, length, vocab))
+        if problem:
+            raise CaseFailure(f"{label}: {problem}", "shape" if "shape" in problem else "value")
+        picked = got if positions is None else got[:, positions, :]
+        result = compare(picked, expected, self.atol())
+        if not result.ok:
+            where = result.first_bad if positions is None else positions[result.first_bad or 0]
+            message = (
+                f"{label}: logits differ from the reference's by up to {result.max_error:.3g} "
+                f"(tolerance {self.atol():g}); first wrong position {where} of {length}."
+            )
+            if not show_values:
+                message = f"{label}: logits are wrong (first wrong position {where} of {length})."
+            raise CaseFailure(message)
+        return got, shapes
+
+    def run_public(
+        self, num: str, mode: str, expected_key: str, shapes_check: bool = False
+    ) -> Outcome:
+        """Every public course case under ``mode``; the first case's failure is diagnosed."""
+        outcome = Outcome()
+        plans = self.meta()["chunk_plans"]
+        cases = self.course_cases()
+        for i, case in enumerate(cases):
+            ids = case["input_ids"]
+            length = ids.shape[1]
+            steps = {
+                "no_cache": None,
+                "full_cache": [length],
+                "sequential": [1] * length,
+                "chunks": plans[i],
+            }[mode]
+            label = f"case {i + 1} ({length} tokens)"
+            outcome.total += 1
+            try:
+                _, shapes = self.run_case(
+                    "public", ids, steps, case[expected_key], None, label, show_values=True
+                )
+                problem = self.cache_problem(shapes, ids.shape) if shapes_check else ""
+                if problem:
+                    raise CaseFailure(f"{label}: {problem}")
+                outcome.passed += 1
+                continue
+            except CaseFailure as exc:
+                outcome.failures.append(str(exc))
+                if i == 0:
+                    observed = self.observe_first(steps)
+                    cause = self.diagnose(mode, steps, observed)
+                    if cause:
+                        outcome.failures[-1] += f"\n{cause}"
+                if exc.kind in FATAL:
+                    outcome.total = len(cases)
+                    break
+        return outcome
+
+    def observe_first(self, steps: list[int] | None) -> dict[str, Any]:
+        """What the first public case gives: its logits, or the error it raises."""
+        ids = self.course_cases()[0]["input_ids"]
+        try:
+            logits, _ = self.forward("public", ids, steps, what="forward (case 1)")
+        except SubmissionError as exc:
+            return {"error": exc.signature} if exc.signature else {}
+        return {"logits": logits} if isinstance(logits, np.ndarray) and logits.ndim == 3 else {}
+
+    def cache_problem(self, shapes: list[Any], ids_shape: tuple[int, int]) -> str:
+        """Why the cache returned after the last call is not one (K, V) pair of
+        (B, T, d_model) per layer ("" when it is)."""
+        config = self.meta()["models"]["public"]["config"]
+        want = [ids_shape[0], ids_shape[1], config["d_model"]]
+        last = shapes[-1] if shapes else ["nothing"]
+        layers = config["num_layers"]
+        if len(last) != layers or any(layer != [want, want] for layer in last):
+            return (
+                f"the returned past_kv should be a list of {layers} (K, V) pairs, each tensor "
+                f"shaped {tuple(want)} (B, T, d_model); got {json.dumps(last)}."
+            )
+        return ""
+
+    def score(self, num: str, outcome: Outcome, set_score: Any, what: str = "cases") -> None:
+        """Partial credit by the fraction of cases passed; failures listed (at most three)."""
+        if not outcome.total:
+            self.fail(f"No test cases for check {num}: run `python -m grader regen`.")
+        set_score(round(points(num) * outcome.fraction, 4))
+        print(f"{outcome.passed} of {outcome.total} {what} correct.")
+        if outcome.failures:
+            extra = len(outcome.failures) - 3
+            more = f"\n(and {extra} more failing cases)" if extra > 0 else ""
+            self.fail("\n".join(outcome.failures[:3]) + more)
+
+    def run_hidden(self, num: str) -> Outcome:
+        outcome = Outcome()
+        cases = self.cases(num)
+        for case in cases:
+            outcome.total += 1
+            ids = np.array(case["input_ids"], dtype=np.int64)
+            try:
+                self.run_case(
+                    case["model"],
+                    ids,
+                    case["steps"],
+                    decode_array(case["expected"]),
+                    case["positions"],
+                    case["label"],
+                    show_values=False,
+                )
+                outcome.passed += 1
+            except SubmissionError as exc:  # the model could not be built
+                outcome.failures.append(with_output(exc.message, exc.output))
+            except CaseFailure as exc:
+                outcome.failures.append(str(exc))
+                if exc.kind in FATAL - {"load"}:
+                    outcome.total = len(cases)
+                    break
+        return outcome

@@ -1,0 +1,220 @@
+"""Part 2 adapter: drives the student's ``DecoderOnlyTransformer``.
+
+The functions take the student's module (or, in ``python -m grader regen``,
+the reference or a mutant) explicitly, so the expected values and the
+diagnosis catalogue are produced by exactly the code that later observes
+the student. Everything returned is plain data: float32 logits, int64 tokens,
+lists of ints.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+module: Any = None
+MODELS: dict[str, Any] = {}
+
+
+def setup() -> None:
+    global module
+    import torch  # noqa: F401  (imported before the student's code, as the grader expects)
+    import transformer_skeleton
+
+    module = transformer_skeleton
+
+
+def _device() -> str:
+    return os.environ.get("KVGRADER_DEVICE", "cpu")
+
+
+def _sync() -> None:
+    import torch
+
+    if _device() == "cuda":
+        torch.cuda.synchronize()
+
+
+def _to_numpy(value: Any, what: str) -> np.ndarray:
+    import torch
+
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{what} must be a torch.Tensor, got {type(value).__name__}")
+    return value.detach().to("cpu", torch.float32).numpy()
+
+
+def _logits_of(result: Any) -> Any:
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        raise TypeError(
+            "forward must return a pair (logits, new_past_kv), "
+            f"got {type(result).__name__}"
+            + (f" of length {len(result)}" if hasattr(result, "__len__") else "")
+        )
+    return result[0], result[1]
+
+
+def cache_shapes(past_kv: Any) -> list[Any]:
+    """Shapes of a returned cache as lists, or a short description of what it is instead."""
+    import torch
+
+    if past_kv is None:
+        return ["None"]
+    if not isinstance(past_kv, (list, tuple)):
+        return [f"a {type(past_kv).__name__}"]
+    shapes: list[Any] = []
+    for layer in past_kv:
+        if isinstance(layer, (list, tuple)) and len(layer) == 2:
+            shapes.append(
+                [list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__ for t in layer]
+            )
+        else:
+            shapes.append(type(layer).__name__)
+    return shapes
+
+
+def build_model(mod: Any, config: dict[str, int], weights: dict[str, np.ndarray]) -> Any:
+    """Construct the student's model with ``config`` and load ``weights`` strictly."""
+    import torch
+
+    if not callable(getattr(mod, "DecoderOnlyTransformer", None)):
+        raise LoadError(f"{mod.__name__}.py does not define the class DecoderOnlyTransformer")
+    model = mod.DecoderOnlyTransformer(
+        config["vocab_size"],
+        config["d_model"],
+        config["d_ff"],
+        config["num_layers"],
+        config["max_seq_len"],
+    )
+    state = {name: torch.from_numpy(np.array(array)) for name, array in weights.items()}
+    problem = state_dict_problem(model.state_dict(), state)
+    if problem:
+        raise LoadError(problem)
+    model.load_state_dict(state, strict=True)
+    return model.to(_device()).eval()
+
+
+class LoadError(Exception):
+    """The course weights do not fit the student's model."""
+
+
+def _some(names: list[str]) -> str:
+    shown = ", ".join(names[:4])
+    return shown + (f" (and {len(names) - 4} more)" if len(names) > 4 else "")
+
+
+def state_dict_problem(own: dict[str, Any], given: dict[str, Any]) -> str:
+    """Why ``given`` weights cannot be loaded strictly into a model whose state is ``own``."""
+    problems = []
+    lacking = [k for k in given if k not in own]
+    extra = [k for k in own if k not in given]
+    if lacking:
+        problems.append(
+            f"your model has no parameter {_some(lacking)}: create every submodule in "
+            "__init__ with the handout's attribute names"
+        )
+    if extra:
+        problems.append(f"your model has parameters the course weights lack: {_some(extra)}")
+    shapes = [
+        f"{k} is {tuple(own[k].shape)} in your model but {tuple(given[k].shape)} in the weights"
+        for k in given
+        if k in own and tuple(own[k].shape) != tuple(given[k].shape)
+    ]
+    if shapes:
+        problems.append("; ".join(shapes[:3]))
+    return "; ".join(problems)
+
+
+def run_forward(model: Any, input_ids: np.ndarray, steps: list[int] | None) -> dict[str, Any]:
+    """Logits for ``input_ids`` (B, T): one call without the cache when ``steps`` is None,
+    else successive cached calls on chunks of the given lengths. Returns the logits of
+    every position (B, T, vocab) and the cache shapes after every call."""
+    import torch
+
+    ids = torch.as_tensor(input_ids, dtype=torch.long, device=_device())
+    shapes: list[Any] = []
+    with torch.no_grad():
+        if steps is None:
+            logits, _ = _logits_of(model(ids, use_cache=False))
+            out = _to_numpy(logits, "logits")
+        else:
+            past, pieces, start = None, [], 0
+            for n in steps:
+                logits, past = _logits_of(
+                    model(ids[:, start : start + n], past_kv=past, use_cache=True)
+                )
+                pieces.append(_to_numpy(logits, "logits"))
+                shapes.append(cache_shapes(past))
+                start += n
+            out = np.concatenate(pieces, axis=1) if all(p.ndim == 3 for p in pieces) else pieces[0]
+    _sync()
+    return {"logits": out, "cache_shapes": shapes}
+
+
+def run_generate(
+    model: Any,
+    input_ids: np.ndarray,
+    max_new_tokens: int,
+    temperature: float,
+    use_cache: bool,
+    seed: int,
+) -> dict[str, Any]:
+    """Seeded ``generate``, recording how many tokens every ``forward`` call received."""
+    import torch
+
+    ids = torch.as_tensor(input_ids, dtype=torch.long, device=_device())
+    lengths: list[int] = []
+    original = model.forward
+
+    def counting_forward(*args: Any, **kwargs: Any) -> Any:
+        given = args[0] if args else kwargs.get("input_ids")
+        lengths.append(int(given.shape[-1]) if hasattr(given, "shape") else -1)
+        return original(*args, **kwargs)
+
+    model.forward = counting_forward
+    try:
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            tokens = model.generate(
+                ids, max_new_tokens, temperature=temperature, use_cache=use_cache
+            )
+        _sync()
+    finally:
+        del model.forward
+    if not isinstance(tokens, torch.Tensor):
+        raise TypeError(f"generate must return a torch.Tensor, got {type(tokens).__name__}")
+    if tokens.is_floating_point():
+        raise TypeError(f"generate must return token ids (an integer tensor), got {tokens.dtype}")
+    return {"tokens": tokens.detach().to("cpu", torch.int64).numpy(), "forward_lengths": lengths}
+
+
+# ----------------------------------------------------------------- the protocol
+
+
+def _model(request: dict[str, Any]) -> Any:
+    name = request.get("model")
+    if name not in MODELS:
+        raise RuntimeError(f"model {name!r} is not loaded")
+    return MODELS[name]
+
+
+def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict, dict]:
+    op = request.get("op")
+    if op == "load":
+        MODELS[request["model"]] = build_model(module, request["config"], arrays)
+        return {}, {}
+    if op == "forward":
+        result = run_forward(_model(request), arrays["input_ids"], request.get("steps"))
+        return {"cache_shapes": result["cache_shapes"]}, {"logits": result["logits"]}
+    if op == "generate":
+        result = run_generate(
+            _model(request),
+            arrays["input_ids"],
+            int(request["max_new_tokens"]),
+            float(request["temperature"]),
+            bool(request["use_cache"]),
+            int(request["seed"]),
+        )
+        return {"forward_lengths": result["forward_lengths"]}, {"tokens": result["tokens"]}
+    raise ValueError(f"unknown request {op!r}")
