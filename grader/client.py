@@ -256,13 +256,16 @@ class WorkerClient:
         *,
         what: str,
         timeout: float | None = None,
+        key: str | None = None,
     ) -> Reply:
         """Send one request; return the reply or raise :class:`SubmissionError`.
 
-        ``what`` names the request for messages, e.g. ``"param_count(spec)"``;
-        its part before ``(`` identifies it for the remembered-timeout rule.
+        ``what`` names the request for messages, e.g. ``"param_count(spec)"``.
+        ``key`` (default: ``what`` up to its first ``(``) groups requests for the
+        remembered-timeout rule: once one request of a group timed out, the
+        others fail at once instead of each costing another timeout.
         """
-        key = what.split("(")[0]
+        key = key if key is not None else what.split("(")[0]
         if key in self._timed_out:
             raise SubmissionError(
                 f"{what} was not run: it already ran past the time limit in an earlier check.",

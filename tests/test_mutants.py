@@ -1,31 +1,49 @@
-"""Every known Part 1 mistake is caught (loses points) and named in the feedback."""
+"""Every known mistake is caught (loses points) and named in the feedback; every
+correct variant written differently keeps full marks."""
 
 from __future__ import annotations
 
 import pytest
 
 from grader.mutants import load_mutants, run_mutants
+from grader.parts import PARTS
 from tests.conftest import SOLUTION
 
-MUTANTS = load_mutants("part1")
+LIBRARY_PARTS = ["part1", "part2"]
+MUTANTS = [m for p in LIBRARY_PARTS for m in load_mutants(p)]
+VARIANTS = [v for p in LIBRARY_PARTS for v in load_mutants(p, variants=True)]
 
 
-def test_library_is_not_empty_and_names_are_unique() -> None:
-    names = [m.name for m in MUTANTS]
-    assert len(names) >= 10
+@pytest.mark.parametrize("part", LIBRARY_PARTS)
+def test_library_is_large_and_names_are_unique(part: str) -> None:
+    names = [m.name for m in load_mutants(part) + load_mutants(part, variants=True)]
+    assert len(load_mutants(part)) >= 10
     assert len(set(names)) == len(names)
+    assert all(m.diagnosis for m in load_mutants(part))
 
 
-@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
+@pytest.mark.parametrize("mutant", MUTANTS + VARIANTS, ids=lambda m: m.name)
 def test_mutant_applies_to_the_solution(mutant) -> None:
     source = (SOLUTION / mutant.file).read_text()
-    assert mutant.apply(source) != source
+    changed = mutant.apply(source)
+    assert changed != source
+    compile(changed, mutant.file, "exec")
+    assert mutant.file == PARTS[mutant.part].main_file
 
 
-def test_every_mutant_is_caught_and_named() -> None:
-    verdicts = run_mutants(["part1"])
-    assert len(verdicts) == len(MUTANTS)
-    missed = [v.mutant.name for v in verdicts if not v.caught]
-    unnamed = [v.mutant.name for v in verdicts if not v.named]
-    assert missed == []
-    assert unnamed == []
+def test_a_stale_edit_is_refused() -> None:
+    mutant = load_mutants("part2")[0]
+    with pytest.raises(ValueError, match="occurs 0 times"):
+        mutant.apply("nothing to mutate here")
+
+
+@pytest.mark.parametrize("part", LIBRARY_PARTS)
+def test_every_mutant_is_caught_and_named(part: str) -> None:
+    verdicts = run_mutants([part])
+    mistakes = [v for v in verdicts if not v.mutant.variant]
+    assert len(mistakes) == len(load_mutants(part))
+    assert [v.mutant.name for v in mistakes if not v.caught] == []
+    assert [v.mutant.name for v in mistakes if not v.named] == []
+    variants = [v for v in verdicts if v.mutant.variant]
+    assert len(variants) == len(load_mutants(part, variants=True))
+    assert [(v.mutant.name, v.score) for v in variants if not v.ok] == []

@@ -21,7 +21,9 @@ def test_committed_cases_match_the_solution() -> None:
 def test_generation_is_deterministic(tmp_path: Path) -> None:
     regen.write_cases(tmp_path / "a")
     regen.write_cases(tmp_path / "b")
-    for path in (tmp_path / "a").rglob("*.json"):
+    files = [p for p in (tmp_path / "a").rglob("*") if p.is_file()]
+    assert any(p.suffix == ".pt" for p in files)
+    for path in files:
         assert path.read_bytes() == (tmp_path / "b" / path.relative_to(tmp_path / "a")).read_bytes()
 
 
@@ -80,3 +82,81 @@ def test_hidden_cases_stay_out_of_the_public_file() -> None:
     public = json.loads((TEST_CASES / "public" / "part1.json").read_text())
     assert not any(c["label"].startswith("hidden") for c in public["cases"])
     assert load_cases("part1")["hidden_available"]
+
+
+# ---------------------------------------------------------------------- Part 2
+
+
+def test_part2_files_are_in_the_manifest() -> None:
+    manifest = json.loads((TEST_CASES / "manifest.json").read_text())["files"]
+    for rel in (
+        "public/part2.json",
+        "public/part2/test_cases.json",
+        "public/part2/model_state_dict.pt",
+        "hidden/part2.json",
+    ):
+        assert rel in manifest
+
+
+def test_course_format_public_cases() -> None:
+    cases = json.loads((TEST_CASES / "public" / "part2" / "test_cases.json").read_text())
+    jsonschema.validate(cases, regen.case_schema("part2_course_cases"))
+    assert len(cases) == 10
+    for case in cases:
+        length = len(case["input_ids"][0])
+        for key in ("no_cache", "with_cache", "sequential"):
+            logits = case[f"expected_logits_{key}"]
+            assert (len(logits), len(logits[0]), len(logits[0][0])) == (1, length, 1000)
+
+
+def test_weights_are_reproducible_from_their_seed() -> None:
+    from grader.cases_part2 import make_state_dict, weights_digest
+
+    meta = load_cases("part2")
+    for name, spec in meta["models"].items():
+        assert weights_digest(make_state_dict(spec)) == spec["weights_sha256"], name
+    assert set(meta["models"]) == {"public", "hidden"}
+
+
+def test_part2_schema_rejects_malformed_cases() -> None:
+    data = json.loads((TEST_CASES / "hidden" / "part2.json").read_text())
+    data["cases"][0]["steps"] = [0]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(data, regen.case_schema("part2"))
+    course = json.loads((TEST_CASES / "public" / "part2" / "test_cases.json").read_text())
+    del course[0]["expected_logits_sequential"]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(course, regen.case_schema("part2_course_cases"))
+
+
+def test_part2_hidden_cases_cover_the_promised_ground() -> None:
+    meta = load_cases("part2")
+    hidden = [c for c in meta["cases"] if c["visibility"] == "hidden"]
+    public_cases = json.loads((TEST_CASES / "public" / "part2.json").read_text())["cases"]
+    assert public_cases == []  # hidden cases stay out of the public file
+    models = meta["models"]
+    assert any(c["model"] == "hidden" for c in hidden)  # other weights and sizes
+    assert any(len(c["input_ids"]) > 1 for c in hidden)  # batch > 1
+    assert any(  # lengths up to max_seq_len
+        len(c["input_ids"][0]) == models[c["model"]]["config"]["max_seq_len"] for c in hidden
+    )
+    assert any(c["steps"] and len(set(c["steps"][1:])) >= 1 and c["steps"][1] > 1 for c in hidden)
+
+
+def test_part2_catalogue_names_every_mutant_somewhere() -> None:
+    from grader.mutants import load_mutants
+
+    signatures = load_cases("part2")["signatures"]
+    seen = {name for probe in signatures.values() for name in probe}
+    assert {m.name for m in load_mutants("part2")} <= seen
+
+
+def test_changing_the_solution_model_is_drift(tmp_path: Path) -> None:
+    changed = patched_solution(
+        tmp_path / "solution",
+        "transformer_skeleton.py",
+        [("return self.fc2(F.relu(self.fc1(x)))", "return self.fc2(F.relu(self.fc1(x))) * 1.01")],
+    )
+    problems = regen.check(TEST_CASES, changed)
+    assert any("public/part2/test_cases.json" in p for p in problems)
+    assert any("hidden/part2.json" in p for p in problems)

@@ -25,6 +25,17 @@ from grader.points import points
 FATAL = {"missing", "import", "timeout", "crash", "load"}
 
 
+def plan(steps: list[int] | None) -> str:
+    """A forward plan in words, for messages."""
+    if steps is None:
+        return "without the cache"
+    if len(steps) == 1:
+        return "with the cache, one call"
+    if all(n == 1 for n in steps):
+        return "with the cache, one token per call"
+    return f"with the cache, {len(steps)} calls of {steps[0]}, then {steps[1]} tokens"
+
+
 class CaseFailure(Exception):
     """One case failed; ``kind`` says whether later cases are worth running."""
 
@@ -105,17 +116,26 @@ class Part2Base(GradedTestCase):
             return self.ensure_model(name, full=full)
         loaded[name] = worker.starts
 
-    def call(self, header: dict[str, Any], arrays: dict[str, np.ndarray], what: str) -> Reply:
+    def call(
+        self,
+        header: dict[str, Any],
+        arrays: dict[str, np.ndarray],
+        what: str,
+        timeout: float | None = None,
+        key: str | None = None,
+    ) -> Reply:
         self.ensure_model(header["model"])
-        return self.ctx.worker(self.part).request(header, arrays, what=what)
+        worker = self.ctx.worker(self.part)
+        return worker.request(header, arrays, what=what, timeout=timeout, key=key)
 
     def forward(
         self, model: str, ids: np.ndarray, steps: list[int] | None, what: str
     ) -> tuple[np.ndarray, list[Any]]:
         """The submission's logits (B, T, vocab) for ``ids`` under a forward plan."""
-        reply = self.call(
-            {"op": "forward", "model": model, "steps": steps}, {"input_ids": ids}, what
-        )
+        # Every forward case is its own timeout group: one slow long case must not
+        # skip the short ones.
+        header = {"op": "forward", "model": model, "steps": steps}
+        reply = self.call(header, {"input_ids": ids}, what, key=what)
         return reply.arrays.get("logits"), reply.header.get("cache_shapes", [])
 
     def signatures(self, probe: str) -> dict[str, Any]:
@@ -154,7 +174,7 @@ class Part2Base(GradedTestCase):
         """Run one case; raise :class:`CaseFailure` with a student-facing message."""
         batch, length = ids.shape
         try:
-            got, shapes = self.forward(model, ids, steps, what=f"forward ({label})")
+            got, shapes = self.forward(model, ids, steps, what=f"forward ({label}, {plan(steps)})")
         except SubmissionError as exc:
             raise CaseFailure(with_output(exc.message, exc.output), exc.kind) from None
         vocab = self.meta()["models"][model]["config"]["vocab_size"]
@@ -272,3 +292,55 @@ class Part2Base(GradedTestCase):
                     outcome.total = len(cases)
                     break
         return outcome
+
+    # ------------------------------------------------------------ generate
+
+    def generate(
+        self, timing: bool = False, **overrides: Any
+    ) -> tuple[np.ndarray, list[int], float]:
+        """Seeded ``generate`` on the probe prompt; validated tokens, forward lengths, seconds.
+
+        ``timing`` runs are named apart (a timeout there does not skip other checks'
+        calls) and get at least 30 s, as a busy machine must not fail them.
+        """
+        settings = {**self.meta()["generate"], **overrides}
+        prompt = np.array(settings["prompt"], dtype=np.int64)
+        ids = np.repeat(prompt, settings["batch"], axis=0)
+        header = {
+            "op": "generate",
+            "model": "public",
+            "max_new_tokens": settings["new_tokens"],
+            "temperature": settings["temperature"],
+            "use_cache": settings["use_cache"],
+            "seed": settings["seed"],
+        }
+        what = (
+            f"generate(input_ids of shape {ids.shape}, {settings['new_tokens']}, "
+            f"temperature={settings['temperature']}, use_cache={settings['use_cache']})"
+        )
+        if timing:
+            what = f"timed {what}"
+        timeout = max(self.ctx.limits.request_timeout_s, 30.0) if timing else None
+        reply = self.call(header, {"input_ids": ids}, what, timeout=timeout)
+        tokens = reply.arrays.get("tokens")
+        want = (ids.shape[0], ids.shape[1] + settings["new_tokens"])
+        if not isinstance(tokens, np.ndarray) or tuple(tokens.shape) != want:
+            got = tuple(tokens.shape) if isinstance(tokens, np.ndarray) else type(tokens).__name__
+            self.fail(f"{what} returned shape {got}; expected {want}: (B, T + max_new_tokens).")
+        if not np.array_equal(tokens[:, : ids.shape[1]], ids):
+            self.fail(f"{what} changed the prompt: the output must start with input_ids.")
+        vocab = self.meta()["models"]["public"]["config"]["vocab_size"]
+        if tokens.min() < 0 or tokens.max() >= vocab:
+            self.fail(f"{what} returned token ids outside 0..{vocab - 1}.")
+        lengths = reply.header.get("forward_lengths")
+        if not isinstance(lengths, list) or not all(isinstance(n, int) for n in lengths):
+            lengths = []
+        return tokens, lengths, reply.seconds
+
+    def generate_or_fail(
+        self, timing: bool = False, **overrides: Any
+    ) -> tuple[np.ndarray, list[int], float]:
+        try:
+            return self.generate(timing, **overrides)
+        except SubmissionError as exc:
+            self.fail(with_output(exc.message, exc.output))

@@ -1,0 +1,177 @@
+"""End-to-end grading of Part 2: the solution, the blank skeleton, broken submissions,
+and the promise that the skeleton's harness gives the autograder's public verdicts."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grader.mutants import load_mutants
+from grader.points import POINTS, part_total
+from grader.sandbox import Limits
+from tests.conftest import ROOT, SOLUTION, run_grade
+
+#: Part 2 requests run longer than Part 1's (up to 1024 cached calls in one request).
+PART2_LIMITS = Limits(request_timeout_s=20.0, startup_timeout_s=30.0)
+
+CHECKS = set(POINTS["part2"])
+FILE = "transformer_skeleton.py"
+PUBLIC_DATA = ROOT / "test_cases" / "public" / "part2"
+
+
+def test_solution_gets_full_marks(solution_graded) -> None:
+    tests = solution_graded.part_tests("part2")
+    assert {t["number"] for t in tests} == CHECKS
+    assert [t["number"] for t in tests if t["status"] != "passed"] == []
+    assert solution_graded.part_score("part2") == part_total("part2") == 30
+
+
+def test_benchmark_check_is_tagged_and_reports_its_figures(solution_graded) -> None:
+    bench = solution_graded.test("2.11")
+    assert set(bench["tags"]) == {"part2", "benchmark"}
+    assert "cpu profile" in bench["output"]
+    speedup = float(re.search(r"speedup: ([0-9.]+)x", bench["output"]).group(1))
+    assert speedup >= 3
+    assert "benchmark" not in solution_graded.test("2.2")["tags"]
+
+
+def test_blank_skeleton_scores_zero_with_a_clear_message(blank_graded) -> None:
+    tests = blank_graded.part_tests("part2")
+    assert {t["number"] for t in tests} == CHECKS
+    assert blank_graded.part_score("part2") == 0
+    assert "no parameter token_embedding.weight" in blank_graded.output("2.1")
+    assert "see check 2.1" in blank_graded.output("2.4")
+
+
+def grade_edit(tmp_path: Path, edits: list[tuple[str, str]], **kwargs):
+    submission = tmp_path / "submission"
+    shutil.copytree(SOLUTION, submission, ignore=shutil.ignore_patterns("__pycache__", "*.png"))
+    target = submission / FILE
+    text = target.read_text()
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    target.write_text(text)
+    kwargs.setdefault("limits", PART2_LIMITS)
+    return run_grade(submission, tmp_path / "out", parts=["part2"], **kwargs)
+
+
+def test_forward_returning_only_logits(tmp_path: Path) -> None:
+    graded = grade_edit(tmp_path, [("        return logits, new_past_kv", "        return logits")])
+    assert graded.score("2.2") == 0
+    assert "forward must return a pair (logits, new_past_kv)" in graded.output("2.2")
+    assert graded.score("2.1") == 1
+
+
+def test_nan_logits_are_rejected(tmp_path: Path) -> None:
+    edit = (
+        "        return logits, new_past_kv",
+        "        return logits * float('nan'), new_past_kv",
+    )
+    graded = grade_edit(tmp_path, [edit])
+    assert graded.score("2.2") == 0
+    assert "NaN or inf" in graded.output("2.2")
+
+
+def test_logits_of_the_last_position_only(tmp_path: Path) -> None:
+    edit = ("        return logits, new_past_kv", "        return logits[:, -1:, :], new_past_kv")
+    graded = grade_edit(tmp_path, [edit])
+    assert graded.score("2.2") == 0
+    assert "expected (1, " in graded.output("2.2")
+
+
+def test_hard_coded_sizes_pass_public_but_fail_hidden_cases(tmp_path: Path) -> None:
+    # Scaling by sqrt(50) is right for the public model only: the hidden one has d_model 64.
+    edit = ("/ math.sqrt(self.d_model)", "/ math.sqrt(50)")
+    graded = grade_edit(tmp_path, [edit])
+    assert graded.score("2.2") == 4
+    assert graded.score("2.4") == 4
+    assert 0 < graded.score("2.6") < 2
+    assert "hidden cases correct" in graded.output("2.6")
+    assert "reference's by" not in graded.output("2.6")  # no expected values leak
+
+
+def test_generate_returning_a_list(tmp_path: Path) -> None:
+    graded = grade_edit(tmp_path, [("        return tokens\n", "        return tokens.tolist()\n")])
+    assert graded.score("2.8") == 0
+    assert "generate must return a torch.Tensor" in graded.output("2.8")
+    assert graded.score("2.4") == 4
+
+
+def test_generate_that_drops_the_prompt(tmp_path: Path) -> None:
+    edit = ("        return tokens\n", "        return tokens[:, 1:]\n")
+    graded = grade_edit(tmp_path, [edit])
+    assert graded.score("2.8") == 0
+    assert "(B, T + max_new_tokens)" in graded.output("2.8")
+
+
+def test_exit_inside_generate_is_contained(tmp_path: Path) -> None:
+    edit = (
+        "        tokens = input_ids\n",
+        "        import os; os._exit(0)\n        tokens = input_ids\n",
+    )
+    graded = grade_edit(tmp_path, [edit])
+    assert graded.score("2.8") == 0
+    assert "stopped the grader's worker" in graded.output("2.8")
+    # The worker is restarted and the model rebuilt for the checks that follow.
+    assert graded.score("2.2") == 4
+    assert graded.score("2.7") == 3
+
+
+def test_the_harness_is_not_used_by_the_grader(tmp_path: Path) -> None:
+    graded = grade_edit(tmp_path, [("ATOL = 1e-2  #", "ATOL = 1e9  #")])
+    assert graded.part_score("part2") == 30
+    graded = grade_edit(tmp_path / "2", [("def evaluate(", "def evaluate_gone(")])
+    assert graded.part_score("part2") == 30
+
+
+def harness_failures(submission: Path, mode: str) -> dict[str, int]:
+    """Failures per kind printed by the skeleton's own harness on the public files."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(submission / FILE),
+            "--mode",
+            mode,
+            "--model_state_dict",
+            str(PUBLIC_DATA / "model_state_dict.pt"),
+            "--test_cases",
+            str(PUBLIC_DATA / "test_cases.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "Pass rate" in proc.stdout, proc.stdout + proc.stderr
+    kinds = re.findall(r"Test case \d+: ([a-z ]+): failed", proc.stdout)
+    return {k: kinds.count(k) for k in ("no cache", "with cache", "one token at a time")}
+
+
+def passed(graded, number: str) -> int:
+    return int(re.search(r"(\d+) of 10 cases correct", graded.output(number)).group(1))
+
+
+@pytest.mark.parametrize(
+    "name", [None, "no_causal_mask", "mask_not_offset", "positions_not_offset", "post_ln"]
+)
+def test_harness_verdicts_match_the_public_checks(name: str | None, tmp_path: Path) -> None:
+    if name is None:
+        submission = SOLUTION
+    else:
+        mutant = next(m for m in load_mutants("part2") if m.name == name)
+        submission = mutant.materialise()
+    try:
+        local = harness_failures(submission, "kv_evaluate")
+        assert harness_failures(submission, "evaluate")["no cache"] == local["no cache"]
+        graded = run_grade(submission, tmp_path, parts=["part2"], limits=PART2_LIMITS)
+    finally:
+        if name is not None:
+            shutil.rmtree(submission, ignore_errors=True)
+    assert local["no cache"] == 10 - passed(graded, "2.2")
+    assert local["with cache"] == 10 - passed(graded, "2.3")
+    assert local["one token at a time"] == 10 - passed(graded, "2.4")
