@@ -41,3 +41,13 @@ def test_malformed_thresholds_are_rejected(old: str, new: str) -> None:
     assert old in text
     with pytest.raises(jsonschema.ValidationError):
         parse_thresholds(text.replace(old, new, 1))
+
+
+def test_skeleton_harness_states_the_cpu_threshold() -> None:
+    from tests.conftest import ASSIGNMENT, SOLUTION
+
+    cpu = load_thresholds("cpu")["part2"]
+    for folder in (SOLUTION, ASSIGNMENT):
+        text = (folder / "transformer_skeleton.py").read_text()
+        assert f"MIN_SPEEDUP = {cpu['min_speedup']!r}" in text
+    assert cpu["prompt_len"] == 1000
