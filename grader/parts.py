@@ -21,6 +21,7 @@ PARTS: dict[str, Part] = {
         "transformer_skeleton.py",
         "grader.checks.part2",
     ),
+    "part3": Part("part3", "KV caching in Llama 3", "llama/model.py", "grader.checks.part3"),
 }
 
 

@@ -35,6 +35,19 @@ POINTS: dict[str, dict[str, float]] = {
         "2.10": 2,  # generate: temperature honoured
         "2.11": 3,  # benchmark: cached speedup after a long prompt (timed by the grader)
     },
+    "part3": {
+        "3.1": 2,  # Llama.build: Meta's checkpoint layout, clear errors
+        "3.2": 4,  # forward logits from position 0, cache off
+        "3.3": 4,  # forward with the cache: one token per call, chunks at start_pos > 0
+        "3.4": 3,  # hidden: other sizes and weights, batches, long sequences
+        "3.5": 4,  # greedy generation: reference text with and without the cache
+        "3.6": 2,  # per-step logits of the two modes agree
+        "3.7": 3,  # call pattern: one token per decode step with the cache
+        "3.8": 2,  # a second generate is not polluted by the first
+        "3.9": 2,  # hidden: greedy generation on the hidden model
+        "3.10": 2,  # sample_top_p keeps exactly the nucleus
+        "3.11": 2,  # benchmark: cached vs cache-free speed for batch 1, 8, 16
+    },
 }
 
 

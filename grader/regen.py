@@ -78,7 +78,22 @@ def build_part2(solution: Path = SOLUTION) -> CaseFiles:
     )
 
 
-BUILDERS = {"part1": build_part1, "part2": build_part2}
+def build_part3(solution: Path = SOLUTION) -> CaseFiles:
+    """Part 3's tiny checkpoint, metadata with the diagnosis catalogue, and hidden cases."""
+    from grader import cases_part3_build
+
+    roots: dict[str, Path] = {}
+    try:
+        for mutant in load_mutants("part3"):
+            roots[mutant.name] = mutant.materialise(solution)
+        diagnoses = {m.name: m.diagnosis for m in load_mutants("part3")}
+        return cases_part3_build.build(solution, roots, diagnoses)
+    finally:
+        for root in roots.values():
+            shutil.rmtree(root, ignore_errors=True)
+
+
+BUILDERS = {"part1": build_part1, "part2": build_part2, "part3": build_part3}
 
 
 def case_schema(name: str) -> dict[str, Any]:

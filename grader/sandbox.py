@@ -153,6 +153,26 @@ class Sandbox:
     def out_dir(self) -> Path:
         return self.root / "out"
 
+    @property
+    def data_dir(self) -> Path:
+        """Grader-provided files the worker may read but not change (public data only)."""
+        return self.root / "data"
+
+    def provide(self, source: Path, name: str) -> Path:
+        """Copy a public file or folder into :attr:`data_dir`, readable and not writable
+        by the worker; return its path there (copied once)."""
+        dest = self.data_dir / name
+        if not dest.exists():
+            self.data_dir.mkdir(mode=0o755, exist_ok=True)
+            os.chmod(self.data_dir, 0o755)
+            if source.is_dir():
+                shutil.copytree(source, dest, symlinks=False)
+            else:
+                shutil.copy2(source, dest)
+            for path in (dest, *dest.rglob("*")):
+                os.chmod(path, 0o755 if path.is_dir() else 0o644)
+        return dest
+
     @classmethod
     def create(cls, identity: WorkerIdentity | None = None) -> Sandbox:
         identity = identity or resolve_identity()

@@ -1,0 +1,130 @@
+"""Part 3 data: tiny Llama checkpoints in Meta's layout, made from seeded weights and a
+truncated copy of the real cl100k_base BPE file (Llama 3's first 100k tokens).
+
+The public checkpoint (``test_cases/public/part3/tiny_llama/``) is what students
+run ``inference.py`` and ``benchmark_inference.py`` on; the hidden one has other
+sizes (more query heads per KV head) and weights. Both are written by
+``python -m grader regen`` and checked by its manifest.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import numpy as np
+
+N_RANKS = 4096  # BPE ranks kept from cl100k_base: 4096 + 256 special tokens = 4352 ids
+ATOL = 1e-4  # logits of a float32 model on a CPU agree far better than this
+
+TINY_PARAMS: dict[str, Any] = {
+    "dim": 64,
+    "n_layers": 2,
+    "n_heads": 4,
+    "n_kv_heads": 2,
+    "multiple_of": 32,
+    "ffn_dim_multiplier": 1.5,
+    "norm_eps": 1e-05,
+    "rope_theta": 500000.0,
+    "use_scaled_rope": True,
+}
+HIDDEN_PARAMS: dict[str, Any] = {
+    "dim": 96,
+    "n_layers": 3,
+    "n_heads": 6,
+    "n_kv_heads": 2,
+    "multiple_of": 64,
+    "ffn_dim_multiplier": 1.3,
+    "norm_eps": 1e-05,
+    "rope_theta": 500000.0,
+    "use_scaled_rope": True,
+}
+MODELS = {"public": (TINY_PARAMS, 3101), "hidden": (HIDDEN_PARAMS, 3202)}
+
+COURSE_PROMPTS = [
+    "I believe the meaning of life is",
+    "Simply put, the theory of relativity states that ",
+    "A brief message congratulating the team on the launch:\n\n"
+    "        Hi everyone,\n\n        I just ",
+    "Translate English to French:\n\n        sea otter => loutre de mer\n"
+    "        peppermint => menthe poivrée\n        plush girafe => girafe peluche\n"
+    "        cheese =>",
+]
+
+
+def ffn_hidden(params: dict[str, Any]) -> int:
+    """SwiGLU hidden size by Meta's rule (2/3 of 4·dim, scaled, rounded up)."""
+    hidden = int(2 * 4 * params["dim"] / 3)
+    if params.get("ffn_dim_multiplier") is not None:
+        hidden = int(params["ffn_dim_multiplier"] * hidden)
+    m = params["multiple_of"]
+    return m * ((hidden + m - 1) // m)
+
+
+def checkpoint_shapes(params: dict[str, Any], vocab: int) -> dict[str, tuple[int, ...]]:
+    """Every tensor of a Meta checkpoint, by key, with its shape."""
+    d, h = params["dim"], ffn_hidden(params)
+    head_dim = d // params["n_heads"]
+    kv = params["n_kv_heads"] * head_dim
+    shapes: dict[str, tuple[int, ...]] = {"tok_embeddings.weight": (vocab, d)}
+    for i in range(params["n_layers"]):
+        p = f"layers.{i}."
+        shapes[f"{p}attention.wq.weight"] = (d, d)
+        shapes[f"{p}attention.wk.weight"] = (kv, d)
+        shapes[f"{p}attention.wv.weight"] = (kv, d)
+        shapes[f"{p}attention.wo.weight"] = (d, d)
+        shapes[f"{p}feed_forward.w1.weight"] = (h, d)
+        shapes[f"{p}feed_forward.w2.weight"] = (d, h)
+        shapes[f"{p}feed_forward.w3.weight"] = (h, d)
+        shapes[f"{p}attention_norm.weight"] = (d,)
+        shapes[f"{p}ffn_norm.weight"] = (d,)
+    shapes["norm.weight"] = (d,)
+    shapes["output.weight"] = (vocab, d)
+    return shapes
+
+
+def make_weights(params: dict[str, Any], vocab: int, seed: int) -> dict[str, np.ndarray]:
+    """Seeded float32 weights, scaled so attention is sharp and logits spread."""
+    rng = np.random.default_rng(seed)
+    weights = {}
+    for name, shape in checkpoint_shapes(params, vocab).items():
+        if name.endswith("norm.weight"):
+            w = 1.0 + 0.1 * rng.standard_normal(shape)
+        elif name == "tok_embeddings.weight":
+            w = rng.standard_normal(shape)
+        else:
+            gain = 1.5 if (".wq." in name or ".wk." in name) else 1.0
+            gain = 2.0 if name == "output.weight" else gain
+            w = gain / np.sqrt(shape[1]) * rng.standard_normal(shape)
+        weights[name] = w.astype(np.float32)
+    return weights
+
+
+def checkpoint_files(name: str, tokenizer_bytes: bytes, vocab: int) -> dict[str, bytes]:
+    """``params.json``, ``consolidated.00.pth`` and ``tokenizer.model`` of model ``name``."""
+    import torch
+
+    params, seed = MODELS[name]
+    weights = make_weights(params, vocab, seed)
+    buf = io.BytesIO()
+    torch.save({k: torch.from_numpy(v) for k, v in weights.items()}, buf)
+    return {
+        "params.json": (json.dumps(params, indent=2, sort_keys=True) + "\n").encode(),
+        "consolidated.00.pth": buf.getvalue(),
+        "tokenizer.model": tokenizer_bytes,
+    }
+
+
+def plans(length: int) -> dict[str, list[list[int]]]:
+    """Forward plans (start_pos, length) per mode for a sequence of ``length`` tokens."""
+    k = max(2, length // 3)
+    chunk = [[0, k]]
+    while sum(n for _, n in chunk) < length:
+        start = sum(n for _, n in chunk)
+        chunk.append([start, min(4, length - start)])
+    return {
+        "no_cache": [[0, length]],
+        "cached": [[0, k]] + [[t, 1] for t in range(k, length)],
+        "chunked": chunk,
+    }

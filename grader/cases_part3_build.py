@@ -1,0 +1,239 @@
+"""Building Part 3's files from the reference Llama and its mutants (``regen`` only)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import tempfile
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from grader.cases_part2 import encode_array
+from grader.cases_part2 import weights_digest as digest
+from grader.cases_part3 import (
+    ATOL,
+    COURSE_PROMPTS,
+    MODELS,
+    N_RANKS,
+    checkpoint_files,
+    make_weights,
+    plans,
+)
+from grader.worker import adapter_part3 as adapter
+
+CKPT = "part3/tiny_llama"
+VOCAB = N_RANKS + 256
+MAX_SEQ_LEN, MAX_BATCH = 128, 4
+POSITIONS = 6
+GENERATE = {"max_gen_len": 16, "temperature": 0.0, "top_p": 0.9, "seed": 0}
+SECOND_PROMPTS = ["Hello", "The capital of France is"]
+HIDDEN_PROMPTS = ["Once upon a time", "def fibonacci(n):", "Les sanglots longs des violons"]
+
+
+def import_llama(root: Path) -> dict[str, ModuleType]:
+    """The ``llama`` package under ``root`` (reference or mutant), imported afresh."""
+
+    def purge() -> None:
+        for name in [m for m in sys.modules if m == "llama" or m.startswith("llama.")]:
+            del sys.modules[name]
+
+    purge()
+    sys.path.insert(0, str(root))
+    try:
+        return {
+            n: importlib.import_module(f"llama.{n}") for n in ("model", "generation", "tokenizer")
+        }
+    finally:
+        sys.path.remove(str(root))
+        purge()
+
+
+def tokenizer_bytes(reference: dict[str, ModuleType]) -> bytes:
+    tok = reference["tokenizer"]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = tok.write_truncated_bpe(tok.cl100k_path(), Path(tmp) / "tokenizer.model", N_RANKS)
+        return Path(path).read_bytes()
+
+
+def settings(name: str, kv_caching: bool, ckpt_dir: Path | None = None) -> dict[str, Any]:
+    params, _ = MODELS[name]
+    out: dict[str, Any] = {
+        "model": name,
+        "params": params,
+        "vocab_size": VOCAB,
+        "max_seq_len": MAX_SEQ_LEN,
+        "max_batch_size": MAX_BATCH,
+        "kv_caching": kv_caching,
+    }
+    if ckpt_dir is not None:
+        out.update(ckpt_dir=str(ckpt_dir), tokenizer_path=str(ckpt_dir / "tokenizer.model"))
+    return out
+
+
+class Observer:
+    """A package's models (cached and cache-free) on the public and hidden weights."""
+
+    def __init__(self, pkg: dict[str, ModuleType], ckpt_dir: Path) -> None:
+        self.pkg = pkg
+        self.models: dict[tuple[str, bool], Any] = {}
+        for cache in (True, False):
+            model, self.tokenizer = adapter.build_from_checkpoint(
+                pkg, settings("public", cache, ckpt_dir)
+            )
+            self.models["public", cache] = model
+            params, seed = MODELS["hidden"]
+            weights = make_weights(params, VOCAB, seed)
+            self.models["hidden", cache] = adapter.build_from_arrays(
+                pkg, settings("hidden", cache), weights
+            )
+
+    def forward(self, model: str, tokens: np.ndarray, mode: str) -> np.ndarray:
+        plan = plans(tokens.shape[1])[mode]
+        return adapter.run_forward(self.models[model, mode != "no_cache"], tokens, plan)
+
+    def generate(self, model: str, prompts: list[str], cache: bool) -> dict[str, Any]:
+        return adapter.run_generate(
+            self.models[model, cache], self.tokenizer, prompts, {**GENERATE, "kv_caching": cache}
+        )
+
+
+def _catch(fn: Any) -> Any:
+    try:
+        return fn()
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {str(exc)[:2000]}"}
+
+
+def probes(obs: Observer, tokens: np.ndarray) -> dict[str, Any]:
+    """What a package shows on each diagnostic probe (plain JSON values)."""
+    from grader.cases_part2 import fingerprint
+
+    out: dict[str, Any] = {}
+    for mode in ("no_cache", "cached", "chunked"):
+        out[mode] = _catch(lambda m=mode: {"logits": fingerprint(obs.forward("public", tokens, m))})
+    for cache in (True, False):
+        key = "generate_cached" if cache else "generate_no_cache"
+        result = _catch(lambda c=cache: obs.generate("public", COURSE_PROMPTS, c))
+        out[key] = result.get("texts", result)
+        out[f"{key}_calls"] = result.get("calls", result)
+
+    def second() -> list[str]:
+        obs.generate("public", COURSE_PROMPTS, True)
+        return obs.generate("public", SECOND_PROMPTS, True)["texts"]
+
+    out["second_call"] = _catch(second)
+    return out
+
+
+def build(
+    reference_root: Path, mutant_roots: dict[str, Path], diagnoses: dict[str, str]
+) -> dict[str, tuple[str | None, Any]]:
+    """Every Part 3 file: relative path -> (schema name or None, JSON document or bytes)."""
+    reference = import_llama(reference_root)
+    files = checkpoint_files("public", tokenizer_bytes(reference), VOCAB)
+    out: dict[str, tuple[str | None, Any]] = {
+        f"public/{CKPT}/{name}": (None, data) for name, data in files.items()
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        ckpt = Path(tmp)
+        for name, data in files.items():
+            (ckpt / name).write_bytes(data)
+        ref = Observer(reference, ckpt)
+        rng = np.random.default_rng(31337)
+        enc = [ref.tokenizer.encode(p, bos=True, eos=False) for p in COURSE_PROMPTS]
+        probe_tokens = np.array([enc[3]], dtype=np.int64)
+        cases = [forward_case("public", np.array([t], dtype=np.int64), ref, rng) for t in enc]
+        cases.append(forward_case("public", rng.integers(0, VOCAB, (3, 37)), ref, rng))
+        hidden = [
+            forward_case("hidden", rng.integers(0, VOCAB, (b, n)), ref, rng)
+            for b, n in ((3, 40), (2, MAX_SEQ_LEN), (4, 23))
+        ]
+        expected = probes(ref, probe_tokens)
+        signatures: dict[str, dict[str, Any]] = {key: {} for key in expected}
+        for name, root in mutant_roots.items():
+            try:
+                seen = probes(Observer(import_llama(root), ckpt), probe_tokens)
+            except Exception as exc:  # it cannot even build: named by check 3.1
+                seen = {key: {"error": f"{type(exc).__name__}: {exc}"[:2000]} for key in expected}
+            for key, value in seen.items():
+                if json.dumps(value) != json.dumps(expected[key]):
+                    signatures[key][name] = value
+        hidden_texts = {
+            c: ref.generate("hidden", HIDDEN_PROMPTS, c)["texts"] for c in (True, False)
+        }
+    assert hidden_texts[True] == hidden_texts[False], "reference: cached and cache-free differ"
+    public = {
+        "part": "part3",
+        "version": 1,
+        "atol": ATOL,
+        "checkpoint": CKPT,
+        "max_seq_len": MAX_SEQ_LEN,
+        "max_batch_size": MAX_BATCH,
+        "generate": {**GENERATE, "prompts": COURSE_PROMPTS, "second_prompts": SECOND_PROMPTS},
+        "expected_texts": expected["generate_cached"],
+        "expected_second": expected["second_call"],
+        "probe_tokens": probe_tokens.tolist(),
+        "benchmark_prompts": {str(n): benchmark_prompt(ref.tokenizer, n) for n in (64, 128, 256)},
+        "diagnoses": diagnoses,
+        "signatures": signatures,
+        "models": {"public": model_entry("public")},
+        "cases": [{**c, "check": "3.2"} for c in cases],
+    }
+    hidden_doc = {
+        "part": "part3",
+        "version": 1,
+        "models": {"hidden": model_entry("hidden")},
+        "hidden_generate": {"prompts": HIDDEN_PROMPTS, "expected_texts": hidden_texts[True]},
+        "cases": [{**c, "check": "3.4"} for c in hidden],
+    }
+    out["public/part3.json"] = ("part3_cases", public)
+    out["hidden/part3.json"] = ("part3_cases", hidden_doc)
+    return out
+
+
+def benchmark_prompt(tokenizer: Any, n_tokens: int) -> str:
+    """A text whose encoding (BOS included) is exactly ``n_tokens`` long."""
+    words = ["Once", "upon", "a", "time", "in", "a", "galaxy", "far", "away"]
+    text = ""
+    i = 0
+    while len(tokenizer.encode(text, bos=True, eos=False)) < n_tokens:
+        text += words[i % len(words)] + " "
+        i += 1
+    while len(tokenizer.encode(text, bos=True, eos=False)) > n_tokens:
+        text = text[:-1]
+    assert len(tokenizer.encode(text, bos=True, eos=False)) == n_tokens
+    return text
+
+
+def model_entry(name: str) -> dict[str, Any]:
+    params, seed = MODELS[name]
+    return {
+        "params": params,
+        "seed": seed,
+        "vocab_size": VOCAB,
+        "weights_sha256": digest(make_weights(params, VOCAB, seed)),
+    }
+
+
+def forward_case(
+    model: str, tokens: np.ndarray, ref: Observer, rng: np.random.Generator
+) -> dict[str, Any]:
+    """One forward case: tokens, compared positions, and the reference's logits there."""
+    tokens = np.asarray(tokens, dtype=np.int64)
+    length = tokens.shape[1]
+    logits = ref.forward(model, tokens, "no_cache")
+    chosen = {0, length - 1, *(int(p) for p in rng.integers(0, length, POSITIONS))}
+    positions = sorted(chosen)[:POSITIONS] if length > POSITIONS else list(range(length))
+    if length - 1 not in positions:
+        positions[-1] = length - 1
+    return {
+        "label": f"{model} model, batch {tokens.shape[0]}, {length} tokens",
+        "model": model,
+        "tokens": tokens.tolist(),
+        "positions": positions,
+        "expected": encode_array(logits[:, positions, :]),
+    }

@@ -1,0 +1,279 @@
+"""Part 3 checks: KV caching in the Llama 3 reference code.
+
+The student's ``Llama`` is built in the worker twice (``kv_caching`` on and
+off) from the tiny checkpoint in Meta's layout, and once more from hidden
+weights of other sizes. Forward logits, greedy generation in both modes, the
+call pattern of the cached decode loop (recorded in the worker), a second
+``generate`` after a first one, ``sample_top_p`` and the speed ratio are checked.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+import numpy as np
+
+from grader.checks.base import Outcome, check, with_output
+from grader.checks.part3_support import Part3Base
+from grader.client import SubmissionError
+from grader.points import points
+from grader.thresholds import load_thresholds
+
+
+class Part3ForwardChecks(Part3Base):
+    def run_cases(self, num: str, modes: tuple[str, ...], set_score: Any) -> None:
+        outcome = Outcome()
+        for case in self.cases(num):
+            for mode in modes:
+                outcome.total += 1
+                problem = self.check_case(case, mode)
+                if problem:
+                    outcome.failures.append(problem)
+                else:
+                    outcome.passed += 1
+        set_score(round(points(num) * outcome.fraction, 4))
+        print(f"{outcome.passed} of {outcome.total} cases correct.")
+        if outcome.failures:
+            cause = self.diagnose_forward(modes[-1]) if num != "3.4" else ""
+            extra = len(outcome.failures) - 3
+            more = f"\n(and {extra} more failing cases)" if extra > 0 else ""
+            self.fail("\n".join([*outcome.failures[:3], cause]).strip() + more)
+
+    @check("3.1")
+    def test_build(self) -> None:
+        """3.1 Llama.build loads Meta's layout (params.json, consolidated.00.pth, tokenizer)"""
+        try:
+            self.ensure("public", True, full=True)
+            self.ensure("public", False, full=True)
+        except SubmissionError as exc:
+            self.fail(with_output(exc.message, exc.output))
+        problems = []
+        for broken, wanted in (("unknown_key", "my_new_key"), ("no_weights", "consolidated")):
+            ckpt = self.broken_checkpoint(broken)
+            header = {
+                "op": "build_error",
+                **self.settings("public", True),
+                "ckpt_dir": ckpt,
+                "tokenizer_path": f"{self.checkpoint()}/tokenizer.model",
+            }
+            reply = self.ctx.worker(self.part).request(header, what="Llama.build(broken)")
+            raised, message = reply.header.get("raised"), str(reply.header.get("message", ""))
+            if raised is None or wanted not in message:
+                what = "an unknown params.json key" if broken == "unknown_key" else "a missing file"
+                did = f"raised {raised}: {message}" if raised else "did not raise"
+                problems.append(
+                    f"Llama.build on a checkpoint with {what} should raise an error naming "
+                    f"{wanted!r}; it {did}."
+                )
+        if problems:
+            self.fail("\n".join(problems))
+
+    def broken_checkpoint(self, kind: str) -> str:
+        import json
+        import shutil
+
+        good = self.ctx.cases_root / "public" / self.meta()["checkpoint"]
+        dest = self.ctx.sandbox.data_dir / f"broken_{kind}"
+        if not dest.exists():
+            staging = self.ctx.sandbox.root / f"staging_{kind}"
+            shutil.copytree(good, staging)
+            if kind == "unknown_key":
+                params = json.loads((staging / "params.json").read_text())
+                (staging / "params.json").write_text(json.dumps({**params, "my_new_key": 1}))
+            else:
+                (staging / "consolidated.00.pth").unlink()
+            self.ctx.sandbox.provide(staging, f"broken_{kind}")
+            shutil.rmtree(staging)
+        return str(dest)
+
+    @check("3.2", partial=True)
+    def test_forward_without_cache(self, set_score: Any = None) -> None:
+        """3.2 forward logits from position 0 with kv_caching off (course prompts, a batch)"""
+        self.run_cases("3.2", ("no_cache",), set_score)
+
+    @check("3.3", partial=True)
+    def test_forward_with_cache(self, set_score: Any = None) -> None:
+        """3.3 forward with the cache: one token per call, and chunks at start_pos > 0"""
+        self.run_cases("3.3", ("cached", "chunked"), set_score)
+
+    @check("3.4", partial=True)
+    def test_hidden_forward(self, set_score: Any = None) -> None:
+        """3.4 hidden: other sizes (6 query heads per 2 KV heads), batches, up to max_seq_len"""
+        self.require_hidden()
+        self.run_cases("3.4", ("no_cache", "cached", "chunked"), set_score)
+
+    def cases(self, num: str) -> list[dict[str, Any]]:
+        # 3.3 reuses 3.2's public cases with the cache on.
+        return super().cases("3.2" if num == "3.3" else num)
+
+
+class Part3GenerateChecks(Part3Base):
+    def texts(self, reply: Any) -> list[str]:
+        texts = reply.header.get("texts")
+        return texts if isinstance(texts, list) else []
+
+    @check("3.5")
+    def test_greedy_generation(self) -> None:
+        """3.5 greedy generate: the reference's text with and without the cache (ragged batch)"""
+        gen, want = self.meta()["generate"], self.meta()["expected_texts"]
+        problems = []
+        for cache in (True, False):
+            got = self.texts(self.generate_or_fail(gen["prompts"], cache))
+            wrong = [i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b]
+            if len(got) != len(want) or wrong:
+                probe = "generate_cached" if cache else "generate_no_cache"
+                problems.append(
+                    f"generate(kv_caching={cache}) at temperature 0 gave other text than the "
+                    f"reference for prompt(s) {[i + 1 for i in wrong] or 'all'}. "
+                    + self.name_mistakes(probe, got)
+                )
+        if problems:
+            self.fail("\n".join(problems))
+
+    @check("3.6")
+    def test_step_logits_agree(self) -> None:
+        """3.6 per-step logits of cached and cache-free generation agree within tolerance"""
+        prompts = self.meta()["generate"]["prompts"]
+        cached = self.generate_or_fail(prompts, True).arrays.get("step_logits")
+        plain = self.generate_or_fail(prompts, False).arrays.get("step_logits")
+        if not isinstance(cached, np.ndarray) or cached.ndim != 3 or cached.shape != plain.shape:
+            self.fail(
+                "The two modes made different numbers of forward calls (or returned logits of "
+                "different shapes); see check 3.7."
+            )
+        err = np.abs(cached - plain).max(axis=(1, 2))
+        bad = np.flatnonzero(err > self.atol())
+        if bad.size:
+            self.fail(
+                f"At step {bad[0] + 1} the last-position logits of the cached and the cache-free "
+                f"generation differ by {err[bad[0]]:.3g} (tolerance {self.atol():g})."
+            )
+
+    @check("3.7")
+    def test_call_pattern(self) -> None:
+        """3.7 with the cache each decode step feeds one token per sequence; without it, all"""
+        prompts = self.meta()["generate"]["prompts"]
+        problems = []
+        cached = self.generate_or_fail(prompts, True).header.get("calls", [])
+        plain = self.generate_or_fail(prompts, False).header.get("calls", [])
+        if not cached:
+            problems.append("generate never called the model's forward(tokens, start_pos).")
+        else:
+            first_start, first_len = cached[0]
+            expect = first_start + first_len
+            for start, length in cached[1:]:
+                if (start, length) != (expect, 1):
+                    problems.append(
+                        f"With kv_caching=True, forward was called at start_pos={start} with "
+                        f"{length} tokens per sequence after the prefill; each decode step must "
+                        f"feed only the newest token, at start_pos={expect} (prev_pos)."
+                    )
+                    problems.append(self.name_mistakes("generate_cached_calls", cached))
+                    break
+                expect += 1
+        for i, (start, length) in enumerate(plain):
+            if start != 0 or (i and length != plain[i - 1][1] + 1):
+                problems.append(
+                    f"With kv_caching=False, call {i + 1} was forward(tokens[:, :{length}], "
+                    f"{start}); every step must feed the whole prefix from position 0."
+                )
+                problems.append(self.name_mistakes("generate_no_cache_calls", plain))
+                break
+        problems = [p for p in problems if p]
+        if problems:
+            self.fail("\n".join(problems))
+
+    @check("3.8")
+    def test_second_call_is_clean(self) -> None:
+        """3.8 a second generate call is not polluted by the first one's cache"""
+        gen = self.meta()["generate"]
+        self.generate_or_fail(gen["prompts"], True)
+        got = self.texts(self.generate_or_fail(gen["second_prompts"], True))
+        if got != self.meta()["expected_second"]:
+            self.fail(
+                "After a first generate call, a second one with other prompts gave other text "
+                "than on a fresh model: the cache kept state between calls. "
+                + self.name_mistakes("second_call", got)
+            )
+
+    @check("3.9")
+    def test_hidden_generation(self) -> None:
+        """3.9 hidden: greedy generation on the hidden model, with and without the cache"""
+        self.require_hidden()
+        hidden = self.meta()["hidden_generate"]
+        for cache in (True, False):
+            got = self.texts(self.generate_or_fail(hidden["prompts"], cache, model="hidden"))
+            if got != hidden["expected_texts"]:
+                self.fail(f"generate(kv_caching={cache}) on the hidden model gave other text.")
+
+    @check("3.10")
+    def test_sample_top_p(self) -> None:
+        """3.10 sample_top_p draws only from the smallest set of tokens reaching p"""
+        probs = np.array(
+            [[0.5, 0.3, 0.1, 0.06, 0.04], [0.05, 0.05, 0.6, 0.2, 0.1]], dtype=np.float32
+        )
+        nucleus = [{0, 1}, {2, 3}]  # the smallest sets reaching p = 0.75
+        try:
+            reply = self.call(
+                {
+                    "op": "sample_top_p",
+                    "model": "public",
+                    "kv_caching": True,
+                    "p": 0.75,
+                    "draws": 400,
+                },
+                {"probs": probs},
+                "sample_top_p(probs, 0.75)",
+            )
+        except SubmissionError as exc:
+            self.fail(with_output(exc.message, exc.output))
+        draws = reply.arrays.get("draws")
+        if not isinstance(draws, np.ndarray) or draws.shape != (2, 400):
+            self.fail("sample_top_p(probs, p) must return one token id per row, shaped (B, 1).")
+        for row, allowed in enumerate(nucleus):
+            seen = set(draws[row].tolist())
+            if not seen <= allowed or len(seen) < len(allowed):
+                self.fail(
+                    f"With probabilities {probs[row].tolist()} and p = 0.75, sample_top_p must "
+                    f"draw exactly from tokens {sorted(allowed)}; it drew {sorted(seen)}."
+                )
+
+
+class Part3Benchmark(Part3Base):
+    """Runs last: a slow generate here cannot cost the other checks their time."""
+
+    @check("3.11", extra_tags=("benchmark",))
+    def test_benchmark(self) -> None:
+        """3.11 benchmark: cached generate is faster for batch 1, 8 and 16 (timed by the grader)"""
+        profile = self.ctx.device
+        bench = load_thresholds(profile)["part3"]
+        prompt = self.meta()["benchmark_prompts"][str(bench["input_len"])]
+        lines, slow = [], []
+        for batch in bench["batch_sizes"]:
+            times: dict[bool, list[float]] = {True: [], False: []}
+            for i in range(bench["warmup"] + bench["repeats"]):
+                for cache in (False, True):
+                    reply = self.generate_or_fail(
+                        [prompt] * batch,
+                        cache,
+                        model="bench",
+                        max_gen_len=bench["output_len"],
+                        timeout=max(self.ctx.limits.request_timeout_s, 60.0),
+                        key=f"timed generate {batch} {cache}",
+                    )
+                    if i >= bench["warmup"]:
+                        times[cache].append(reply.seconds)
+            ratio = statistics.median(times[False]) / statistics.median(times[True])
+            lines.append(
+                f"  batch {batch:>2}: without the cache {statistics.median(times[False]):.3f} s, "
+                f"with it {statistics.median(times[True]):.3f} s, speedup {ratio:.2f}x"
+            )
+            if ratio < bench["min_speedup"][str(batch)]:
+                slow.append(f"batch {batch}: {ratio:.2f}x < {bench['min_speedup'][str(batch)]}x")
+        print(
+            f"Benchmark ({profile} profile): input {bench['input_len']} tokens, output "
+            f"{bench['output_len']}, median of {bench['repeats']} runs\n" + "\n".join(lines)
+        )
+        if slow:
+            self.fail("Cached generation was not fast enough: " + "; ".join(slow) + ".")

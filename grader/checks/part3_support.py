@@ -1,0 +1,191 @@
+"""What the Part 3 checks share: building the student's Llama in the worker (from the
+tiny checkpoint with ``Llama.build``, or from seeded weights), forward plans, seeded
+generation with every forward call recorded, and naming known mistakes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from grader.cases_part2 import decode_array, fingerprint, fingerprints_match
+from grader.cases_part3 import make_weights, plans
+from grader.checks.base import GradedTestCase, likely_cause, with_output
+from grader.checks.logits import compare, logits_problem
+from grader.client import Reply, SubmissionError
+
+
+class Part3Base(GradedTestCase):
+    """Machinery of the Part 3 checks (no checks of its own)."""
+
+    part = "part3"
+
+    def meta(self) -> dict[str, Any]:
+        return self.ctx.cases(self.part)
+
+    def atol(self) -> float:
+        return float(self.meta()["atol"])
+
+    # ---------------------------------------------------------------- models
+
+    def settings(self, name: str, cache: bool, **extra: Any) -> dict[str, Any]:
+        meta = self.meta()
+        return {
+            "model": name,
+            "kv_caching": cache,
+            "max_seq_len": meta["max_seq_len"],
+            "max_batch_size": meta["max_batch_size"],
+            **extra,
+        }
+
+    def checkpoint(self) -> str:
+        """The public tiny checkpoint, copied where the worker can read it."""
+        source = self.ctx.cases_root / "public" / self.meta()["checkpoint"]
+        return str(self.ctx.sandbox.provide(source, "tiny_llama"))
+
+    def ensure(self, name: str, cache: bool, *, full: bool = False) -> None:
+        """Build model ``name`` (cached or cache-free) in the worker unless it is there.
+
+        "public" and "bench" come from the checkpoint through ``Llama.build``; "hidden"
+        from seeded weights through ``Llama(ModelArgs(...))``. A failure is remembered.
+        """
+        worker = self.ctx.worker(self.part)
+        key = f"{name}:{cache}"
+        loaded = self.ctx.scratch.setdefault("part3.loaded", {})
+        failed = self.ctx.scratch.setdefault("part3.failed", {})
+        if key in failed:
+            if full:
+                raise failed[key]
+            raise SubmissionError(
+                f"Not run: your Llama could not be built (kv_caching={cache}); see check 3.1.",
+                "load",
+            )
+        if worker.running and loaded.get(key) == worker.starts:
+            return
+        try:
+            self._build(name, cache)
+        except SubmissionError as exc:
+            failed[key] = exc
+            return self.ensure(name, cache, full=full)
+        loaded[key] = worker.starts
+
+    def _build(self, name: str, cache: bool) -> None:
+        worker = self.ctx.worker(self.part)
+        what = f"Llama.build(tiny checkpoint, kv_caching={cache})"
+        if name == "hidden":
+            spec = self.meta()["models"]["hidden"]
+            weights = make_weights(spec["params"], spec["vocab_size"], spec["seed"])
+            header = {
+                "op": "load",
+                **self.settings("hidden", cache),
+                "params": spec["params"],
+                "vocab_size": spec["vocab_size"],
+            }
+            what = f"Llama(ModelArgs(hidden sizes, kv_caching={cache}))"
+            worker.request(header, weights, what=what)
+            return
+        ckpt = self.checkpoint()
+        extra = {"ckpt_dir": ckpt, "tokenizer_path": f"{ckpt}/tokenizer.model"}
+        if name == "bench":
+            extra.update(max_seq_len=320, max_batch_size=16)
+        header = {"op": "build", **self.settings(name, cache), **extra}
+        worker.request(header, what=what, timeout=max(self.ctx.limits.request_timeout_s, 60))
+
+    def call(
+        self, header: dict[str, Any], arrays: dict[str, np.ndarray], what: str, **kw: Any
+    ) -> Reply:
+        self.ensure(header["model"], header["kv_caching"])
+        return self.ctx.worker(self.part).request(header, arrays, what=what, **kw)
+
+    # -------------------------------------------------------------- forward
+
+    def forward(self, model: str, tokens: np.ndarray, mode: str) -> np.ndarray:
+        plan = plans(tokens.shape[1])[mode]
+        header = {"op": "forward", "model": model, "kv_caching": mode != "no_cache", "steps": plan}
+        what = f"forward ({model} model, {tokens.shape[1]} tokens, {describe(mode)})"
+        reply = self.call(header, {"tokens": tokens}, what, key=what)
+        return reply.arrays.get("logits")
+
+    def check_case(self, case: dict[str, Any], mode: str) -> str:
+        """ "" when the case passes in ``mode``, else a student-facing reason."""
+        tokens = np.array(case["tokens"], dtype=np.int64)
+        try:
+            got = self.forward(case["model"], tokens, mode)
+        except SubmissionError as exc:
+            return with_output(exc.message, exc.output)
+        vocab = self.meta()["models"][case["model"]]["vocab_size"]
+        problem = logits_problem(got, (*tokens.shape, vocab))
+        if problem:
+            return f"{case['label']}, {describe(mode)}: {problem}"
+        positions = case["positions"]
+        result = compare(got[:, positions, :], decode_array(case["expected"]), self.atol())
+        if result.ok:
+            return ""
+        where = positions[result.first_bad or 0]
+        return (
+            f"{case['label']}, {describe(mode)}: logits differ from the reference's by up to "
+            f"{result.max_error:.3g} (tolerance {self.atol():g}); first wrong position {where}."
+        )
+
+    # ------------------------------------------------------------- generate
+
+    def generate(self, prompts: list[str], cache: bool, model: str = "public", **kw: Any) -> Reply:
+        gen = self.meta()["generate"]
+        header = {
+            "op": "generate",
+            "model": model,
+            "tokenizer": "public",
+            "kv_caching": cache,
+            "prompts": prompts,
+            "max_gen_len": kw.pop("max_gen_len", gen["max_gen_len"]),
+            "temperature": kw.pop("temperature", gen["temperature"]),
+            "top_p": gen["top_p"],
+            "seed": gen["seed"],
+        }
+        if model != "public":  # other models share the public checkpoint's tokenizer
+            self.ensure("public", True)
+        what = f"generate({len(prompts)} prompts, kv_caching={cache})"
+        return self.call(header, {}, what, **kw)
+
+    def generate_or_fail(self, prompts: list[str], cache: bool, **kw: Any) -> Reply:
+        try:
+            return self.generate(prompts, cache, **kw)
+        except SubmissionError as exc:
+            self.fail(with_output(exc.message, exc.output) + self.cause_of_error(exc, cache))
+
+    # ------------------------------------------------------------ diagnosis
+
+    def signatures(self, probe: str) -> dict[str, Any]:
+        return self.meta().get("signatures", {}).get(probe, {})
+
+    def name_mistakes(self, probe: str, observed: Any) -> str:
+        """ "Likely cause: ..." when ``observed`` equals a catalogued mutant's signature."""
+        names = []
+        for name, sig in self.signatures(probe).items():
+            if isinstance(sig, dict) and "logits" in sig and isinstance(observed, np.ndarray):
+                if observed.ndim == 3 and fingerprints_match(fingerprint(observed), sig["logits"]):
+                    names.append(name)
+            elif sig == observed:
+                names.append(name)
+        return likely_cause(names, self.meta()["diagnoses"])
+
+    def cause_of_error(self, exc: SubmissionError, cache: bool) -> str:
+        probe = "generate_cached" if cache else "generate_no_cache"
+        cause = self.name_mistakes(probe, {"error": exc.signature}) if exc.signature else ""
+        return f"\n{cause}" if cause else ""
+
+    def diagnose_forward(self, mode: str) -> str:
+        tokens = np.array(self.meta()["probe_tokens"], dtype=np.int64)
+        try:
+            observed: Any = self.forward("public", tokens, mode)
+        except SubmissionError as exc:
+            observed = {"error": exc.signature}
+        return self.name_mistakes(mode, observed)
+
+
+def describe(mode: str) -> str:
+    return {
+        "no_cache": "kv_caching off, one call from position 0",
+        "cached": "kv_caching on, prefill then one token per call",
+        "chunked": "kv_caching on, prefill then chunks of up to 4 tokens",
+    }[mode]

@@ -1,0 +1,186 @@
+"""Part 3 adapter: drives the student's Llama (``llama/model.py``, ``llama/generation.py``).
+
+As in Part 2, every function takes the student's (or, in ``regen``, the
+reference's or a mutant's) modules explicitly, so expected values, the
+diagnosis catalogue and the grading observations come from the same code.
+Models are built once per (name, kv_caching) and kept between requests.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+PACKAGE: dict[str, Any] = {}  # "model", "generation": the student's modules
+MODELS: dict[str, Any] = {}
+TOKENIZERS: dict[str, Any] = {}
+
+
+def setup() -> None:
+    import torch  # noqa: F401  (imported before the student's code)
+
+    from llama import generation, model
+
+    PACKAGE.update(model=model, generation=generation)
+
+
+def _device() -> str:
+    return os.environ.get("KVGRADER_DEVICE", "cpu")
+
+
+class LoadError(Exception):
+    """The checkpoint does not fit the student's model."""
+
+
+def build_from_checkpoint(pkg: dict[str, Any], settings: dict[str, Any]) -> tuple[Any, Any]:
+    """``Llama.build`` on a checkpoint folder in Meta's layout."""
+    llama = pkg["model"].Llama
+    model, tokenizer = llama.build(
+        settings["ckpt_dir"],
+        settings["tokenizer_path"],
+        max_seq_len=settings["max_seq_len"],
+        max_batch_size=settings["max_batch_size"],
+        device=_device(),
+        kv_caching=settings["kv_caching"],
+    )
+    return model.eval(), tokenizer
+
+
+def build_from_arrays(
+    pkg: dict[str, Any], settings: dict[str, Any], weights: dict[str, np.ndarray]
+) -> Any:
+    """``Llama(ModelArgs(...))`` with weights sent by the grader, loaded strictly."""
+    import torch
+
+    mod = pkg["model"]
+    args = mod.ModelArgs(
+        **settings["params"],
+        vocab_size=settings["vocab_size"],
+        max_seq_len=settings["max_seq_len"],
+        max_batch_size=settings["max_batch_size"],
+        kv_caching=settings["kv_caching"],
+    )
+    model = mod.Llama(args)
+    state = {k: torch.from_numpy(np.array(v)) for k, v in weights.items()}
+    own = model.state_dict()
+    lacking = sorted(set(state) - set(own))
+    if lacking:
+        raise LoadError(f"your Llama has no parameter {', '.join(lacking[:4])}")
+    model.load_state_dict(state, strict=True)
+    return model.to(_device()).eval()
+
+
+def _numpy(logits: Any) -> np.ndarray:
+    import torch
+
+    if not isinstance(logits, torch.Tensor):
+        raise TypeError(f"forward must return a tensor of logits, got {type(logits).__name__}")
+    return logits.detach().to("cpu", torch.float32).numpy()
+
+
+def run_forward(model: Any, tokens: np.ndarray, steps: list[list[int]]) -> np.ndarray:
+    """Logits of successive ``model(tokens[:, s : s + n], s)`` calls, joined on the
+    sequence axis: (B, sum n, vocab). One call (0, T) is the cache-free case."""
+    import torch
+
+    ids = torch.as_tensor(tokens, dtype=torch.long, device=_device())
+    pieces = []
+    with torch.inference_mode():
+        for start, n in steps:
+            pieces.append(_numpy(model(ids[:, start : start + n], start)))
+    try:
+        return np.concatenate(pieces, axis=1)
+    except ValueError:
+        shapes = [p.shape for p in pieces]
+        raise TypeError(f"successive forward calls returned logits of shapes {shapes}") from None
+
+
+def run_generate(
+    model: Any, tokenizer: Any, prompts: list[str], settings: dict[str, Any]
+) -> dict[str, Any]:
+    """Seeded ``generate``, recording every forward call's (start_pos, length) and the
+    logits of its last position."""
+    import torch
+
+    calls: list[list[int]] = []
+    last_logits: list[np.ndarray] = []
+    original = model.forward
+
+    def recording_forward(tokens: Any, start_pos: Any, *args: Any, **kwargs: Any) -> Any:
+        out = original(tokens, start_pos, *args, **kwargs)
+        calls.append([int(start_pos), int(tokens.shape[1])])
+        if isinstance(out, torch.Tensor) and out.ndim == 3:
+            last_logits.append(out[:, -1].detach().to("cpu", torch.float32).numpy())
+        return out
+
+    model.forward = recording_forward
+    try:
+        torch.manual_seed(settings["seed"])
+        results = model.generate(
+            tokenizer,
+            prompts,
+            max_gen_len=settings["max_gen_len"],
+            temperature=settings["temperature"],
+            top_p=settings["top_p"],
+            kv_caching=settings["kv_caching"],
+            device=_device(),
+        )
+    finally:
+        del model.forward
+    texts = []
+    for item in results:
+        if not isinstance(item, dict) or not isinstance(item.get("generation"), str):
+            raise TypeError('generate must return one dict per prompt with a "generation" string')
+        texts.append(item["generation"])
+    same_shape = last_logits and all(x.shape == last_logits[0].shape for x in last_logits)
+    steps = np.stack(last_logits) if same_shape else np.zeros((0,), np.float32)
+    return {"texts": texts, "calls": calls, "step_logits": steps}
+
+
+def run_sample_top_p(pkg: dict[str, Any], probs: np.ndarray, p: float, draws: int) -> np.ndarray:
+    """``draws`` seeded samples from ``sample_top_p`` for every row of ``probs``: (B, draws)."""
+    import torch
+
+    torch.manual_seed(0)
+    fn = pkg["generation"].sample_top_p
+    batch = torch.as_tensor(probs, dtype=torch.float32)
+    out = [fn(batch.clone(), p).reshape(-1) for _ in range(draws)]
+    return torch.stack(out, dim=1).to(torch.int64).numpy()
+
+
+# ----------------------------------------------------------------- the protocol
+
+
+def _key(request: dict[str, Any]) -> str:
+    return f"{request['model']}:{'cache' if request['kv_caching'] else 'nocache'}"
+
+
+def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict, dict]:
+    op = request.get("op")
+    if op == "build":
+        MODELS[_key(request)], TOKENIZERS[request["model"]] = build_from_checkpoint(
+            PACKAGE, request
+        )
+        return {}, {}
+    if op == "load":
+        MODELS[_key(request)] = build_from_arrays(PACKAGE, request, arrays)
+        return {}, {}
+    if op == "build_error":  # Llama.build on a broken checkpoint: what does it raise?
+        try:
+            build_from_checkpoint(PACKAGE, request)
+        except Exception as exc:
+            return {"raised": type(exc).__name__, "message": str(exc)[:1000]}, {}
+        return {"raised": None}, {}
+    if op == "forward":
+        logits = run_forward(MODELS[_key(request)], arrays["tokens"], request["steps"])
+        return {}, {"logits": logits}
+    if op == "generate":
+        model = MODELS[_key(request)]
+        out = run_generate(model, TOKENIZERS[request["tokenizer"]], request["prompts"], request)
+        return {"texts": out["texts"], "calls": out["calls"]}, {"step_logits": out["step_logits"]}
+    if op == "sample_top_p":
+        draws = run_sample_top_p(PACKAGE, arrays["probs"], request["p"], request["draws"])
+        return {}, {"draws": draws}
+    raise ValueError(f"unknown request {op!r}")
