@@ -40,6 +40,10 @@ HIDDEN_PARAMS: dict[str, Any] = {
     "rope_theta": 500000.0,
     "use_scaled_rope": True,
 }
+# sample_top_p probe: with p = 0.75 the smallest sets reaching p are {0, 1} and {2, 3}.
+TOP_P = 0.75
+TOP_P_PROBS = [[0.5, 0.3, 0.1, 0.06, 0.04], [0.05, 0.05, 0.6, 0.2, 0.1]]
+TOP_P_NUCLEUS = [[0, 1], [2, 3]]
 MODELS = {"public": (TINY_PARAMS, 3101), "hidden": (HIDDEN_PARAMS, 3202)}
 
 COURSE_PROMPTS = [

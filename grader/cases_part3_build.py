@@ -19,6 +19,8 @@ from grader.cases_part3 import (
     COURSE_PROMPTS,
     MODELS,
     N_RANKS,
+    TOP_P,
+    TOP_P_PROBS,
     checkpoint_files,
     make_weights,
     plans,
@@ -60,7 +62,7 @@ def tokenizer_bytes(reference: dict[str, ModuleType]) -> bytes:
 
 
 def settings(name: str, kv_caching: bool, ckpt_dir: Path | None = None) -> dict[str, Any]:
-    params, _ = MODELS[name]
+    params, _ = MODELS.get(name, MODELS["public"])
     out: dict[str, Any] = {
         "model": name,
         "params": params,
@@ -79,6 +81,7 @@ class Observer:
 
     def __init__(self, pkg: dict[str, ModuleType], ckpt_dir: Path) -> None:
         self.pkg = pkg
+        self.ckpt = ckpt_dir
         self.models: dict[tuple[str, bool], Any] = {}
         for cache in (True, False):
             model, self.tokenizer = adapter.build_from_checkpoint(
@@ -121,12 +124,23 @@ def probes(obs: Observer, tokens: np.ndarray) -> dict[str, Any]:
         out[key] = result.get("texts", result)
         out[f"{key}_calls"] = result.get("calls", result)
 
-    def second() -> list[str]:
-        obs.generate("public", COURSE_PROMPTS, True)
-        return obs.generate("public", SECOND_PROMPTS, True)["texts"]
+    def second() -> Any:  # on a fresh model, as check 3.8 does
+        fresh, tokenizer = adapter.build_from_checkpoint(obs.pkg, settings("fresh", True, obs.ckpt))
+        run = {**GENERATE, "kv_caching": True}
+        adapter.run_generate(fresh, tokenizer, COURSE_PROMPTS, run)
+        first = adapter.run_generate(fresh, tokenizer, SECOND_PROMPTS, run)["texts"]
+        again = _catch(lambda: adapter.run_generate(fresh, tokenizer, SECOND_PROMPTS, run)["texts"])
+        return first if again == first else {"repeat_differs": True}
 
     out["second_call"] = _catch(second)
+    out["top_p"] = _catch(lambda: top_p_sets(obs.pkg))
     return out
+
+
+def top_p_sets(pkg: dict[str, ModuleType]) -> list[list[int]]:
+    """The tokens ``sample_top_p`` ever draws for each row of the probe distribution."""
+    draws = adapter.run_sample_top_p(pkg, np.array(TOP_P_PROBS, dtype=np.float32), TOP_P, 400)
+    return [sorted(set(row.tolist())) for row in draws]
 
 
 def build(

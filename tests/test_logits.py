@@ -70,3 +70,17 @@ def test_chunk_plans_cover_the_sequence() -> None:
     assert chunk_plan(320, 100, 7)[:3] == [100, 7, 7]
     for n in range(1, 40):
         assert sum(chunk_plan(n)) == n
+
+
+def test_error_kinds_match_across_python_wordings() -> None:
+    from grader.checks.logits import same_error_kind
+
+    py311 = "UnboundLocalError: cannot access local variable 'keys' where it is not associated"
+    py310 = "UnboundLocalError: local variable 'keys' referenced before assignment"
+    assert same_error_kind(py310, py311)
+    assert not same_error_kind("UnboundLocalError: local variable 'values' referenced", py311)
+    assert not same_error_kind("NameError: name 'keys' is not defined", py311)
+    sized = "RuntimeError: The size of tensor a (17) must match the size of tensor b (7)"
+    assert same_error_kind(sized, sized)
+    assert not same_error_kind(sized.replace("(7)", "(9)"), sized)
+    assert not same_error_kind("", sized)

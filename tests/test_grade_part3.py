@@ -1,0 +1,89 @@
+"""End-to-end grading of Part 3 (KV caching in Llama 3): the solution, the blank
+skeleton and broken submissions."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from grader.points import POINTS, part_total
+from grader.sandbox import Limits
+from tests.conftest import SOLUTION, run_grade
+
+CHECKS = set(POINTS["part3"])
+LIMITS = Limits(request_timeout_s=30.0, startup_timeout_s=30.0)
+
+
+def test_solution_gets_full_marks(solution_graded) -> None:
+    tests = solution_graded.part_tests("part3")
+    assert {t["number"] for t in tests} == CHECKS
+    assert [t["number"] for t in tests if t["status"] != "passed"] == []
+    assert solution_graded.part_score("part3") == part_total("part3") == 30
+
+
+def test_benchmark_is_tagged_and_reports_every_batch_size(solution_graded) -> None:
+    bench = solution_graded.test("3.11")
+    assert set(bench["tags"]) == {"part3", "benchmark"}
+    for batch in (1, 8, 16):
+        assert re.search(rf"batch +{batch}: without the cache [0-9.]+ s", bench["output"])
+
+
+def test_blank_skeleton_scores_zero_without_crashing(blank_graded) -> None:
+    tests = blank_graded.part_tests("part3")
+    assert {t["number"] for t in tests} == CHECKS
+    assert blank_graded.part_score("part3") == 0
+    assert "not implemented yet" in blank_graded.output("3.2")
+
+
+def grade_edit(tmp_path: Path, file: str, edits: list[tuple[str, str]]):
+    submission = tmp_path / "submission"
+    shutil.copytree(SOLUTION, submission, ignore=shutil.ignore_patterns("__pycache__", "*.png"))
+    target = submission / file
+    text = target.read_text()
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    target.write_text(text)
+    return run_grade(submission, tmp_path / "out", parts=["part3"], limits=LIMITS)
+
+
+def test_build_without_clear_errors_loses_only_3_1(tmp_path: Path) -> None:
+    graded = grade_edit(
+        tmp_path,
+        "llama/model.py",
+        [
+            (
+                "        unknown = sorted(set(params) - known)\n",
+                "        params = {k: v for k, v in params.items() if k in known}\n"
+                "        unknown = []\n",
+            )
+        ],
+    )
+    assert graded.score("3.1") == 0
+    assert "unknown params.json key" in graded.output("3.1")
+    assert graded.score("3.2") == 4  # the checkpoint itself still loads
+
+
+def test_missing_llama_folder(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "model.py").write_text("x = 1\n")
+    graded = run_grade(tmp_path / "sub", tmp_path / "out", parts=["part3"], limits=LIMITS)
+    assert graded.data["score"] == 0
+    assert "llama/model.py was not found" in graded.output("3.2")
+
+
+def test_generate_returning_strings_is_explained(tmp_path: Path) -> None:
+    graded = grade_edit(
+        tmp_path,
+        "llama/generation.py",
+        [
+            (
+                'return [{"generation": tokenizer.decode(t), "tokens": t} for t in out]',
+                "return [tokenizer.decode(t) for t in out]",
+            )
+        ],
+    )
+    assert graded.score("3.5") == 0
+    assert 'one dict per prompt with a "generation" string' in graded.output("3.5")
+    assert graded.score("3.2") == 4
