@@ -21,13 +21,13 @@ def sample_top_p(probs: torch.Tensor, p: float) -> torch.Tensor:
 
     probs: (B, vocab) -> (B, 1) token ids.
     """
-    probs_sort, probs_idx = torch.sort(probs, dim=-1, descending=True)
-    cumulative = torch.cumsum(probs_sort, dim=-1)
-    # A token is dropped when the tokens ranked above it already reach p.
-    probs_sort[(cumulative - probs_sort) > p] = 0.0
-    probs_sort.div_(probs_sort.sum(dim=-1, keepdim=True))
-    choice = torch.multinomial(probs_sort, num_samples=1)  # (B, 1) index into the sorted order
-    return torch.gather(probs_idx, -1, choice)
+    # TODO (top-p sampling):
+    #   1. sort each row's probabilities in descending order (keep the indices);
+    #   2. take the cumulative sum; a token is dropped when the tokens ranked
+    #      above it already reach p (so the token that crosses p is kept);
+    #   3. renormalise what is left and draw one index per row with torch.multinomial;
+    #   4. map the drawn positions back to token ids with torch.gather.
+    raise NotImplementedError("sample_top_p: top-p (nucleus) sampling (see TODO)")
 
 
 def next_token(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:

@@ -67,8 +67,47 @@ class Part3ForwardChecks(Part3Base):
                     f"Llama.build on a checkpoint with {what} should raise an error naming "
                     f"{wanted!r}; it {did}."
                 )
+        problems += self.cache_allocation_problems()
         if problems:
             self.fail("\n".join(problems))
+
+    def cache_allocation_problems(self) -> list[str]:
+        """With kv_caching off a forward pass must hold no cache (or the memory comparison
+        of the benchmark is meaningless); with it on, Meta's preallocated shape."""
+        tokens = np.array(self.meta()["probe_tokens"], dtype=np.int64)
+        spec = self.meta()["models"]["public"]["params"]
+        head_dim = spec["dim"] // spec["n_heads"]
+        want = [
+            self.meta()["max_batch_size"],
+            self.meta()["max_seq_len"],
+            spec["n_kv_heads"],
+            head_dim,
+        ]
+        problems = []
+        for cache in (False, True):
+            try:
+                self.forward("public", tokens, "no_cache" if not cache else "cached")
+                reply = self.call(
+                    {"op": "cache_shapes", "model": "public", "kv_caching": cache},
+                    {},
+                    f"inspecting cache_k / cache_v (kv_caching={cache})",
+                )
+            except SubmissionError as exc:
+                return [with_output(exc.message, exc.output)]
+            shapes = reply.header.get("shapes", [])
+            held = [pair for pair in shapes if pair != [None, None]]
+            if not cache and held:
+                problems.append(
+                    f"With kv_caching=False a forward pass left caches of shapes {held[0]} in "
+                    "the attention layers; a cache-free model must not allocate cache_k/cache_v."
+                )
+            if cache and (not held or any(pair != [want, want] for pair in shapes)):
+                problems.append(
+                    f"With kv_caching=True every attention layer should hold cache_k and cache_v "
+                    f"of shape {want} (max_batch_size, max_seq_len, n_kv_heads, head_dim); "
+                    f"found {shapes}."
+                )
+        return problems
 
     def broken_checkpoint(self, kind: str) -> str:
         import json

@@ -150,6 +150,18 @@ def run_sample_top_p(pkg: dict[str, Any], probs: np.ndarray, p: float, draws: in
     return torch.stack(out, dim=1).to(torch.int64).numpy()
 
 
+def cache_shapes(model: Any) -> list[list[Any]]:
+    """[cache_k shape, cache_v shape] of every module that has them (None when unset)."""
+    import torch
+
+    found = []
+    for module in model.modules():
+        if hasattr(module, "cache_k") or hasattr(module, "cache_v"):
+            pair = [getattr(module, "cache_k", None), getattr(module, "cache_v", None)]
+            found.append([list(t.shape) if isinstance(t, torch.Tensor) else None for t in pair])
+    return found
+
+
 # ----------------------------------------------------------------- the protocol
 
 
@@ -180,6 +192,8 @@ def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict
         model = MODELS[_key(request)]
         out = run_generate(model, TOKENIZERS[request["tokenizer"]], request["prompts"], request)
         return {"texts": out["texts"], "calls": out["calls"]}, {"step_logits": out["step_logits"]}
+    if op == "cache_shapes":  # what cache_k / cache_v every attention layer holds now
+        return {"shapes": cache_shapes(MODELS[_key(request)])}, {}
     if op == "sample_top_p":
         draws = run_sample_top_p(PACKAGE, arrays["probs"], request["p"], request["draws"])
         return {}, {"draws": draws}
