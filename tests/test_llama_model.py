@@ -390,9 +390,7 @@ def record_calls(model, monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]
 
 
 @pytest.mark.parametrize("kv_caching", [True, False])
-def test_generate_forward_calls(
-    built, monkeypatch: pytest.MonkeyPatch, kv_caching: bool
-) -> None:
+def test_generate_forward_calls(built, monkeypatch: pytest.MonkeyPatch, kv_caching: bool) -> None:
     model, tokenizer = built
     monkeypatch.setattr(tokenizer, "stop_tokens", {-7})  # never generated: no early stop
     min_len = min(len(tokenizer.encode(p, bos=True, eos=False)) for p in COURSE_PROMPTS)
@@ -449,6 +447,34 @@ def test_generate_stop_token_in_a_batch_keeps_other_rows(
     for got, whole in zip(stopped, full, strict=True):
         expected = whole[: whole.index(stop)] if stop in whole else whole
         assert got == expected
+
+
+@pytest.mark.parametrize("kv_caching", [True, False])
+def test_ragged_batch_matches_each_prompt_alone(built, kv_caching: bool) -> None:
+    model, tokenizer = built
+    batch = tokens_of(generate(model, tokenizer, kv_caching=kv_caching, max_gen_len=6))
+    for prompt, got in zip(COURSE_PROMPTS, batch, strict=True):
+        alone = tokens_of(
+            generate(model, tokenizer, [prompt], kv_caching=kv_caching, max_gen_len=6)
+        )
+        assert got == alone[0], prompt
+
+
+def test_stop_token_inside_a_longer_prompt_does_not_stop_it(
+    built, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prompt's own tokens never count as stops, even while a shorter row generates."""
+    model, tokenizer = built
+    short, long = COURSE_PROMPTS[0], COURSE_PROMPTS[3]
+    n_short = len(tokenizer.encode(short, bos=True, eos=False))
+    long_ids = tokenizer.encode(long, bos=True, eos=False)
+    first_short = generate(model, tokenizer, [short], kv_caching=True, max_gen_len=1)[0]
+    stops = {first_short["tokens"][0], long_ids[n_short + 1]}
+    monkeypatch.setattr(tokenizer, "stop_tokens", stops)
+    batch = tokens_of(generate(model, tokenizer, [short, long], kv_caching=True, max_gen_len=6))
+    alone = tokens_of(generate(model, tokenizer, [long], kv_caching=True, max_gen_len=6))
+    assert batch[0] == []
+    assert batch[1] == alone[0] and len(alone[0]) > 0
 
 
 def test_generate_rejects_too_many_prompts(built) -> None:
