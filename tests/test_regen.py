@@ -160,3 +160,40 @@ def test_changing_the_solution_model_is_drift(tmp_path: Path) -> None:
     problems = regen.check(TEST_CASES, changed)
     assert any("public/part2/test_cases.json" in p for p in problems)
     assert any("hidden/part2.json" in p for p in problems)
+
+
+# ---------------------------------------------------------------------- Part 3
+
+
+def test_part3_checkpoint_is_in_metas_layout_and_manifest() -> None:
+    manifest = json.loads((TEST_CASES / "manifest.json").read_text())["files"]
+    ckpt = TEST_CASES / "public" / "part3" / "tiny_llama"
+    for name in ("params.json", "consolidated.00.pth", "tokenizer.model"):
+        assert (ckpt / name).is_file()
+        assert f"public/part3/tiny_llama/{name}" in manifest
+    params = json.loads((ckpt / "params.json").read_text())
+    assert params["n_kv_heads"] < params["n_heads"]  # GQA
+    assert params["use_scaled_rope"] is True
+    # The tokenizer is the head of the real cl100k_base file: rank 0 is byte "!".
+    first = (ckpt / "tokenizer.model").read_text().splitlines()[0]
+    assert first == "IQ== 0"
+
+
+def test_part3_weights_are_reproducible_and_hidden_model_differs() -> None:
+    from grader.cases_part3 import make_weights
+
+    meta = load_cases("part3")
+    for name, spec in meta["models"].items():
+        weights = make_weights(spec["params"], spec["vocab_size"], spec["seed"])
+        from grader.cases_part2 import weights_digest
+
+        assert weights_digest(weights) == spec["weights_sha256"], name
+    hidden = meta["models"]["hidden"]["params"]
+    assert hidden["n_heads"] // hidden["n_kv_heads"] != 2  # another GQA ratio than public
+
+
+def test_part3_schema_rejects_malformed_cases() -> None:
+    data = json.loads((TEST_CASES / "hidden" / "part3.json").read_text())
+    data["cases"][0]["check"] = "2.1"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(data, regen.case_schema("part3"))
