@@ -298,6 +298,7 @@ class Part3Benchmark(Part3Base):
         lines, slow = [], []
         for batch in bench["batch_sizes"]:
             times: dict[bool, list[float]] = {True: [], False: []}
+            peaks: dict[bool, int] = {}
             for i in range(bench["warmup"] + bench["repeats"]):
                 for cache in (False, True):
                     reply = self.generate_or_fail(
@@ -310,6 +311,8 @@ class Part3Benchmark(Part3Base):
                     )
                     if i >= bench["warmup"]:
                         times[cache].append(reply.seconds)
+                    if isinstance(reply.header.get("peak_bytes"), int):
+                        peaks[cache] = max(peaks.get(cache, 0), reply.header["peak_bytes"])
             ratio = statistics.median(times[False]) / statistics.median(times[True])
             lines.append(
                 f"  batch {batch:>2}: without the cache {statistics.median(times[False]):.3f} s, "
@@ -317,6 +320,16 @@ class Part3Benchmark(Part3Base):
             )
             if ratio < bench["min_speedup"][str(batch)]:
                 slow.append(f"batch {batch}: {ratio:.2f}x < {bench['min_speedup'][str(batch)]}x")
+            limit = bench.get("max_peak_memory_ratio")
+            if limit is not None and len(peaks) == 2:  # CUDA: torch.cuda.max_memory_allocated
+                mem = peaks[True] / peaks[False]
+                lines[-1] += (
+                    f", peak memory {peaks[True] / 2**20:.1f} / {peaks[False] / 2**20:.1f} MB"
+                )
+                if mem > limit:
+                    slow.append(
+                        f"batch {batch}: cached peak memory {mem:.2f}x cache-free's > {limit}"
+                    )
         print(
             f"Benchmark ({profile} profile): input {bench['input_len']} tokens, output "
             f"{bench['output_len']}, median of {bench['repeats']} runs\n" + "\n".join(lines)

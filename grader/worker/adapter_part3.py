@@ -116,6 +116,10 @@ def run_generate(
         return out
 
     model.forward = recording_forward
+    cuda = _device() == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     try:
         torch.manual_seed(settings["seed"])
         results = model.generate(
@@ -127,8 +131,11 @@ def run_generate(
             kv_caching=settings["kv_caching"],
             device=_device(),
         )
+        if cuda:
+            torch.cuda.synchronize()
     finally:
         del model.forward
+    peak = int(torch.cuda.max_memory_allocated()) if cuda else None
     texts = []
     for item in results:
         if not isinstance(item, dict) or not isinstance(item.get("generation"), str):
@@ -136,7 +143,7 @@ def run_generate(
         texts.append(item["generation"])
     same_shape = last_logits and all(x.shape == last_logits[0].shape for x in last_logits)
     steps = np.stack(last_logits) if same_shape else np.zeros((0,), np.float32)
-    return {"texts": texts, "calls": calls, "step_logits": steps}
+    return {"texts": texts, "calls": calls, "step_logits": steps, "peak_bytes": peak}
 
 
 def run_sample_top_p(pkg: dict[str, Any], probs: np.ndarray, p: float, draws: int) -> np.ndarray:
@@ -191,7 +198,8 @@ def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict
     if op == "generate":
         model = MODELS[_key(request)]
         out = run_generate(model, TOKENIZERS[request["tokenizer"]], request["prompts"], request)
-        return {"texts": out["texts"], "calls": out["calls"]}, {"step_logits": out["step_logits"]}
+        header = {"texts": out["texts"], "calls": out["calls"], "peak_bytes": out["peak_bytes"]}
+        return header, {"step_logits": out["step_logits"]}
     if op == "cache_shapes":  # what cache_k / cache_v every attention layer holds now
         return {"shapes": cache_shapes(MODELS[_key(request)])}, {}
     if op == "sample_top_p":
