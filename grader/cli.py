@@ -18,6 +18,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
         results_path=Path(args.results),
         parts=parse_parts(args.parts),
         device=args.device,
+        public_only=args.public_only,
     )
     if results is None:
         print(f"grading failed; a fallback results file was written to {args.results}")
@@ -67,6 +68,56 @@ def cmd_mutants(args: argparse.Namespace) -> int:
     return 0 if all(v.ok for v in verdicts) else 1
 
 
+def cmd_build(args: argparse.Namespace) -> int:
+    from grader.build import StaleCases, build_autograder, build_student
+
+    builder = build_autograder if args.what == "autograder" else build_student
+    out = Path(args.out or f"dist/{args.what}.zip")
+    try:
+        path = builder(out=out, check_cases=not args.skip_case_check)
+    except StaleCases as exc:
+        print(exc, file=sys.stderr)
+        print("run `python -m grader regen` first", file=sys.stderr)
+        return 1
+    print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB)")
+    return 0
+
+
+def cmd_run_local(args: argparse.Namespace) -> int:
+    from grader.build import build_autograder
+    from grader.report import failure_details, score_table
+    from grader.run_local import run_local
+
+    zip_path = Path(args.zip) if args.zip else build_autograder(out=Path("dist/autograder.zip"))
+    results, tree = run_local(submission=Path(args.submission), zip_path=zip_path, keep=args.keep)
+    print(score_table(results) if results.tests else results.output)
+    if args.details and results.tests:
+        print(failure_details(results))
+    if args.keep:
+        print(f"Gradescope tree kept at {tree}")
+    return 0
+
+
+def cmd_gradescope(args: argparse.Namespace) -> int:
+    from grader.autograder import main as autograde
+
+    return autograde(root=Path(args.root), parts=parse_parts(args.parts))
+
+
+def cmd_batch(args: argparse.Namespace) -> int:
+    from grader.batch import main as batch
+
+    summary = batch(
+        export_dir=Path(args.export_dir),
+        out_dir=Path(args.out),
+        jobs=args.jobs,
+        parts=parse_parts(args.parts),
+        timeout_s=args.timeout,
+    )
+    print(summary)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m grader", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -78,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     g.add_argument("--table", action="store_true", help="print a score table")
     g.add_argument("--details", action="store_true", help="with --table: print failed feedback")
+    g.add_argument(
+        "--public-only", action="store_true", help="leave out the hidden-case checks (self-check)"
+    )
     g.set_defaults(func=cmd_grade)
 
     r = sub.add_parser("regen", help="regenerate test_cases/ from solution/")
@@ -88,6 +142,32 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--parts", default="", help="comma-separated part tags (default: all)")
     m.add_argument("--only", default="", help="comma-separated mutant names (default: all)")
     m.set_defaults(func=cmd_mutants)
+
+    b = sub.add_parser("build", help="build the Gradescope autograder zip or the student zip")
+    b.add_argument("what", choices=["autograder", "student"])
+    b.add_argument("--out", default="", help="zip path (default dist/<what>.zip)")
+    b.add_argument("--skip-case-check", action="store_true", help=argparse.SUPPRESS)
+    b.set_defaults(func=cmd_build)
+
+    lr = sub.add_parser("run-local", help="run the autograder zip on a submission as Gradescope")
+    lr.add_argument("submission", help="folder holding the student's files")
+    lr.add_argument("--zip", default="", help="autograder zip (default: build dist/autograder.zip)")
+    lr.add_argument("--keep", action="store_true", help="keep the temporary /autograder tree")
+    lr.add_argument("--details", action="store_true", help="print failed checks' feedback")
+    lr.set_defaults(func=cmd_run_local)
+
+    gs = sub.add_parser("gradescope", help="what run_autograder calls inside Gradescope")
+    gs.add_argument("--root", default="/autograder", help="the Gradescope tree")
+    gs.add_argument("--parts", default="", help="comma-separated part tags (default: all)")
+    gs.set_defaults(func=cmd_gradescope)
+
+    ba = sub.add_parser("batch", help="regrade a Gradescope 'Export Submissions' folder")
+    ba.add_argument("export_dir", help="the unzipped export (submission_metadata.yml + folders)")
+    ba.add_argument("--out", required=True, help="folder for results, scores.csv and the summary")
+    ba.add_argument("--jobs", type=int, default=2, help="submissions graded at once")
+    ba.add_argument("--parts", default="", help="comma-separated part tags (default: all)")
+    ba.add_argument("--timeout", type=float, default=900, help="seconds per submission")
+    ba.set_defaults(func=cmd_batch)
     return parser
 
 

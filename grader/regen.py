@@ -8,8 +8,10 @@ a TA knows whether the committed cases still match the solution.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
+import io
 import json
 import shutil
 import sys
@@ -87,7 +89,9 @@ def build_part3(solution: Path = SOLUTION) -> CaseFiles:
         for mutant in load_mutants("part3"):
             roots[mutant.name] = mutant.materialise(solution)
         diagnoses = {m.name: m.diagnosis for m in load_mutants("part3")}
-        return cases_part3_build.build(solution, roots, diagnoses)
+        # The tokenizer announces every load on stdout, as Meta's does: keep regen quiet.
+        with contextlib.redirect_stdout(io.StringIO()):
+            return cases_part3_build.build(solution, roots, diagnoses)
     finally:
         for root in roots.values():
             shutil.rmtree(root, ignore_errors=True)

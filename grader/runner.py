@@ -41,14 +41,21 @@ def check_classes(part: str) -> list[type[GradedTestCase]]:
     ]
 
 
-def build_suite(ctx: GradingContext, parts: list[str]) -> unittest.TestSuite:
-    """The checks of ``parts``, each class bound to this run's context."""
+def build_suite(
+    ctx: GradingContext, parts: list[str], public_only: bool = False
+) -> unittest.TestSuite:
+    """The checks of ``parts``, each class bound to this run's context (without the
+    hidden-case checks when ``public_only``: a student's self-check)."""
     loader = unittest.TestLoader()
     suite = unittest.TestSuite()
     for part in parts:
         for cls in check_classes(part):
             bound = type(cls.__name__, (cls,), {"ctx": ctx, "__module__": cls.__module__})
-            suite.addTests(loader.loadTestsFromTestCase(bound))
+            for test in loader.loadTestsFromTestCase(bound):
+                method = getattr(type(test), test._testMethodName)
+                if public_only and "hidden" in getattr(method, "__tags__", ()):
+                    continue
+                suite.addTest(test)
     return suite
 
 
@@ -83,6 +90,7 @@ def grade(
     limits: Limits | None = None,
     cases_root: Path = TEST_CASES,
     identity: WorkerIdentity | None = None,
+    public_only: bool = False,
 ) -> GradingResults | None:
     """Grade ``submission`` and write ``results_path``; return the results (None on a crash)."""
     parts = parts or list(PARTS)
@@ -108,7 +116,7 @@ def grade(
             # each other, turning milliseconds into seconds.
             threads=int(os.environ.get("KVGRADER_THREADS", "1")),
         )
-        results = run_suite(build_suite(ctx, parts))
+        results = run_suite(build_suite(ctx, parts, public_only))
         notes = [
             f"{PARTS[p].main_file} was not found in your submission, so {p} scores 0."
             for p, base in bases.items()

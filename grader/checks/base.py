@@ -24,9 +24,20 @@ from grader.points import part_of, points
 
 
 def check(
-    num: str, *, vis: str = "visible", partial: bool = False, extra_tags: tuple[str, ...] = ()
+    num: str,
+    *,
+    vis: str = "visible",
+    partial: bool = False,
+    hidden: bool = False,
+    extra_tags: tuple[str, ...] = (),
 ) -> Callable[[Callable], Callable]:
-    """Mark a test method as graded check ``num`` with its points, part tag and visibility."""
+    """Mark a test method as graded check ``num`` with its points, part tag and visibility.
+
+    ``hidden`` checks use cases only the autograder has; they carry the tag
+    "hidden", so a student's self-check can leave them out.
+    """
+    if hidden:
+        extra_tags = (*extra_tags, "hidden")
 
     def decorate(fn: Callable) -> Callable:
         w = points(num)

@@ -58,13 +58,13 @@ class Part2ForwardChecks(Part2Base):
         """2.5 prefill, then decode in chunks of 3 tokens with the cache"""
         self.score("2.5", self.run_public("2.5", "chunks", "expected_logits_no_cache"), set_score)
 
-    @check("2.6", partial=True)
+    @check("2.6", partial=True, hidden=True)
     def test_hidden_without_cache(self, set_score: Any = None) -> None:
         """2.6 hidden: other weights and sizes, batches, up to max_seq_len, without the cache"""
         self.require_hidden()
         self.score("2.6", self.run_hidden("2.6"), set_score, what="hidden cases")
 
-    @check("2.7", partial=True)
+    @check("2.7", partial=True, hidden=True)
     def test_hidden_with_cache(self, set_score: Any = None) -> None:
         """2.7 hidden: the same with the cache, one token at a time and in chunks"""
         self.require_hidden()

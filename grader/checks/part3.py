@@ -137,7 +137,7 @@ class Part3ForwardChecks(Part3Base):
         """3.3 forward with the cache: one token per call, and chunks at start_pos > 0"""
         self.run_cases("3.3", ("cached", "chunked"), set_score)
 
-    @check("3.4", partial=True)
+    @check("3.4", partial=True, hidden=True)
     def test_hidden_forward(self, set_score: Any = None) -> None:
         """3.4 hidden: other sizes (6 query heads per 2 KV heads), batches, up to max_seq_len"""
         self.require_hidden()
@@ -250,7 +250,7 @@ class Part3GenerateChecks(Part3Base):
             + self.name_mistakes("second_call", observed)
         )
 
-    @check("3.9")
+    @check("3.9", hidden=True)
     def test_hidden_generation(self) -> None:
         """3.9 hidden: greedy generation on the hidden model, with and without the cache"""
         self.require_hidden()

