@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -58,10 +58,10 @@ class Submitter:
 class Row:
     """One submission's line of ``scores.csv``."""
 
-    submission_id: str
+    submission_id: str  # the export's folder name
     submitters: list[Submitter]
     status: str  # one of STATUSES
-    parts: dict[str, float | None]  # None: no check of that part in the results
+    parts: dict[str, float | None]  # None: the results hold no check of that part
     total: float
     max_score: float
 
@@ -71,38 +71,26 @@ class CheckRate:
     number: str
     name: str
     passed: int
-    total: int
-
-    @property
-    def percent(self) -> float:
-        return 100.0 * self.passed / self.total if self.total else 0.0
+    total: int  # results files that contain this check
 
 
 @dataclass
 class BatchSummary:
-    """What a batch produced: rows sorted by submission id, and aggregate numbers."""
+    """What a batch produced: rows sorted by submission id, and the aggregate numbers."""
 
     out_dir: Path
     rows: list[Row]
-    counts: dict[str, int]
+    counts: dict[str, int]  # submissions per status
     stats: dict[str, float]  # mean / median / min / max of the totals
-    rates: list[CheckRate] = field(default_factory=list)
-    elapsed_s: float = 0.0
+    rates: list[CheckRate]
+    elapsed_s: float
 
 
 class _Loader(yaml.SafeLoader):
     """Safe loading that reads Ruby-tagged values (``!ruby/object:...``) as plain data."""
 
 
-def _untagged(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
-    if isinstance(node, yaml.MappingNode):
-        return loader.construct_mapping(node, deep=True)
-    if isinstance(node, yaml.SequenceNode):
-        return loader.construct_sequence(node, deep=True)
-    return loader.construct_scalar(node)
-
-
-_Loader.add_multi_constructor("!", _untagged)
+_Loader.add_multi_constructor("!", lambda ld, _tag, node: getattr(ld, f"construct_{node.id}")(node))
 
 
 def _plain_keys(value: Any) -> Any:
@@ -111,9 +99,7 @@ def _plain_keys(value: Any) -> Any:
         return {
             (k.lstrip(":") if isinstance(k, str) else k): _plain_keys(v) for k, v in value.items()
         }
-    if isinstance(value, list):
-        return [_plain_keys(v) for v in value]
-    return value
+    return [_plain_keys(v) for v in value] if isinstance(value, list) else value
 
 
 def parse_metadata(text: str) -> dict[str, list[Submitter]]:
@@ -122,12 +108,10 @@ def parse_metadata(text: str) -> dict[str, list[Submitter]]:
         data = _plain_keys(yaml.load(text, Loader=_Loader))  # _Loader is a SafeLoader
     except yaml.YAMLError as exc:
         raise ExportError(f"{METADATA} is not valid YAML: {exc}") from exc
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
+    if not isinstance(data or {}, dict):
         raise ExportError(f"{METADATA} must map submission folders to their metadata")
     found: dict[str, list[Submitter]] = {}
-    for folder, entry in data.items():
+    for folder, entry in (data or {}).items():
         if not isinstance(entry or {}, dict):
             raise ExportError(f"{METADATA}: the entry of {folder!r} is not a mapping")
         people = (entry or {}).get("submitters") or []
@@ -135,13 +119,13 @@ def parse_metadata(text: str) -> dict[str, list[Submitter]]:
             raise ExportError(f"{METADATA}: the submitters of {folder!r} are not a list")
         found[str(folder)] = [
             Submitter(*(str(p.get(k) or "") for k in ("name", "sid", "email")))
-            for p in people
+            for p in people or []
             if isinstance(p, dict)
         ]
     return found
 
 
-def natural_key(name: str) -> list[Any]:
+def natural_key(name: str) -> list[tuple[int, Any]]:
     """Sort ``submission_9`` before ``submission_10``."""
     return [(0, int(x)) if x.isdigit() else (1, x) for x in re.split(r"(\d+)", name)]
 
@@ -150,33 +134,42 @@ def part_scores(data: dict[str, Any]) -> dict[str, float | None]:
     """Sum of the scores of the checks tagged with each part (None where a part has none)."""
     scores: dict[str, float | None] = dict.fromkeys(PARTS)
     for test in data.get("tests", []):
-        for part in PARTS:
-            if part in (test.get("tags") or []):
-                scores[part] = (scores[part] or 0.0) + float(test.get("score") or 0.0)
+        for part in set(PARTS) & set(test.get("tags") or []):
+            scores[part] = (scores[part] or 0.0) + float(test.get("score") or 0.0)
     return scores
 
 
 def pass_rates(results: list[dict[str, Any]]) -> list[CheckRate]:
-    """Per numbered check: how many of the results that contain it passed it."""
+    """Per numbered check: how many of the results files that contain it passed it.
+    Unnumbered entries (a fallback's "Autograder error") are not checks and are left out."""
     table: dict[str, list[Any]] = {}
     for data in results:
-        for test in data.get("tests", []):
-            if not test.get("number"):
-                continue  # the fallback's "Autograder error" is not a check
+        for test in (t for t in data.get("tests", []) if t.get("number")):
             entry = table.setdefault(test["number"], [test.get("name", ""), 0, 0])
-            entry[1] += test.get("status", "failed") == "passed"
+            entry[1] += test.get("status") == "passed"
             entry[2] += 1
     return [CheckRate(n, *table[n]) for n in sorted(table, key=natural_key)]
 
 
 def histogram(totals: list[float], *, max_score: float, bins: int = 10) -> list[tuple]:
-    """``(low, high, count)`` for ``bins`` equal bins from 0 to the top score; the last
-    bin includes its upper edge."""
+    """``(low, high, count)`` for ``bins`` equal bins from 0 to the top score (the last bin
+    includes its upper edge), so runs with the same maximum are comparable."""
     top = max([max_score, *totals, 0.0]) or 1.0
     counts = [0] * bins
     for total in totals:
         counts[min(max(int(total / top * bins), 0), bins - 1)] += 1
     return [(i * top / bins, (i + 1) * top / bins, c) for i, c in enumerate(counts)]
+
+
+def score_stats(totals: list[float]) -> dict[str, float]:
+    if not totals:
+        return dict.fromkeys(("mean", "median", "min", "max"), 0.0)
+    return {
+        "mean": statistics.fmean(totals),
+        "median": float(statistics.median(totals)),
+        "min": min(totals),
+        "max": max(totals),
+    }
 
 
 def load_valid(path: Path) -> dict[str, Any] | None:
@@ -192,41 +185,40 @@ def load_valid(path: Path) -> dict[str, Any] | None:
 def _kill_tree(proc: subprocess.Popen) -> None:
     """Kill the grader's process group and its workers (which lead groups of their own)."""
     try:
-        kids = psutil.Process(proc.pid).children(recursive=True)
+        kids = [k.pid for k in psutil.Process(proc.pid).children(recursive=True)]
     except psutil.Error:
         kids = []
-    for pid in [proc.pid, *(k.pid for k in kids)]:
+    for pid in [proc.pid, *kids]:
         with contextlib.suppress(OSError):
-            os.killpg(pid, signal.SIGKILL)
-    for kid in kids:
-        with contextlib.suppress(psutil.Error):
-            kid.kill()
+            os.killpg(pid, signal.SIGKILL)  # a group led by pid, if there is one
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
     proc.wait()
 
 
 def grade_one(
     submission: Path, results: Path, *, parts: list[str], timeout_s: float, python: str
 ) -> str:
-    """Grade one folder in a child process; return its status. Never raises: on a timeout,
-    a crash or an invalid file, a fallback results file says what happened."""
+    """Grade one folder in a child process and return its status. Never raises: after a
+    timeout, a crash or an invalid file a fallback results file says what happened."""
     results.parent.mkdir(parents=True, exist_ok=True)
-    results.unlink(missing_ok=True)
-    cmd = [python, "-m", "grader", "grade", str(submission.resolve()), "--results", str(results)]
-    cmd += ["--parts", ",".join(parts)]
-    # The grader's sandboxes go in a folder of our own, removed even if we kill it.
+    results.unlink(missing_ok=True)  # never mistake a stale file for this run's
+    cmd = [python, "-m", "grader", "grade", str(submission), "--results", str(results)]
+    # The grader's sandboxes go in a folder of ours, removed even when the grader is killed;
+    # 0o711 lets the unprivileged worker user reach its sandbox inside.
     tmp = Path(tempfile.mkdtemp(prefix="kvbatch-"))
-    tmp.chmod(0o711)  # the worker user must reach its sandbox inside
+    tmp.chmod(0o711)
     status, reason = "graded", ""
     try:
         with open(results.parent / "grader.log", "wb") as log:
             proc = subprocess.Popen(
-                cmd,
+                [*cmd, "--parts", ",".join(parts)],
                 cwd=PROJECT_ROOT,
+                env={**os.environ, "TMPDIR": str(tmp)},
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                env={**os.environ, "TMPDIR": str(tmp)},
             )
             try:
                 code = proc.wait(timeout=timeout_s)
@@ -237,9 +229,9 @@ def grade_one(
         if status == "graded" and data is None:
             status, reason = "error", f"The grader exited ({code}) without a valid results file."
         elif data and [t.get("name") for t in data["tests"]] == ["Autograder error"]:
-            status = "error"  # the grader's own fallback: it failed, and says so
+            status = "error"  # the grader's own fallback: it failed, and the file says so
     except Exception as exc:
-        status, reason = "error", f"The grader could not be run: {type(exc).__name__}: {exc}"
+        status, reason = "error", f"The grader could not be run ({type(exc).__name__}: {exc})."
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if reason:
@@ -249,34 +241,16 @@ def grade_one(
 
 
 def make_row(sub_id: str, people: list[Submitter], data: dict[str, Any], status: str) -> Row:
-    """A CSV row from one results file."""
     max_score = sum(float(t.get("max_score") or 0.0) for t in data.get("tests", []))
     return Row(sub_id, people, status, part_scores(data), float(data["score"]), max_score)
 
 
-class _Progress:
-    """``[ 7/20] graded submission_123 (12/20) 0:00:41`` rewritten in place on stderr."""
-
-    def __init__(self, total: int, enabled: bool) -> None:
-        self.total, self.enabled, self.done, self.width = total, enabled, 0, 0
-        self.started = time.monotonic()
-
-    def update(self, row: Row) -> None:
-        self.done += 1
-        if not self.enabled:
-            return
-        elapsed = timedelta(seconds=int(time.monotonic() - self.started))
-        line = (
-            f"[{self.done:>{len(str(self.total))}}/{self.total}] {row.status} "
-            f"{row.submission_id} ({row.total:g}/{row.max_score:g}) {elapsed}"
-        )
-        sys.stderr.write("\r" + line.ljust(self.width))
-        sys.stderr.flush()
-        self.width = len(line)
-
-    def close(self) -> None:
-        if self.enabled and self.done:
-            sys.stderr.write("\n")
+def progress_line(done: int, total: int, row: Row, elapsed_s: float) -> str:
+    """``[ 7/20] graded submission_123 (12/20) 0:00:41``."""
+    return (
+        f"[{done:>{len(str(total))}}/{total}] {row.status} {row.submission_id} "
+        f"({row.total:g}/{row.max_score:g}) {timedelta(seconds=int(elapsed_s))}"
+    )
 
 
 def main(
@@ -296,57 +270,46 @@ def main(
     try:
         metadata = parse_metadata((export_dir / METADATA).read_text())
     except OSError as exc:
-        raise ExportError(f"cannot read {export_dir / METADATA}: {exc}") from exc
-    folders = sorted(
-        (
-            p.name
-            for p in export_dir.iterdir()
-            if p.is_dir() and p != out_dir and not p.name.startswith(".")
-        ),
-        key=natural_key,
-    )
+        raise ExportError(f"cannot read {METADATA} in {export_dir}: {exc}") from exc
+    dirs = [p for p in export_dir.iterdir() if p.is_dir() and p != out_dir]
+    folders = sorted((p.name for p in dirs if not p.name.startswith(".")), key=natural_key)
     for missing in sorted(set(metadata) - set(folders), key=natural_key):
         print(f"warning: {missing} is in {METADATA} but has no folder", file=sys.stderr)
-    bar, rows = _Progress(len(folders), progress), {}
     results_of = {f: out_dir / "results" / f / "results.json" for f in folders}
+    rows: dict[str, Row] = {}
+    width = 0
+
+    def record(folder: str, data: dict[str, Any], status: str) -> None:
+        nonlocal width
+        rows[folder] = make_row(folder, metadata.get(folder, []), data, status)
+        if progress:
+            line = progress_line(len(rows), len(folders), rows[folder], time.monotonic() - started)
+            sys.stderr.write("\r" + line.ljust(width))
+            sys.stderr.flush()
+            width = len(line)
+
     todo = []
     for folder in folders:
         data = load_valid(results_of[folder])
         if data is None:
             todo.append(folder)
-            continue
-        rows[folder] = make_row(folder, metadata.get(folder, []), data, "skipped")
-        bar.update(rows[folder])
+        else:
+            record(folder, data, "skipped")
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {
-            pool.submit(
-                grade_one,
-                export_dir / f,
-                results_of[f],
-                parts=parts,
-                timeout_s=timeout_s,
-                python=python,
-            ): f
-            for f in todo
-        }
+        run = dict(parts=parts, timeout_s=timeout_s, python=python)
+        futures = {pool.submit(grade_one, export_dir / f, results_of[f], **run): f for f in todo}
         for future in as_completed(futures):
             folder = futures[future]
-            data = load_valid(results_of[folder]) or fallback_results("no results")
-            rows[folder] = make_row(folder, metadata.get(folder, []), data, future.result())
-            bar.update(rows[folder])
-    bar.close()
+            data = load_valid(results_of[folder]) or fallback_results("no results file")
+            record(folder, data, future.result())
+    if progress and rows:
+        sys.stderr.write("\n")
     ordered = [rows[f] for f in folders]
-    totals = [r.total for r in ordered]
     summary = BatchSummary(
         out_dir=out_dir,
         rows=ordered,
         counts={s: sum(r.status == s for r in ordered) for s in STATUSES},
-        stats={
-            "mean": statistics.fmean(totals) if totals else 0.0,
-            "median": statistics.median(totals) if totals else 0.0,
-            "min": min(totals, default=0.0),
-            "max": max(totals, default=0.0),
-        },
+        stats=score_stats([r.total for r in ordered]),
         rates=pass_rates([d for f in folders if (d := load_valid(results_of[f]))]),
         elapsed_s=time.monotonic() - started,
     )
@@ -368,42 +331,51 @@ def write_outputs(summary: BatchSummary) -> None:
                 "; ".join(getattr(p, k) for p in r.submitters) for k in ("name", "email", "sid")
             ]
             scores = ["" if r.parts[p] is None else f"{r.parts[p]:g}" for p in PARTS]
-            totals = [f"{r.total:g}", f"{r.max_score:g}", r.status]
-            writer.writerow([r.submission_id, *people, *scores, *totals])
+            writer.writerow(
+                [r.submission_id, *people, *scores, f"{r.total:g}", f"{r.max_score:g}", r.status]
+            )
     top = max((r.max_score for r in summary.rows), default=0.0)
     bins = histogram([r.total for r in summary.rows], max_score=top)
     _plot(bins, out / "score_histogram.png")
-    stats = {k: round(v, 4) for k, v in summary.stats.items()}
+    rates = [{**asdict(c), "percent": round(100 * c.passed / c.total, 1)} for c in summary.rates]
     doc = {
         "submissions": len(summary.rows),
         "counts": summary.counts,
-        "total": stats,
+        "total": {k: round(v, 4) for k, v in summary.stats.items()},
         "max_score": top,
         "elapsed_s": round(summary.elapsed_s, 2),
         "histogram": [{"low": lo, "high": hi, "count": c} for lo, hi, c in bins],
-        "pass_rates": [{**asdict(c), "percent": round(c.percent, 1)} for c in summary.rates],
+        "pass_rates": rates,
     }
     (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
-    lines = [
-        "# Regrade summary",
-        "",
-        f"{len(summary.rows)} submissions: "
-        + ", ".join(f"{n} {s}" for s, n in summary.counts.items())
-        + f" ({summary.elapsed_s:.0f} s).",
-        "",
-        f"Total (of {top:g}): mean {stats['mean']:g}, median {stats['median']:g}, "
-        f"min {stats['min']:g}, max {stats['max']:g}.",
-        "",
-        "![score histogram](score_histogram.png)",
-        "",
-        "| check | name | passed | % |",
-        "| --- | --- | --- | --- |",
-        *(
-            f"| {c.number} | {c.name.replace('|', '/')} | {c.passed}/{c.total} | {c.percent:.0f} |"
-            for c in summary.rates
-        ),
-    ]
-    (out / "summary.md").write_text("\n".join(lines) + "\n")
+    (out / "summary.md").write_text(render_markdown(doc))
+
+
+def render_markdown(doc: dict[str, Any]) -> str:
+    """``summary.md`` from the numbers of ``summary.json``."""
+    counts = ", ".join(f"{n} {s}" for s, n in doc["counts"].items())
+    t = doc["total"]
+    return "\n".join(
+        [
+            "# Regrade summary",
+            "",
+            f"{doc['submissions']} submissions: {counts} ({doc['elapsed_s']:.0f} s).",
+            "",
+            f"Total out of {doc['max_score']:g}: mean {t['mean']:.2f}, median {t['median']:g}, "
+            f"min {t['min']:g}, max {t['max']:g}.",
+            "",
+            "![score histogram](score_histogram.png)",
+            "",
+            "| check | name | passed | % |",
+            "| --- | --- | --- | --- |",
+            *(
+                f"| {r['number']} | {r['name'].replace('|', '/')} | {r['passed']}/{r['total']} "
+                f"| {r['percent']:.0f} |"
+                for r in doc["pass_rates"]
+            ),
+            "",
+        ]
+    )
 
 
 def _plot(bins: list[tuple], path: Path) -> None:
@@ -413,25 +385,18 @@ def _plot(bins: list[tuple], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.bar(
-        [lo for lo, _, _ in bins],
-        [c for *_, c in bins],
-        width=bins[0][1] - bins[0][0],
-        align="edge",
-        edgecolor="black",
-    )
-    ax.set_xlabel("total score")
-    ax.set_ylabel("submissions")
-    ax.set_title("Regraded scores")
+    lows, counts = [b[0] for b in bins], [b[2] for b in bins]
+    ax.bar(lows, counts, width=bins[0][1] - bins[0][0], align="edge", edgecolor="black")
+    ax.set(xlabel="total score", ylabel="submissions", title="Regraded scores")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``batch`` options, shared by ``python -m grader.batch`` and the main CLI."""
-    parser.add_argument("export_dir", help="Gradescope 'Export Submissions' folder (unzipped)")
-    parser.add_argument("--out", required=True, help="output folder (re-runs resume here)")
+    """The ``batch`` options, for ``python -m grader.batch`` or a subcommand of the CLI."""
+    parser.add_argument("export_dir", help="Gradescope 'Export Submissions' folder, unzipped")
+    parser.add_argument("--out", required=True, help="output folder (a re-run resumes here)")
     parser.add_argument("--jobs", type=int, default=2, help="submissions graded at once")
     parser.add_argument("--parts", default="", help="comma-separated part tags (default: all)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per submission")
@@ -439,13 +404,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
-    """Run :func:`main` from parsed arguments: 0 once outputs are written, 2 on a bad export."""
+    """:func:`main` from parsed arguments: 0 once the outputs are written, 2 on a bad export
+    or an unknown part."""
     try:
         summary = main(
             export_dir=Path(args.export_dir),
             out_dir=Path(args.out),
             jobs=args.jobs,
-            parts=parse_parts(args.parts),  # raises ValueError on an unknown part
+            parts=parse_parts(args.parts),
             timeout_s=args.timeout,
             progress=not args.quiet,
         )
@@ -457,6 +423,6 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(prog="python -m grader.batch", description=__doc__.split("\n")[0])
-    add_arguments(p)
-    sys.exit(cmd_batch(p.parse_args()))
+    cli = argparse.ArgumentParser(prog="python -m grader.batch", description=__doc__.split("\n")[0])
+    add_arguments(cli)
+    sys.exit(cmd_batch(cli.parse_args()))

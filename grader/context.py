@@ -63,6 +63,12 @@ class GradingContext:
                 f"assignment/ and in every folder). Upload it and resubmit.",
                 kind="missing",
             )
+        # One worker alive at a time: each holds its own torch (hundreds of MB), and
+        # Gradescope's default container has 768 MB. Parts are graded one after
+        # another, so a stopped worker is rarely needed again (it would restart).
+        for other, client in self._workers.items():
+            if other != part and client.running:
+                client.stop()
         if part not in self._workers:
             self._workers[part] = WorkerClient(
                 part=part,

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+
+import pytest
 
 from grader import autograder
 from grader.autograder import SubmissionLimit, limit_verdict, over_limit_results
 from grader.results import validate_results
-from tests.conftest import SOLUTION
+from tests.conftest import ROOT, SOLUTION
 
 NOW = datetime(2026, 11, 20, 12, 0, tzinfo=timezone.utc)
 
@@ -89,3 +92,34 @@ def test_main_grades_within_the_limit(tmp_path: Path, monkeypatch) -> None:
 
 def test_shipped_config_has_the_limit_off() -> None:
     assert autograder.load_limit() == SubmissionLimit(0, 24.0)
+
+
+def test_only_one_worker_is_alive_at_a_time() -> None:
+    from grader.context import GradingContext
+
+    class FakeClient:
+        def __init__(self) -> None:
+            self.running = True
+            self.stopped = 0
+
+        def stop(self) -> None:
+            self.running = False
+            self.stopped += 1
+
+    ctx = GradingContext(sandbox=None, limits=None, device="cpu", bases={})  # type: ignore[arg-type]
+    part1, part2 = FakeClient(), FakeClient()
+    ctx._workers.update(part1=part1, part2=part2)
+    assert ctx.worker("part2") is part2
+    assert part1.stopped == 1 and part2.stopped == 0 and part2.running
+
+
+@pytest.mark.slow
+def test_grading_budget_fits_gradescope_defaults() -> None:
+    """Whole run under 768 MB (PSS of parent and workers) and under 60 s on 2 cores."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import grading_budget
+
+    figures = grading_budget.measure(SOLUTION, half_cpu=False)
+    assert figures["score"] == 80
+    assert figures["peak_pss_mib"] < 768
+    assert figures["seconds"] < 60

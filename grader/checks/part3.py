@@ -306,6 +306,7 @@ class Part3Benchmark(Part3Base):
                         cache,
                         model="bench",
                         max_gen_len=bench["output_len"],
+                        record_logits=False,
                         timeout=max(self.ctx.limits.request_timeout_s, 60.0),
                         key=f"timed generate {batch} {cache}",
                     )

@@ -142,6 +142,7 @@ class Part3Base(GradedTestCase):
             "temperature": kw.pop("temperature", gen["temperature"]),
             "top_p": gen["top_p"],
             "seed": gen["seed"],
+            "record_logits": kw.pop("record_logits", True),
         }
         if model != "public":  # other models share the public checkpoint's tokenizer
             self.ensure("public", True)

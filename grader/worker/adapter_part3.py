@@ -106,13 +106,15 @@ def run_generate(
 
     calls: list[list[int]] = []
     last_logits: list[np.ndarray] = []
+    record = settings.get("record_logits", True)
     original = model.forward
 
     def recording_forward(tokens: Any, start_pos: Any, *args: Any, **kwargs: Any) -> Any:
         out = original(tokens, start_pos, *args, **kwargs)
         calls.append([int(start_pos), int(tokens.shape[1])])
-        if isinstance(out, torch.Tensor) and out.ndim == 3:
-            last_logits.append(out[:, -1].detach().to("cpu", torch.float32).numpy())
+        if record and isinstance(out, torch.Tensor) and out.ndim == 3:
+            # A copy: a view would keep every step's whole (B, T, vocab) logits alive.
+            last_logits.append(out[:, -1].detach().to("cpu", torch.float32).numpy().copy())
         return out
 
     model.forward = recording_forward

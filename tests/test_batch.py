@@ -1,0 +1,327 @@
+"""The batch regrader: metadata parsing, aggregation, and a 20-submission export end to end."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+from grader import batch
+from grader.batch import (
+    CheckRate,
+    ExportError,
+    Submitter,
+    histogram,
+    parse_metadata,
+    part_scores,
+    pass_rates,
+)
+from grader.results import validate_results
+from tests.conftest import ROOT, SOLUTION
+from tests.export_factory import Entry, build_export, metadata_yaml, plan_export
+
+GRADESCOPE_YAML = """\
+submission_123456789:
+  :submitters:
+  - :name: Ada Lovelace
+    :sid: '1001'
+    :email: ada@example.edu
+  - :name: Charles Babbage
+    :sid: 1002
+    :email: cb@example.edu
+  :created_at: 2026-10-01 12:00:00.000000000 -07:00
+  :score: 12.0
+  :status: processed
+submission_2:
+  submitters:
+  - name: Grace Hopper
+    sid: '1003'
+    email: grace@example.edu
+  score: !ruby/object:BigDecimal 18:0.12e2
+"""
+
+
+# ------------------------------------------------------------------ parse_metadata
+
+
+def test_parse_metadata_reads_colon_and_plain_keys_and_every_submitter() -> None:
+    meta = parse_metadata(GRADESCOPE_YAML)
+    assert meta == {
+        "submission_123456789": [
+            Submitter("Ada Lovelace", "1001", "ada@example.edu"),
+            Submitter("Charles Babbage", "1002", "cb@example.edu"),
+        ],
+        "submission_2": [Submitter("Grace Hopper", "1003", "grace@example.edu")],
+    }
+
+
+def test_parse_metadata_tolerates_missing_fields_and_empty_entries() -> None:
+    meta = parse_metadata("submission_1:\n  :submitters:\n  - :name: Solo\nsubmission_2:\n")
+    assert meta == {"submission_1": [Submitter("Solo", "", "")], "submission_2": []}
+    assert parse_metadata("") == {}
+
+
+def test_parse_metadata_matches_the_factorys_yaml() -> None:
+    entries = plan_export(seed=3)
+    meta = parse_metadata(metadata_yaml(entries))
+    assert set(meta) == {e.folder for e in entries if e.in_metadata}
+    for e in entries:
+        if e.in_metadata:
+            assert [p.name for p in meta[e.folder]] == [p["name"] for p in e.submitters]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["submission_1: [unclosed", "- just\n- a list\n", "submission_1: 5\n", "s:\n  :submitters: 7"],
+)
+def test_parse_metadata_rejects_invalid_yaml_clearly(text: str) -> None:
+    with pytest.raises(ExportError, match=r"submission_metadata\.yml"):
+        parse_metadata(text)
+
+
+def test_missing_or_invalid_metadata_exits_2(tmp_path: Path) -> None:
+    (tmp_path / "submission_1").mkdir()
+    args = argparse.Namespace(
+        export_dir=str(tmp_path), out=str(tmp_path / "out"), jobs=1, parts="part1", timeout=5.0,
+        quiet=True,
+    )  # fmt: skip
+    with pytest.raises(ExportError, match=r"cannot read submission_metadata\.yml"):
+        batch.main(export_dir=tmp_path, out_dir=tmp_path / "out", progress=False)
+    assert batch.cmd_batch(args) == 2
+    (tmp_path / "submission_metadata.yml").write_text("submission_1: [unclosed")
+    proc = subprocess.run(
+        [sys.executable, "-m", "grader.batch", str(tmp_path), "--out", str(tmp_path / "out")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert "submission_metadata.yml is not valid YAML" in proc.stderr
+    assert not (tmp_path / "out" / "results").exists()  # nothing was graded
+
+
+# ------------------------------------------------------------------ aggregation
+
+
+def _test(number: str, score: float, max_score: float, part: str, passed: bool) -> dict:
+    return {
+        "name": f"{number} check",
+        "number": number,
+        "score": score,
+        "max_score": max_score,
+        "status": "passed" if passed else "failed",
+        "tags": [part],
+    }
+
+
+def test_part_scores_sums_tagged_checks_and_marks_absent_parts() -> None:
+    data = {
+        "score": 5.5,
+        "tests": [
+            _test("1.1", 2, 2, "part1", True),
+            _test("1.2", 0.5, 1, "part1", False),
+            _test("2.1", 3, 4, "part2", False),
+            {"name": "untagged", "score": 9, "max_score": 9},
+        ],
+    }
+    assert part_scores(data) == {"part1": 2.5, "part2": 3.0, "part3": None}
+    assert part_scores({"score": 0, "tests": []}) == {"part1": None, "part2": None, "part3": None}
+
+
+def test_pass_rates_counts_each_check_over_the_results_that_contain_it() -> None:
+    a = {"tests": [_test("1.10", 1, 1, "part1", True), _test("1.2", 1, 1, "part1", True)]}
+    b = {"tests": [_test("1.10", 0, 1, "part1", False), _test("1.2", 1, 1, "part1", True)]}
+    c = {"tests": [_test("1.2", 0, 1, "part1", False)]}
+    fallback = {"tests": [{"name": "Autograder error", "score": 0, "max_score": 20}]}
+    assert pass_rates([a, b, c, fallback]) == [
+        CheckRate("1.2", "1.2 check", 2, 3),  # natural order: 1.2 before 1.10
+        CheckRate("1.10", "1.10 check", 1, 2),
+    ]
+    assert pass_rates([]) == []
+
+
+def test_histogram_bins_from_zero_to_the_maximum_inclusive() -> None:
+    bins = histogram([0, 1.9, 2, 19.99, 20, 20], max_score=20, bins=10)
+    assert [(lo, hi) for lo, hi, _ in bins][:2] == [(0, 2), (2, 4)]
+    assert [c for *_, c in bins] == [2, 1, 0, 0, 0, 0, 0, 0, 0, 3]
+    assert sum(c for *_, c in histogram([], max_score=0)) == 0
+
+
+def test_progress_line_format() -> None:
+    row = batch.Row("submission_123", [], "graded", {}, 12.0, 50.0)
+    assert batch.progress_line(7, 20, row, 41.7) == "[ 7/20] graded submission_123 (12/50) 0:00:41"
+
+
+# ------------------------------------------------------------------ end to end
+
+
+@dataclass
+class Regraded:
+    entries: list[Entry]
+    export: Path
+    out: Path
+    summary: batch.BatchSummary
+
+
+@pytest.fixture(scope="module")
+def regraded(tmp_path_factory: pytest.TempPathFactory) -> Regraded:
+    """The synthetic 20-submission export regraded once (Part 1 only, 2 at a time)."""
+    entries = plan_export(seed=0)
+    export = build_export(tmp_path_factory.mktemp("export"), entries)
+    out = tmp_path_factory.mktemp("regrade")
+    started = time.monotonic()
+    summary = batch.main(
+        export_dir=export, out_dir=out, jobs=2, parts=["part1"], timeout_s=120, progress=False
+    )
+    elapsed = time.monotonic() - started
+    print(f"\nbatch of {len(entries)}: {elapsed:.1f} s, {60 * len(entries) / elapsed:.1f}/min")
+    return Regraded(entries, export, out, summary)
+
+
+def _csv(out: Path) -> dict[str, dict[str, str]]:
+    with open(out / "scores.csv", newline="") as f:
+        return {row["submission_id"]: row for row in csv.DictReader(f)}
+
+
+def test_every_submission_has_a_valid_results_file(regraded: Regraded) -> None:
+    for e in regraded.entries:
+        path = regraded.out / "results" / e.folder / "results.json"
+        validate_results(json.loads(path.read_text()))
+
+
+def test_scores_csv_has_the_expected_part1_totals(regraded: Regraded) -> None:
+    rows = _csv(regraded.out)
+    assert list(rows) == sorted(rows, key=batch.natural_key)
+    assert list(rows) == [r.submission_id for r in regraded.summary.rows]
+    assert set(rows) == {e.folder for e in regraded.entries}
+    assert list(next(iter(rows.values()))) == [
+        "submission_id", "names", "emails", "sids", "part1", "part2", "part3",
+        "total", "max_score", "status",
+    ]  # fmt: skip
+    for e in regraded.entries:
+        row = rows[e.folder]
+        assert row["status"] == "graded", e
+        assert row["max_score"] == "20" and row["part2"] == row["part3"] == ""
+        assert row["total"] == row["part1"]
+        score = float(row["part1"])
+        if e.kind == "solution":
+            assert score == 20, e
+        elif e.kind == "hang":
+            assert score == 19, e  # only 1.10 (1 point) calls the hanging function
+        else:
+            assert score < 20, e
+            if e.kind in ("blank", "crash"):
+                assert score == 0, e
+    assert regraded.summary.counts == {"graded": 20, "skipped": 0, "timeout": 0, "error": 0}
+
+
+def test_submitters_are_joined_and_missing_metadata_leaves_names_empty(
+    regraded: Regraded,
+) -> None:
+    rows = _csv(regraded.out)
+    two, absent, plain = (rows[regraded.entries[i].folder] for i in (1, 2, 3))
+    assert two["names"] == "Student 1; Partner B"
+    assert two["sids"] == "1001; 2001"
+    assert two["emails"] == "s1@example.edu; b@example.edu"
+    assert absent["names"] == absent["sids"] == absent["emails"] == ""
+    assert plain["names"] == "Student 3"
+
+
+def test_summary_files_agree_with_the_results(regraded: Regraded) -> None:
+    out = regraded.out
+    doc = json.loads((out / "summary.json").read_text())
+    totals = [float(r["total"]) for r in _csv(out).values()]
+    assert doc["submissions"] == 20 and doc["counts"]["graded"] == 20
+    assert doc["total"]["max"] == 20 and doc["total"]["min"] == 0
+    assert doc["total"]["mean"] == pytest.approx(sum(totals) / 20, abs=1e-4)
+    assert sum(b["count"] for b in doc["histogram"]) == 20
+    rates = {r["number"]: r for r in doc["pass_rates"]}
+    assert len(rates) == 13 and all(r["total"] == 20 for r in rates.values())
+    assert rates["1.10"]["passed"] <= 20 - 2 - 1 - 1  # blanks, crash and hang fail it
+    md = (out / "summary.md").read_text()
+    assert "![score histogram](score_histogram.png)" in md
+    assert f"| 1.10 | {rates['1.10']['name']} | {rates['1.10']['passed']}/20 |" in md
+    assert (out / "score_histogram.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_second_run_skips_everything_without_starting_a_process(
+    regraded: Regraded,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    out = shutil.copytree(regraded.out, tmp_path / "out")
+
+    def no_popen(*args, **kwargs):
+        raise AssertionError("a skipped submission started a process")
+
+    monkeypatch.setattr(batch.subprocess, "Popen", no_popen)
+    again = batch.main(export_dir=regraded.export, out_dir=out, parts=["part1"], progress=True)
+    assert again.counts == {"graded": 0, "skipped": 20, "timeout": 0, "error": 0}
+    assert [(r.submission_id, r.total) for r in again.rows] == [
+        (r.submission_id, r.total) for r in regraded.summary.rows
+    ]
+    assert {r["status"] for r in _csv(out).values()} == {"skipped"}
+    err = capsys.readouterr().err
+    assert err.count("\r") == 20 and "[20/20] skipped" in err and err.endswith("\n")
+
+
+# ------------------------------------------------------------------ failures of the grader
+
+
+def _one_submission(tmp_path: Path) -> tuple[Path, Path]:
+    export = tmp_path / "export"
+    shutil.copytree(SOLUTION, export / "submission_1", ignore=shutil.ignore_patterns("*.png"))
+    (export / "submission_metadata.yml").write_text(
+        "submission_1:\n  :submitters:\n  - :name: Ada\n    :sid: '1'\n"
+    )
+    return export, tmp_path / "out"
+
+
+def test_a_grader_killed_by_the_batch_timeout_gets_a_fallback(tmp_path: Path) -> None:
+    export, out = _one_submission(tmp_path)
+    summary = batch.main(
+        export_dir=export, out_dir=out, parts=["part1"], timeout_s=0.5, progress=False
+    )
+    assert [r.status for r in summary.rows] == ["timeout"]
+    data = json.loads((out / "results" / "submission_1" / "results.json").read_text())
+    validate_results(data)
+    assert data["score"] == 0 and "timed out after 0.5 s" in data["output"]
+    assert data["tests"][0]["max_score"] == 20
+    row = _csv(out)["submission_1"]
+    assert (row["status"], row["total"], row["max_score"], row["names"]) == (
+        "timeout",
+        "0",
+        "20",
+        "Ada",
+    )
+    # The killed grader left no process behind.
+    submission = str(export / "submission_1")
+    survivors = [
+        p.pid
+        for p in psutil.process_iter(["cmdline"])
+        if submission in " ".join(p.info["cmdline"] or [])
+    ]
+    assert survivors == []
+
+
+def test_a_grader_that_writes_no_results_is_an_error_with_a_fallback(tmp_path: Path) -> None:
+    export, out = _one_submission(tmp_path)
+    summary = batch.main(
+        export_dir=export, out_dir=out, parts=["part1"], python="/bin/false", progress=False
+    )
+    assert summary.counts["error"] == 1
+    data = json.loads((out / "results" / "submission_1" / "results.json").read_text())
+    validate_results(data)
+    assert "exited (1) without a valid results file" in data["output"]
+    # An error is still a valid file, so the next run keeps it.
+    assert batch.main(export_dir=export, out_dir=out, progress=False).counts["skipped"] == 1
