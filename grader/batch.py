@@ -23,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
@@ -145,7 +146,8 @@ def pass_rates(results: list[dict[str, Any]]) -> list[CheckRate]:
     table: dict[str, list[Any]] = {}
     for data in results:
         for test in (t for t in data.get("tests", []) if t.get("number")):
-            entry = table.setdefault(test["number"], [test.get("name", ""), 0, 0])
+            name = str(test.get("name", "")).removeprefix(f"{test['number']} ")
+            entry = table.setdefault(test["number"], [name, 0, 0])
             entry[1] += test.get("status") == "passed"
             entry[2] += 1
     return [CheckRate(n, *table[n]) for n in sorted(table, key=natural_key)]
@@ -182,17 +184,26 @@ def load_valid(path: Path) -> dict[str, Any] | None:
     return data
 
 
+#: Graders running now, and whether the batch is being interrupted: on Ctrl-C every
+#: running grader is killed and writes nothing, so a re-run grades it again.
+_live: set[subprocess.Popen] = set()
+_stopping = threading.Event()
+
+
 def _kill_tree(proc: subprocess.Popen) -> None:
     """Kill the grader's process group and its workers (which lead groups of their own)."""
+    if proc.poll() is not None:
+        return
     try:
-        kids = [k.pid for k in psutil.Process(proc.pid).children(recursive=True)]
+        kids = psutil.Process(proc.pid).children(recursive=True)
     except psutil.Error:
         kids = []
-    for pid in [proc.pid, *kids]:
+    for pid in [proc.pid, *(k.pid for k in kids)]:
         with contextlib.suppress(OSError):
-            os.killpg(pid, signal.SIGKILL)  # a group led by pid, if there is one
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
+            os.killpg(pid, signal.SIGKILL)  # the group led by pid, if there is one
+    for kid in kids:
+        with contextlib.suppress(psutil.Error):
+            kid.kill()
     proc.wait()
 
 
@@ -220,11 +231,16 @@ def grade_one(
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+            _live.add(proc)
             try:
                 code = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 _kill_tree(proc)
                 status, reason = "timeout", f"The regrade timed out after {timeout_s:g} s."
+            finally:
+                _live.discard(proc)
+        if _stopping.is_set():
+            return "error"  # interrupted: no file, so that a re-run grades it
         data = load_valid(results) if status == "graded" else None
         if status == "graded" and data is None:
             status, reason = "error", f"The grader exited ({code}) without a valid results file."
@@ -270,7 +286,7 @@ def main(
     try:
         metadata = parse_metadata((export_dir / METADATA).read_text())
     except OSError as exc:
-        raise ExportError(f"cannot read {METADATA} in {export_dir}: {exc}") from exc
+        raise ExportError(f"cannot read {METADATA} in {export_dir}: {exc.strerror}") from exc
     dirs = [p for p in export_dir.iterdir() if p.is_dir() and p != out_dir]
     folders = sorted((p.name for p in dirs if not p.name.startswith(".")), key=natural_key)
     for missing in sorted(set(metadata) - set(folders), key=natural_key):
@@ -295,13 +311,23 @@ def main(
             todo.append(folder)
         else:
             record(folder, data, "skipped")
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    _stopping.clear()
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    try:
         run = dict(parts=parts, timeout_s=timeout_s, python=python)
         futures = {pool.submit(grade_one, export_dir / f, results_of[f], **run): f for f in todo}
         for future in as_completed(futures):
             folder = futures[future]
             data = load_valid(results_of[folder]) or fallback_results("no results file")
             record(folder, data, future.result())
+    except BaseException:  # Ctrl-C: stop queued gradings and kill the running ones
+        _stopping.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in list(_live):
+            _kill_tree(proc)
+        raise
+    finally:
+        pool.shutdown()
     if progress and rows:
         sys.stderr.write("\n")
     ordered = [rows[f] for f in folders]

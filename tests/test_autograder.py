@@ -106,7 +106,8 @@ def test_only_one_worker_is_alive_at_a_time() -> None:
             self.running = False
             self.stopped += 1
 
-    ctx = GradingContext(sandbox=None, limits=None, device="cpu", bases={})  # type: ignore[arg-type]
+    bases = {"part1": Path("."), "part2": Path(".")}
+    ctx = GradingContext(sandbox=None, limits=None, device="cpu", bases=bases)  # type: ignore[arg-type]
     part1, part2 = FakeClient(), FakeClient()
     ctx._workers.update(part1=part1, part2=part2)
     assert ctx.worker("part2") is part2
