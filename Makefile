@@ -4,6 +4,8 @@
 #   make test                     the project's own test suite (no slow benchmarks)
 #   make lint                     ruff lint + format check
 #   make regen / make check-cases regenerate test cases / verify they match solution/
+#   make dist                     build dist/autograder.zip (Gradescope) and dist/student.zip
+#   make bench                    the slow benchmarks and the grading budget
 
 # The system interpreter is preferred: the sandboxed worker runs as an
 # unprivileged user, who must be able to execute the venv's interpreter
@@ -18,7 +20,7 @@ PYTEST_ARGS ?=
 
 STAMP := $(VENV)/.installed
 
-.PHONY: grade test lint format regen check-cases venv clean
+.PHONY: grade test lint format regen check-cases venv clean dist bench
 
 venv: $(STAMP)
 
@@ -50,6 +52,16 @@ regen: $(STAMP)
 
 check-cases: $(STAMP)
 	$(PY) -m grader regen --check
+
+dist: $(STAMP)
+	$(PY) -m grader build autograder --out dist/autograder.zip
+	$(PY) -m grader build student --out dist/student.zip
+
+bench: $(STAMP)
+	@$(PY) -m pytest -m slow -q $(PYTEST_ARGS); status=$$?; \
+	if [ $$status -eq 5 ]; then echo "pytest collected no slow tests" >&2; exit 1; fi; exit $$status
+	$(PY) benchmarks/grading_budget.py
+	$(PY) benchmarks/grading_budget.py --half-cpu
 
 clean:
 	rm -rf $(VENV) results dist .pytest_cache .ruff_cache

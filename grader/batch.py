@@ -232,6 +232,8 @@ def grade_one(
                 start_new_session=True,
             )
             _live.add(proc)
+            if _stopping.is_set():  # the batch was interrupted while this one started
+                _kill_tree(proc)
             try:
                 code = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
