@@ -11,7 +11,6 @@ interrupted batch resumes where it stopped. ``scores.csv``, ``summary.md``,
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import csv
 import json
@@ -159,19 +158,8 @@ def histogram(totals: list[float], *, max_score: float, bins: int = 10) -> list[
     top = max([max_score, *totals, 0.0]) or 1.0
     counts = [0] * bins
     for total in totals:
-        counts[min(max(int(total / top * bins), 0), bins - 1)] += 1
+        counts[min(max(int(total * bins / top), 0), bins - 1)] += 1
     return [(i * top / bins, (i + 1) * top / bins, c) for i, c in enumerate(counts)]
-
-
-def score_stats(totals: list[float]) -> dict[str, float]:
-    if not totals:
-        return dict.fromkeys(("mean", "median", "min", "max"), 0.0)
-    return {
-        "mean": statistics.fmean(totals),
-        "median": float(statistics.median(totals)),
-        "min": min(totals),
-        "max": max(totals),
-    }
 
 
 def load_valid(path: Path) -> dict[str, Any] | None:
@@ -332,12 +320,17 @@ def main(
         pool.shutdown()
     if progress and rows:
         sys.stderr.write("\n")
-    ordered = [rows[f] for f in folders]
+    ordered, totals = [rows[f] for f in folders], [rows[f].total for f in folders]
     summary = BatchSummary(
         out_dir=out_dir,
         rows=ordered,
         counts={s: sum(r.status == s for r in ordered) for s in STATUSES},
-        stats=score_stats([r.total for r in ordered]),
+        stats={
+            "mean": statistics.fmean(totals) if totals else 0.0,
+            "median": float(statistics.median(totals)) if totals else 0.0,
+            "min": min(totals, default=0.0),
+            "max": max(totals, default=0.0),
+        },
         rates=pass_rates([d for f in folders if (d := load_valid(results_of[f]))]),
         elapsed_s=time.monotonic() - started,
     )
@@ -345,16 +338,30 @@ def main(
     return summary
 
 
+SUMMARY_MD = """# Regrade summary
+
+{submissions} submissions: {counts_text} ({elapsed_s:.0f} s).
+
+Total out of {max_score:g}: mean {total[mean]:.2f}, median {total[median]:g}, \
+min {total[min]:g}, max {total[max]:g}.
+
+![score histogram](score_histogram.png)
+
+| check | name | passed | % |
+| --- | --- | --- | --- |
+"""
+
+
 def write_outputs(summary: BatchSummary) -> None:
     """``scores.csv``, ``summary.json``, ``summary.md`` and ``score_histogram.png``."""
-    out = summary.out_dir
+    out, rows = summary.out_dir, summary.rows
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "scores.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(
             ["submission_id", "names", "emails", "sids", *PARTS, "total", "max_score", "status"]
         )
-        for r in summary.rows:
+        for r in rows:
             people = [
                 "; ".join(getattr(p, k) for p in r.submitters) for k in ("name", "email", "sid")
             ]
@@ -362,95 +369,36 @@ def write_outputs(summary: BatchSummary) -> None:
             writer.writerow(
                 [r.submission_id, *people, *scores, f"{r.total:g}", f"{r.max_score:g}", r.status]
             )
-    top = max((r.max_score for r in summary.rows), default=0.0)
-    bins = histogram([r.total for r in summary.rows], max_score=top)
-    _plot(bins, out / "score_histogram.png")
-    rates = [{**asdict(c), "percent": round(100 * c.passed / c.total, 1)} for c in summary.rates]
+    top = max((r.max_score for r in rows), default=0.0)
+    bins = histogram([r.total for r in rows], max_score=top)
     doc = {
-        "submissions": len(summary.rows),
+        "submissions": len(rows),
         "counts": summary.counts,
         "total": {k: round(v, 4) for k, v in summary.stats.items()},
         "max_score": top,
         "elapsed_s": round(summary.elapsed_s, 2),
         "histogram": [{"low": lo, "high": hi, "count": c} for lo, hi, c in bins],
-        "pass_rates": rates,
+        "pass_rates": [
+            {**asdict(c), "percent": round(100 * c.passed / c.total, 1)} for c in summary.rates
+        ],
     }
     (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
-    (out / "summary.md").write_text(render_markdown(doc))
-
-
-def render_markdown(doc: dict[str, Any]) -> str:
-    """``summary.md`` from the numbers of ``summary.json``."""
-    counts = ", ".join(f"{n} {s}" for s, n in doc["counts"].items())
-    t = doc["total"]
-    return "\n".join(
-        [
-            "# Regrade summary",
-            "",
-            f"{doc['submissions']} submissions: {counts} ({doc['elapsed_s']:.0f} s).",
-            "",
-            f"Total out of {doc['max_score']:g}: mean {t['mean']:.2f}, median {t['median']:g}, "
-            f"min {t['min']:g}, max {t['max']:g}.",
-            "",
-            "![score histogram](score_histogram.png)",
-            "",
-            "| check | name | passed | % |",
-            "| --- | --- | --- | --- |",
-            *(
-                f"| {r['number']} | {r['name'].replace('|', '/')} | {r['passed']}/{r['total']} "
-                f"| {r['percent']:.0f} |"
-                for r in doc["pass_rates"]
-            ),
-            "",
-        ]
+    counts_text = ", ".join(f"{n} {s}" for s, n in summary.counts.items())
+    row = "| {number} | {name} | {passed}/{total} | {percent:.0f} |\n"
+    table = "".join(
+        row.format(**{**r, "name": r["name"].replace("|", "/")}) for r in doc["pass_rates"]
     )
-
-
-def _plot(bins: list[tuple], path: Path) -> None:
+    (out / "summary.md").write_text(SUMMARY_MD.format(counts_text=counts_text, **doc) + table)
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    lows, counts = [b[0] for b in bins], [b[2] for b in bins]
-    ax.bar(lows, counts, width=bins[0][1] - bins[0][0], align="edge", edgecolor="black")
+    ax.bar(
+        [b[0] for b in bins], [b[2] for b in bins], width=bins[0][1], align="edge", edgecolor="k"
+    )
     ax.set(xlabel="total score", ylabel="submissions", title="Regraded scores")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(out / "score_histogram.png", dpi=100)
     plt.close(fig)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``batch`` options, for ``python -m grader.batch`` or a subcommand of the CLI."""
-    parser.add_argument("export_dir", help="Gradescope 'Export Submissions' folder, unzipped")
-    parser.add_argument("--out", required=True, help="output folder (a re-run resumes here)")
-    parser.add_argument("--jobs", type=int, default=2, help="submissions graded at once")
-    parser.add_argument("--parts", default="", help="comma-separated part tags (default: all)")
-    parser.add_argument("--timeout", type=float, default=900, help="seconds per submission")
-    parser.add_argument("--quiet", action="store_true", help="no progress line")
-
-
-def cmd_batch(args: argparse.Namespace) -> int:
-    """:func:`main` from parsed arguments: 0 once the outputs are written, 2 on a bad export
-    or an unknown part."""
-    try:
-        summary = main(
-            export_dir=Path(args.export_dir),
-            out_dir=Path(args.out),
-            jobs=args.jobs,
-            parts=parse_parts(args.parts),
-            timeout_s=args.timeout,
-            progress=not args.quiet,
-        )
-    except ValueError as exc:  # ExportError, or an unknown part
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(", ".join(f"{n} {s}" for s, n in summary.counts.items()) + f"; see {summary.out_dir}")
-    return 0
-
-
-if __name__ == "__main__":
-    cli = argparse.ArgumentParser(prog="python -m grader.batch", description=__doc__.split("\n")[0])
-    add_arguments(cli)
-    sys.exit(cmd_batch(cli.parse_args()))

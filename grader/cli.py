@@ -105,16 +105,22 @@ def cmd_gradescope(args: argparse.Namespace) -> int:
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
+    """Regrade an export: 0 once the outputs are written, 2 on a bad export or unknown part."""
     from grader.batch import main as batch
 
-    summary = batch(
-        export_dir=Path(args.export_dir),
-        out_dir=Path(args.out),
-        jobs=args.jobs,
-        parts=parse_parts(args.parts),
-        timeout_s=args.timeout,
-    )
-    print(summary)
+    try:
+        summary = batch(
+            export_dir=Path(args.export_dir),
+            out_dir=Path(args.out),
+            jobs=args.jobs,
+            parts=parse_parts(args.parts),
+            timeout_s=args.timeout,
+            progress=not args.quiet,
+        )
+    except ValueError as exc:  # a bad export, or an unknown part
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(", ".join(f"{n} {s}" for s, n in summary.counts.items()) + f"; see {summary.out_dir}")
     return 0
 
 
@@ -163,10 +169,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     ba = sub.add_parser("batch", help="regrade a Gradescope 'Export Submissions' folder")
     ba.add_argument("export_dir", help="the unzipped export (submission_metadata.yml + folders)")
-    ba.add_argument("--out", required=True, help="folder for results, scores.csv and the summary")
+    ba.add_argument("--out", required=True, help="output folder (a re-run resumes here)")
     ba.add_argument("--jobs", type=int, default=2, help="submissions graded at once")
     ba.add_argument("--parts", default="", help="comma-separated part tags (default: all)")
     ba.add_argument("--timeout", type=float, default=900, help="seconds per submission")
+    ba.add_argument("--quiet", action="store_true", help="no progress line")
     ba.set_defaults(func=cmd_batch)
     return parser
 

@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from grader import batch
+from grader import batch, cli
 from grader.batch import (
     CheckRate,
     ExportError,
@@ -96,10 +97,10 @@ def test_missing_or_invalid_metadata_exits_2(tmp_path: Path) -> None:
     )  # fmt: skip
     with pytest.raises(ExportError, match=r"cannot read submission_metadata\.yml"):
         batch.main(export_dir=tmp_path, out_dir=tmp_path / "out", progress=False)
-    assert batch.cmd_batch(args) == 2
+    assert cli.cmd_batch(args) == 2
     (tmp_path / "submission_metadata.yml").write_text("submission_1: [unclosed")
     proc = subprocess.run(
-        [sys.executable, "-m", "grader.batch", str(tmp_path), "--out", str(tmp_path / "out")],
+        [sys.executable, "-m", "grader", "batch", str(tmp_path), "--out", str(tmp_path / "out")],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -143,8 +144,8 @@ def test_pass_rates_counts_each_check_over_the_results_that_contain_it() -> None
     c = {"tests": [_test("1.2", 0, 1, "part1", False)]}
     fallback = {"tests": [{"name": "Autograder error", "score": 0, "max_score": 20}]}
     assert pass_rates([a, b, c, fallback]) == [
-        CheckRate("1.2", "1.2 check", 2, 3),  # natural order: 1.2 before 1.10
-        CheckRate("1.10", "1.10 check", 1, 2),
+        CheckRate("1.2", "check", 2, 3),  # natural order: 1.2 before 1.10; no number in names
+        CheckRate("1.10", "check", 1, 2),
     ]
     assert pass_rates([]) == []
 
@@ -298,20 +299,68 @@ def test_a_grader_killed_by_the_batch_timeout_gets_a_fallback(tmp_path: Path) ->
     assert data["score"] == 0 and "timed out after 0.5 s" in data["output"]
     assert data["tests"][0]["max_score"] == 20
     row = _csv(out)["submission_1"]
-    assert (row["status"], row["total"], row["max_score"], row["names"]) == (
-        "timeout",
-        "0",
-        "20",
-        "Ada",
+    assert (row["status"], row["total"], row["max_score"]) == ("timeout", "0", "20")
+    assert row["names"] == "Ada"
+
+
+def _record_batch_tmp(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The folders the batch creates for its graders' sandboxes, as it creates them."""
+    made: list[str] = []
+    real = tempfile.mkdtemp
+
+    def mkdtemp(*args, **kwargs) -> str:
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(batch.tempfile, "mkdtemp", mkdtemp)
+    return made
+
+
+def _processes_in(folders: list[str]) -> list[int]:
+    """Processes running from (cwd) or naming (argv) one of ``folders``."""
+    found = []
+    for proc in psutil.process_iter(["cwd", "cmdline"]):
+        text = " ".join([proc.info["cwd"] or "", *(proc.info["cmdline"] or [])])
+        if any(folder in text for folder in folders):
+            found.append(proc.pid)
+    return found
+
+
+def test_the_batch_timeout_kills_the_grader_and_its_busy_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After 6 s the grader waits on its worker, stuck in answer_table for up to 20 s; the
+    worker leads a session of its own, so killing the grader's group alone would leave it."""
+    export = build_export(tmp_path / "export", [Entry("submission_7", "hang")])
+    made = _record_batch_tmp(monkeypatch)
+    summary = batch.main(
+        export_dir=export, out_dir=tmp_path / "out", parts=["part1"], timeout_s=6, progress=False
     )
-    # The killed grader left no process behind.
-    submission = str(export / "submission_1")
-    survivors = [
-        p.pid
-        for p in psutil.process_iter(["cmdline"])
-        if submission in " ".join(p.info["cmdline"] or [])
-    ]
-    assert survivors == []
+    assert summary.counts["timeout"] == 1 and len(made) == 1
+    assert not Path(made[0]).exists()  # the grader's sandbox went with it
+    assert _processes_in(made) == []
+
+
+def test_an_interrupted_batch_kills_its_graders_and_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entries = [Entry("submission_1", "solution"), Entry("submission_2", "hang")]
+    export, out = build_export(tmp_path / "export", entries), tmp_path / "out"
+    made = _record_batch_tmp(monkeypatch)
+    real_make_row = batch.make_row
+
+    def ctrl_c(*args, **kwargs):  # the first finished grading is when the TA presses Ctrl-C
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(batch, "make_row", ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        batch.main(export_dir=export, out_dir=out, jobs=2, parts=["part1"], progress=False)
+    assert _processes_in(made) == []
+    assert batch.load_valid(out / "results" / "submission_1" / "results.json")
+    assert not (out / "results" / "submission_2" / "results.json").exists()
+    monkeypatch.setattr(batch, "make_row", real_make_row)
+    again = batch.main(export_dir=export, out_dir=out, parts=["part1"], timeout_s=3, progress=False)
+    assert [r.status for r in again.rows] == ["skipped", "timeout"]
 
 
 def test_a_grader_that_writes_no_results_is_an_error_with_a_fallback(tmp_path: Path) -> None:
