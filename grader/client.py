@@ -24,7 +24,7 @@ from typing import Any, NoReturn
 import numpy as np
 import psutil
 
-from grader.sandbox import Limits, Sandbox, limit_setter
+from grader.sandbox import Limits, Sandbox, limit_setter, network_isolation
 from grader.worker.protocol import ProtocolError, ReadTimeout, read_message, write_message
 
 
@@ -182,9 +182,7 @@ class WorkerClient:
             "--out-fd",
             str(resp_w),
         ]
-        extra: dict[str, Any] = {}
-        if identity.dropped:
-            extra = {"user": identity.uid, "group": identity.gid, "extra_groups": []}
+        isolate = self.limits.isolate_network and not network_isolation()
         try:
             self._proc = subprocess.Popen(
                 command,
@@ -195,8 +193,7 @@ class WorkerClient:
                 cwd=self.submission_dir,
                 env=self.sandbox.environment(self.device, self.threads),
                 start_new_session=True,
-                preexec_fn=limit_setter(self.limits, identity),
-                **extra,
+                preexec_fn=limit_setter(self.limits, identity, isolate),
             )
         finally:
             os.close(req_r)
@@ -330,6 +327,13 @@ class WorkerClient:
         code = proc.wait(timeout=10) if proc is not None else None
         output = self._output.since_mark() if self._output else ""
         self.stop()
+        if code == 97:
+            raise SubmissionError(
+                f"{label}: the grader could not isolate the worker's network; "
+                "this is not your fault, please tell the course staff.",
+                "crash",
+                output,
+            )
         if code is not None and code < 0:
             sig = signal.Signals(-code).name
             reason = {

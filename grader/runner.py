@@ -21,12 +21,21 @@ from pathlib import Path
 from gradescope_utils.autograder_utils.json_test_runner import JSONTestRunner
 
 from grader.checks.base import GradedTestCase
-from grader.context import TEST_CASES, GradingContext
+from grader.context import PROJECT_ROOT, TEST_CASES, GradingContext
 from grader.parts import PARTS
 from grader.points import part_total
 from grader.results import GradingResults, TestResult, fallback_results, write_results
-from grader.sandbox import Limits, Sandbox, WorkerIdentity, protect_hidden
+from grader.sandbox import (
+    Limits,
+    Sandbox,
+    WorkerIdentity,
+    kill_user_processes,
+    network_isolation,
+    protect_hidden,
+)
 from grader.submission import copy_submission, locate
+
+SOLUTION_DIR = PROJECT_ROOT / "solution"  # absent from the autograder zip
 
 
 def check_classes(part: str) -> list[type[GradedTestCase]]:
@@ -102,6 +111,10 @@ def grade(
     try:
         sandbox = Sandbox.create(identity)
         protect_hidden(Path(cases_root) / "hidden", sandbox.identity)
+        protect_hidden(SOLUTION_DIR, sandbox.identity)
+        isolation = network_isolation()
+        if (limits or Limits()).isolate_network and isolation:
+            sandbox.warnings.append(f"the worker keeps the network: {isolation}")
         copied = copy_submission(Path(submission), sandbox.submission_dir)
         sandbox.hand_over()
         bases = {p: locate(sandbox.submission_dir, PARTS[p].main_file) for p in parts}
@@ -136,6 +149,9 @@ def grade(
     finally:
         if ctx is not None:
             ctx.close()
+        if sandbox is not None:
+            # Nothing the submission started may outlive grading and touch the results.
+            kill_user_processes(sandbox.identity)
         if results is not None:
             results.execution_time = time.monotonic() - started
             write_results(results, results_path)

@@ -9,9 +9,14 @@ run records a warning.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import dataclasses
+import functools
 import os
 import pwd
 import resource
+import secrets
 import shutil
 import subprocess
 import sys
@@ -20,6 +25,8 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil
 
 KIB, MIB, GIB = 2**10, 2**20, 2**30
 
@@ -45,6 +52,7 @@ class Limits:
     max_output_bytes: int = 64 * KIB  # captured stdout/stderr kept per worker
     max_response_bytes: int = 512 * MIB  # largest answer the parent will read
     cpu_seconds: int = 1800  # CPU time backstop (RLIMIT_CPU)
+    isolate_network: bool = True  # a network namespace of its own, where the kernel allows
 
 
 @dataclass(frozen=True)
@@ -111,13 +119,47 @@ def resolve_identity(preferred: str = WORKER_USER) -> WorkerIdentity:
 
 
 def protect_hidden(folder: Path, identity: WorkerIdentity) -> None:
-    """Make hidden test data unreadable to the worker user (owner-only, owned by us)."""
+    """Make a secret folder (hidden test data, the reference solution) unreadable to the
+    worker user (owner-only, owned by us)."""
     if identity.dropped and folder.is_dir() and folder.stat().st_uid == os.getuid():
         folder.chmod(0o700)
 
 
-def limit_setter(limits: Limits, identity: WorkerIdentity) -> Callable[[], None]:
-    """A ``preexec_fn`` applying the resource limits inside the child."""
+CLONE_NEWNET = 0x40000000
+
+
+def _unshare_network() -> int:
+    """Move the calling process into a new, empty network namespace; 0 or an errno."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    return 0 if libc.unshare(CLONE_NEWNET) == 0 else ctypes.get_errno()
+
+
+@functools.cache
+def network_isolation() -> str:
+    """ "" when a new network namespace can be made here, else why not (probed once).
+
+    Needs root and CAP_SYS_ADMIN: true on a VM or a privileged container, often
+    false in a default Docker container, where the worker keeps the network.
+    """
+    if os.geteuid() != 0:
+        return "the grader is not root"
+    pid = os.fork()
+    if pid == 0:  # the probe: a child that tries, and reports by its exit status
+        os._exit(min(_unshare_network(), 255))
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    return "" if code == 0 else f"unshare(CLONE_NEWNET) failed: {os.strerror(code)}"
+
+
+def limit_setter(
+    limits: Limits, identity: WorkerIdentity, isolate_network: bool = False
+) -> Callable[[], None]:
+    """A ``preexec_fn``, run in the child before the worker starts: resource limits, a
+    network namespace of its own (as root, when asked), then the drop to the worker user.
+
+    The drop happens here rather than through Popen's ``user=``, because making
+    the namespace needs root and must come first.
+    """
 
     def apply() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
@@ -128,9 +170,60 @@ def limit_setter(limits: Limits, identity: WorkerIdentity) -> Callable[[], None]
             # Counts every process and thread of the worker user, so it only
             # makes sense for a dedicated account.
             resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_processes, limits.max_processes))
+        if isolate_network and _unshare_network() != 0:
+            os._exit(97)  # never run student code with a network we promised to remove
+        if identity.dropped:
+            os.setgroups([])
+            os.setgid(identity.gid)
+            os.setuid(identity.uid)
         os.umask(0o077)
 
     return apply
+
+
+def fresh_gid() -> int:
+    """A group id no running process has: this grading run's tag.
+
+    The worker runs as (worker user, this gid). An unprivileged process cannot
+    change its real gid, so everything the submission starts, even after
+    ``setsid`` or a double fork, carries it, and only this run's processes are
+    killed at the end, never those of a grading running beside it.
+    """
+    in_use = set()
+    for proc in psutil.process_iter(["gids"]):
+        with contextlib.suppress(psutil.Error, TypeError):
+            in_use.add(proc.info["gids"].real)
+    while True:
+        gid = secrets.randbelow(2**30) + 2**24  # far above any gid in /etc/group
+        if gid not in in_use:
+            return gid
+
+
+def kill_user_processes(identity: WorkerIdentity) -> int:
+    """Kill every process of this grading run (worker user and run gid); return how many.
+
+    Repeated until none is left, so a process forking while it is killed is caught too.
+    """
+    if not identity.dropped:
+        return 0
+    killed = 0
+    for _ in range(50):
+        found = []
+        for proc in psutil.process_iter(["uids", "gids"]):
+            with contextlib.suppress(psutil.Error, TypeError):
+                if (
+                    proc.info["uids"].real == identity.uid
+                    and proc.info["gids"].real == identity.gid
+                ):
+                    found.append(proc)
+        if not found:
+            break
+        for proc in found:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+                killed += 1
+        psutil.wait_procs(found, timeout=2)
+    return killed
 
 
 @dataclass
@@ -176,6 +269,8 @@ class Sandbox:
     @classmethod
     def create(cls, identity: WorkerIdentity | None = None) -> Sandbox:
         identity = identity or resolve_identity()
+        if identity.dropped:
+            identity = dataclasses.replace(identity, gid=fresh_gid())
         root = Path(tempfile.mkdtemp(prefix="kvgrade-"))
         box = cls(root=root, identity=identity)
         if identity.warning:
