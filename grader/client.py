@@ -24,7 +24,13 @@ from typing import Any, NoReturn
 import numpy as np
 import psutil
 
-from grader.sandbox import Limits, Sandbox, limit_setter, network_isolation
+from grader.sandbox import (
+    Limits,
+    Sandbox,
+    kill_user_processes,
+    limit_setter,
+    network_isolation,
+)
 from grader.worker.protocol import ProtocolError, ReadTimeout, read_message, write_message
 
 
@@ -156,6 +162,7 @@ class WorkerClient:
     _output: _OutputCollector | None = None
     _import_error: SubmissionError | None = None
     _timed_out: set[str] = field(default_factory=set)
+    _next_id: int = 0
     starts: int = 0
 
     # ------------------------------------------------------------------ lifecycle
@@ -225,11 +232,13 @@ class WorkerClient:
             raise self._import_error
 
     def stop(self) -> None:
-        """Kill the worker's whole process group and close the channel."""
+        """Kill the worker's whole process group, everything else this grading run's
+        worker user started (escaped daemons, fork bombs), and close the channel."""
         proc = self._proc
         if proc is not None:
             _kill_group(proc)
             proc.wait()
+            kill_user_processes(self.sandbox.identity)
             if self._output is not None:
                 self._output.join(timeout=5)
             if proc.stdout is not None:
@@ -273,9 +282,11 @@ class WorkerClient:
         assert self._output is not None
         self._output.since_mark()
         limit = timeout if timeout is not None else self.limits.request_timeout_s
+        self._next_id += 1
+        rid = self._next_id
         start = time.perf_counter()
         try:
-            write_message(self._to_worker, header, arrays)
+            write_message(self._to_worker, {**header, "id": rid}, arrays)
         except (BrokenPipeError, OSError):
             self._died(what)
         try:
@@ -286,6 +297,16 @@ class WorkerClient:
             raise
         seconds = time.perf_counter() - start
         output = self._output.since_mark()
+        if reply.get("id") != rid:
+            # Not the answer to this request: a forked copy of the worker, or bytes the
+            # submission wrote to the channel itself. Nothing after it can be trusted.
+            self.stop()
+            raise SubmissionError(
+                f"{what}: the grader received a reply that does not belong to this request "
+                "(did your code fork, or write to the grader's channel?).",
+                kind="protocol",
+                output=output,
+            )
         if not reply.get("ok"):
             raise SubmissionError(
                 describe_error(reply.get("error", {}), what, self.module_file),

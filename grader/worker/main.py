@@ -74,17 +74,30 @@ def load_adapter(part: str):
 
 
 def serve(adapter: Any, in_fd: int, out_fd: int, submission: Path) -> None:
-    """Answer requests until the parent closes the channel."""
+    """Answer requests until the parent closes the channel.
+
+    Every reply echoes its request's ``id``. A process the submission forked
+    returns into this loop too; it must never answer (its reply would reach the
+    parent as the answer to a later request), so it exits silently.
+    """
+    me = os.getpid()
     while True:
         try:
             request, arrays = read_message(in_fd)
         except EOFError:
             return
+        rid = request.get("id")
         try:
             header, out_arrays = adapter.handle(request, arrays)
-            write_message(out_fd, {"ok": True, **header}, out_arrays)
+            reply, blobs = {"ok": True, **header, "id": rid}, out_arrays
         except BaseException as exc:  # SystemExit and KeyboardInterrupt included
-            write_message(out_fd, {"ok": False, "error": describe_exception(exc, submission)})
+            reply, blobs = (
+                {"ok": False, "error": describe_exception(exc, submission), "id": rid},
+                {},
+            )
+        if os.getpid() != me:
+            os._exit(0)
+        write_message(out_fd, reply, blobs)
 
 
 def main() -> None:
