@@ -101,7 +101,9 @@ class MutantVerdict:
 
     @property
     def caught(self) -> bool:
-        return self.score < self.max_score
+        from grader.points import bonus_total
+
+        return self.score < self.max_score + bonus_total(self.mutant.part)
 
     @property
     def ok(self) -> bool:

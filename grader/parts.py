@@ -22,6 +22,7 @@ PARTS: dict[str, Part] = {
         "grader.checks.part2",
     ),
     "part3": Part("part3", "KV caching in Llama 3", "llama/model.py", "grader.checks.part3"),
+    "part4": Part("part4", "KV-cache lab (distilgpt2 shape)", "kv_lab.py", "grader.checks.part4"),
 }
 
 

@@ -48,7 +48,26 @@ POINTS: dict[str, dict[str, float]] = {
         "3.10": 2,  # sample_top_p keeps exactly the nucleus
         "3.11": 2,  # benchmark: cached vs cache-free speed for batch 1, 8, 16
     },
+    "part4": {
+        "4.1": 2,  # model_config_summary
+        "4.2": 4,  # hidden prompts: cached and cache-free greedy tokens
+        "4.3": 3,  # hidden prompts: per-step logits of the cached path
+        "4.4": 3,  # theoretical_kv_bytes on hidden random inputs
+        "4.5": 4,  # measured_kv_bytes: the real size of the cache
+        "4.6": 4,  # latency: cached flat, cache-free growing (timed by the grader)
+    },
 }
+
+
+# Extra credit: checks whose maximum is 0 and which award these points when passed.
+BONUS: dict[str, float] = {
+    "4.7": 4,  # an int8 KV cache
+}
+
+
+def bonus_total(part: str) -> float:
+    """Extra-credit points a part can award beyond its maximum."""
+    return float(sum(v for k, v in BONUS.items() if part_of(k) == part))
 
 
 def part_of(number: str) -> str:

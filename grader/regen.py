@@ -16,6 +16,7 @@ import json
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from types import ModuleType
@@ -97,7 +98,19 @@ def build_part3(solution: Path = SOLUTION) -> CaseFiles:
             shutil.rmtree(root, ignore_errors=True)
 
 
-BUILDERS = {"part1": build_part1, "part2": build_part2, "part3": build_part3}
+def build_part4(solution: Path = SOLUTION) -> CaseFiles:
+    """Part 4's hidden prompts with the reference's tokens and logits, and its catalogue."""
+    from grader import cases_part4
+
+    return cases_part4.build(*reference_and_mutants("part4", "kv_lab.py", solution))
+
+
+BUILDERS = {
+    "part1": build_part1,
+    "part2": build_part2,
+    "part3": build_part3,
+    "part4": build_part4,
+}
 
 
 def case_schema(name: str) -> dict[str, Any]:
@@ -121,11 +134,28 @@ def serialise(rel: str, payload: Any) -> bytes:
     return (json.dumps(payload, indent=1, sort_keys=True) + "\n").encode()
 
 
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Torch on one thread while cases are built: the sums are then done in the same
+    order on every machine (so ``--check`` agrees across core counts), and a busy
+    machine cannot make OpenMP workers spin against each other."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def write_cases(out: Path, solution: Path = SOLUTION) -> list[Path]:
     """Generate every part's cases into ``out`` with a manifest; return the files written."""
     written = []
-    for builder in BUILDERS.values():
-        for rel, (schema, payload) in builder(solution).items():
+    with one_thread():
+        built = [builder(solution) for builder in BUILDERS.values()]
+    for files in built:
+        for rel, (schema, payload) in files.items():
             if schema is not None:
                 jsonschema.validate(payload, case_schema(schema))
             path = out / rel

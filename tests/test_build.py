@@ -13,11 +13,11 @@ import pytest
 
 from grader import build, regen
 from grader.parts import PARTS
-from grader.points import part_total
+from grader.points import bonus_total, part_total
 from grader.run_local import run_local
 from tests.conftest import ASSIGNMENT, ROOT, SOLUTION
 
-TOTAL = sum(part_total(p) for p in PARTS)
+TOTAL = sum(part_total(p) + bonus_total(p) for p in PARTS)  # full marks and every bonus
 
 
 @pytest.fixture(scope="session")

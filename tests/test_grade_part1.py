@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from grader.parts import PARTS
-from grader.points import POINTS, part_total
+from grader.points import POINTS, bonus_total, part_total
 from grader.sandbox import Limits
 from tests.conftest import ASSIGNMENT, FAST_LIMITS, SOLUTION, in_param_count, run_grade
 
@@ -177,7 +177,7 @@ def test_files_uploaded_inside_folders_are_found(tmp_path: Path) -> None:
     nested = tmp_path / "sub" / "assignment"
     shutil.copytree(SOLUTION, nested)
     graded = run_grade(tmp_path / "sub", tmp_path / "out")
-    assert graded.data["score"] == sum(part_total(p) for p in PARTS)
+    assert graded.data["score"] == sum(part_total(p) + bonus_total(p) for p in PARTS)
 
 
 def test_results_are_written_even_if_the_grader_crashes(tmp_path: Path, monkeypatch) -> None:

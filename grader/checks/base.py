@@ -29,18 +29,24 @@ def check(
     vis: str = "visible",
     partial: bool = False,
     hidden: bool = False,
+    bonus: bool = False,
     extra_tags: tuple[str, ...] = (),
 ) -> Callable[[Callable], Callable]:
     """Mark a test method as graded check ``num`` with its points, part tag and visibility.
 
     ``hidden`` checks use cases only the autograder has; they carry the tag
-    "hidden", so a student's self-check can leave them out.
+    "hidden", so a student's self-check can leave them out. A ``bonus`` check
+    has a maximum of 0 and awards its points (``points.BONUS``) through
+    ``set_score``: Gradescope's extra credit.
     """
     if hidden:
         extra_tags = (*extra_tags, "hidden")
+    if bonus:
+        extra_tags = (*extra_tags, "bonus")
+        partial = True
 
     def decorate(fn: Callable) -> Callable:
-        w = points(num)
+        w = 0.0 if bonus else points(num)
         if partial:
             fn = partial_credit(w)(fn)
         fn = weight(w)(fn)

@@ -1,0 +1,287 @@
+"""Part 4 checks: the KV-cache lab (``kv_lab.py``) on small GPT-2 models.
+
+The models are GPT-2s of known sizes with seeded weights, built in the worker
+(never downloaded). Generation is checked against the reference's tokens and
+per-step logits on hidden prompts; the memory functions against exact byte
+counts; latency by the grader's own clock; the int8 cache (bonus) by its real
+memory, its reconstruction error and the tokens it leads to.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+import numpy as np
+
+from grader.cases_part2 import decode_array
+from grader.checks.base import (
+    GradedTestCase,
+    Outcome,
+    ValueProblem,
+    as_number,
+    check,
+    likely_cause,
+    with_output,
+)
+from grader.client import Reply, SubmissionError
+from grader.points import BONUS, points
+from grader.thresholds import load_thresholds
+
+
+class Part4Checks(GradedTestCase):
+    part = "part4"
+
+    # ------------------------------------------------------------- machinery
+
+    def meta(self) -> dict[str, Any]:
+        return self.ctx.cases(self.part)
+
+    def ensure(self, name: str) -> None:
+        worker = self.ctx.worker(self.part)
+        loaded = self.ctx.scratch.setdefault("part4.loaded", {})
+        if worker.running and loaded.get(name) == worker.starts:
+            return
+        spec = self.meta()["models"][name]
+        worker.request({"op": "build", "model": name, **spec}, what="building the GPT-2 model")
+        loaded[name] = worker.starts
+
+    def call(
+        self, header: dict[str, Any], arrays: dict[str, np.ndarray], what: str, **kw: Any
+    ) -> Reply:
+        try:
+            self.ensure(header.get("model", "lab"))
+            return self.ctx.worker(self.part).request(header, arrays, what=what, **kw)
+        except SubmissionError as exc:
+            self.fail(with_output(exc.message, exc.output))
+
+    def generate(self, model: str, ids: np.ndarray, n: int, cached: bool, **kw: Any) -> Reply:
+        fn = "generate_with_cache" if cached else "generate_no_cache"
+        header = {"op": "generate", "model": model, "n": n, "cached": cached}
+        return self.call(header, {"ids": ids}, f"{fn}(model, input_ids {ids.shape}, {n})", **kw)
+
+    def named(self, probe: str, observed: Any) -> str:
+        table = self.meta().get("signatures", {}).get(probe, {})
+        return likely_cause(
+            [k for k, v in table.items() if v == observed], self.meta()["diagnoses"]
+        )
+
+    def finish(self, num: str, outcome: Outcome, set_score: Any) -> None:
+        set_score(round(points(num) * outcome.fraction, 4))
+        print(f"{outcome.passed} of {outcome.total} cases correct.")
+        if outcome.failures:
+            self.fail("\n".join(outcome.failures[:3]))
+
+    # ---------------------------------------------------------------- checks
+
+    @check("4.1")
+    def test_config_summary(self) -> None:
+        """4.1 model_config_summary: layers, hidden size and heads of a model it has not seen"""
+        spec = self.meta()["models"]["hidden"]["config"]
+        reply = self.call(
+            {"op": "call", "model": "hidden", "func": "model_config_summary", "args": ["@hidden"]},
+            {},
+            "model_config_summary(model)",
+        )
+        enc = reply.header.get("result", {})
+        if enc.get("kind") != "dict":
+            self.fail("model_config_summary(model) must return a dict.")
+        want = {
+            "n_layers": spec["n_layer"],
+            "hidden_size": spec["n_embd"],
+            "n_heads": spec["n_head"],
+        }
+        got = {k: enc["value"].get(k, {}).get("value") for k in want}
+        if got != want:
+            self.fail(f"model_config_summary returned {got} for a model with {want}.")
+
+    @check("4.2", partial=True, hidden=True)
+    def test_generation_tokens(self, set_score: Any = None) -> None:
+        """4.2 hidden prompts: cached and cache-free greedy generation give the reference tokens"""
+        self.require_hidden()
+        outcome = Outcome()
+        n = self.meta()["new_tokens"]
+        for case in self.cases("4.2"):
+            ids = np.array(case["ids"], dtype=np.int64)
+            for cached in (True, False):
+                outcome.total += 1
+                reply = self.generate(case["model"], ids, n, cached)
+                tokens = reply.arrays.get("tokens")
+                if isinstance(tokens, np.ndarray) and tokens.tolist() == case["tokens"]:
+                    outcome.passed += 1
+                    continue
+                mode = "with" if cached else "without"
+                problem = f"{case['label']}: greedy generation {mode} the cache gave other tokens."
+                lengths = reply.header.get("lengths", [])
+                if cached and any(x != 1 for x in lengths[1:]):
+                    problem += (
+                        f" forward received {lengths} tokens per call: after the prompt, each "
+                        "cached step must feed only the newest token."
+                    )
+                outcome.failures.append(problem)
+        if outcome.failures:
+            outcome.failures[0] += f"\n{self.diagnose_generation()}".rstrip()
+        self.finish("4.2", outcome, set_score)
+
+    def diagnose_generation(self) -> str:
+        """Run the catalogue's probe (8 tokens after ids 1..8) and name a matching mistake."""
+        ids = np.arange(1, 9, dtype=np.int64)[None, :]
+        try:
+            reply = self.ctx.worker(self.part).request(
+                {"op": "generate", "model": "lab", "n": 8, "cached": True},
+                {"ids": ids},
+                what="generate_with_cache(probe)",
+            )
+        except SubmissionError:
+            return ""
+        tokens = reply.arrays.get("tokens")
+        return self.named("cached_lengths", reply.header.get("lengths")) or self.named(
+            "cached_tokens", tokens.tolist() if isinstance(tokens, np.ndarray) else None
+        )
+
+    @check("4.3", partial=True, hidden=True)
+    def test_step_logits(self, set_score: Any = None) -> None:
+        """4.3 hidden prompts: the logits of every cached step match the reference's"""
+        self.require_hidden()
+        outcome = Outcome()
+        atol = self.meta()["atol"]
+        for case in self.cases("4.2"):
+            outcome.total += 1
+            ids = np.array(case["ids"], dtype=np.int64)
+            got = self.generate(case["model"], ids, self.meta()["new_tokens"], True).arrays
+            want = decode_array(case["step_logits"])
+            steps = got.get("step_logits")
+            if not isinstance(steps, np.ndarray) or steps.shape != want.shape:
+                shape = getattr(steps, "shape", None)
+                outcome.failures.append(
+                    f"{case['label']}: {shape[0] if shape else 0} forward calls with logits, "
+                    f"expected {want.shape[0]} (one per generated token)."
+                )
+                continue
+            err = np.abs(steps - want).max(axis=(1, 2))
+            bad = np.flatnonzero(err > atol)
+            if bad.size:
+                outcome.failures.append(
+                    f"{case['label']}: step {bad[0] + 1}'s logits differ by {err[bad[0]]:.3g}."
+                )
+            else:
+                outcome.passed += 1
+        self.finish("4.3", outcome, set_score)
+
+    @check("4.4", partial=True, hidden=True)
+    def test_theoretical_bytes(self, set_score: Any = None) -> None:
+        """4.4 theoretical_kv_bytes = 2 · L · D · N_L · bytes on hidden random inputs"""
+        self.require_hidden()
+        outcome = Outcome()
+        for case in self.cases("4.4"):
+            outcome.total += 1
+            what = f"theoretical_kv_bytes{tuple(case['args'])}"
+            reply = self.call(
+                {"op": "call", "func": "theoretical_kv_bytes", "args": case["args"]}, {}, what
+            )
+            try:
+                got = as_number(reply.header.get("result"), "int", what)
+            except ValueProblem as exc:
+                outcome.failures.append(str(exc))
+                continue
+            if got == case["expected"]:
+                outcome.passed += 1
+            else:
+                outcome.failures.append(f"{what} returned {got:,}, which is wrong.")
+        self.finish("4.4", outcome, set_score)
+
+    @check("4.5")
+    def test_measured_bytes(self) -> None:
+        """4.5 measured_kv_bytes: the real size of the cache transformers returns"""
+        problems = []
+        for model, batch, length, dtype, size in (
+            ("lab", 2, 10, "float32", 4),
+            ("lab", 1, 33, "float16", 2),
+            ("hidden", 3, 7, "float32", 4),
+        ):
+            cfg = self.meta()["models"][model]["config"]
+            want = 2 * cfg["n_layer"] * batch * length * cfg["n_embd"] * size
+            ids = np.arange(batch * length, dtype=np.int64).reshape(batch, length) % 100
+            what = f"measured_kv_bytes(cache of {batch}x{length} tokens, {dtype})"
+            reply = self.call(
+                {"op": "measured_bytes", "model": model, "dtype": dtype}, {"ids": ids}, what
+            )
+            try:
+                got = as_number(reply.header.get("result"), "int", what)
+            except ValueProblem as exc:
+                problems.append(str(exc))
+                continue
+            if got != want:
+                problems.append(f"{what} returned {got:,}; the cache holds {want:,} bytes.")
+        if problems:
+            self.fail("\n".join(problems))
+
+    @check("4.6", extra_tags=("benchmark",))
+    def test_latency(self) -> None:
+        """4.6 latency: cached ms/token stays nearly flat from L = 32 to 256, cache-free grows"""
+        bench = load_thresholds(self.ctx.device)["part4"]
+        ids = np.arange(1, 9, dtype=np.int64)[None, :]
+        per_token: dict[tuple[bool, int], float] = {}
+        for cached in (True, False):
+            for L in bench["L_values"]:
+                runs = []
+                for i in range(1 + bench["repeats"]):
+                    reply = self.generate(
+                        "lab", ids, L, cached, timeout=max(self.ctx.limits.request_timeout_s, 60.0),
+                        key=f"timed generation {cached} {L}",
+                    )  # fmt: skip
+                    if i:
+                        runs.append(reply.seconds * 1000 / L)
+                per_token[cached, L] = statistics.median(runs)
+        lo, hi = bench["L_values"]
+        cached_growth = per_token[True, hi] / per_token[True, lo]
+        plain_growth = per_token[False, hi] / per_token[False, lo]
+        print(
+            f"ms/token at L = {lo} and {hi} ({self.ctx.device} profile): with the cache "
+            f"{per_token[True, lo]:.2f} and {per_token[True, hi]:.2f} ({cached_growth:.2f}x), "
+            f"without it {per_token[False, lo]:.2f} and {per_token[False, hi]:.2f} "
+            f"({plain_growth:.2f}x)"
+        )
+        if (
+            cached_growth > bench["max_cached_growth"]
+            or plain_growth < bench["min_no_cache_growth"]
+        ):
+            self.fail(
+                f"Expected the cached ms/token to grow at most {bench['max_cached_growth']}x and "
+                f"the cache-free one at least {bench['min_no_cache_growth']}x from L = {lo} to "
+                f"{hi}; measured {cached_growth:.2f}x and {plain_growth:.2f}x."
+            )
+
+    @check("4.7", partial=True, bonus=True)
+    def test_int8_bonus(self, set_score: Any = None) -> None:
+        """4.7 bonus: an int8 KV cache (memory, reconstruction error, greedy agreement)"""
+        ids = np.arange(3, 67, dtype=np.int64)[None, :] % 500
+        reply = self.call(
+            {"op": "int8", "model": "lab", "n": 64},
+            {"ids": ids},
+            "quantize_kv_int8 / dequantize_kv_int8",
+        )
+        r = reply.header
+        ratio = r["q_bytes"] / max(r["fp16_bytes"], 1)
+        print(
+            f"int8 cache: {r['q_bytes']:,} bytes = {ratio:.2f} x the fp16 cache; max relative "
+            f"error {r['max_rel_error']:.2%}; greedy agreement {r['agree']:.0%} of 64 tokens"
+        )
+        problems = []
+        if "torch.uint8" in r["dtypes"] and "torch.int8" not in r["dtypes"]:
+            problems.append(
+                "The cache is a bare uint8 cast: negative keys and values wrap around and "
+                "there is no scale. " + self.named("int8_dtypes", r["dtypes"])
+            )
+        if ratio > 0.55:
+            problems.append(f"It uses {ratio:.2f} x the fp16 cache's memory (at most 0.55).")
+        if r["max_rel_error"] > 0.02:
+            problems.append(
+                f"Its max relative reconstruction error is {r['max_rel_error']:.2%} (at most 2%)."
+            )
+        if r["agree"] < 0.9:
+            problems.append(f"Greedy tokens agree on {r['agree']:.0%} of 64 (at least 90%).")
+        if problems:
+            set_score(0)
+            self.fail("\n".join(problems))
+        set_score(BONUS["4.7"])

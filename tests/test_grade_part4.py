@@ -1,0 +1,37 @@
+"""End-to-end grading of Part 4 (the KV-cache lab): the solution, the blank skeleton,
+the bonus and its feedback."""
+
+from __future__ import annotations
+
+import re
+
+from grader.points import BONUS, POINTS, part_total
+
+CHECKS = set(POINTS["part4"]) | {k for k in BONUS if k.startswith("4.")}
+
+
+def test_solution_gets_full_marks_and_the_bonus(solution_graded) -> None:
+    tests = solution_graded.part_tests("part4")
+    assert {t["number"] for t in tests} == CHECKS
+    assert [t["number"] for t in tests if t["status"] != "passed"] == []
+    assert part_total("part4") == 20
+    assert solution_graded.part_score("part4") == 20 + BONUS["4.7"]
+    bonus = solution_graded.test("4.7")
+    assert bonus["max_score"] == 0 and bonus["score"] == BONUS["4.7"]
+    assert "bonus" in bonus["tags"]
+
+
+def test_latency_and_int8_figures_are_reported(solution_graded) -> None:
+    latency = solution_graded.output("4.6")
+    assert re.search(r"with the cache [0-9.]+ and [0-9.]+ \([0-9.]+x\)", latency)
+    assert "benchmark" in solution_graded.test("4.6")["tags"]
+    int8 = solution_graded.output("4.7")
+    ratio = float(re.search(r"= ([0-9.]+) x the fp16 cache", int8).group(1))
+    assert ratio <= 0.55
+
+
+def test_blank_skeleton_scores_zero_without_crashing(blank_graded) -> None:
+    tests = blank_graded.part_tests("part4")
+    assert {t["number"] for t in tests} == CHECKS
+    assert blank_graded.part_score("part4") == 0
+    assert "not implemented yet" in blank_graded.output("4.5")
