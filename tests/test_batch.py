@@ -26,6 +26,7 @@ from grader.batch import (
     part_scores,
     pass_rates,
 )
+from grader.parts import PARTS
 from grader.results import validate_results
 from tests.conftest import ROOT, SOLUTION
 from tests.export_factory import Entry, build_export, metadata_yaml, plan_export
@@ -134,8 +135,9 @@ def test_part_scores_sums_tagged_checks_and_marks_absent_parts() -> None:
             {"name": "untagged", "score": 9, "max_score": 9},
         ],
     }
-    assert part_scores(data) == {"part1": 2.5, "part2": 3.0, "part3": None}
-    assert part_scores({"score": 0, "tests": []}) == {"part1": None, "part2": None, "part3": None}
+    others = {p: None for p in PARTS if p not in ("part1", "part2")}
+    assert part_scores(data) == {"part1": 2.5, "part2": 3.0, **others}
+    assert part_scores({"score": 0, "tests": []}) == dict.fromkeys(PARTS)
 
 
 def test_pass_rates_counts_each_check_over_the_results_that_contain_it() -> None:
@@ -205,13 +207,13 @@ def test_scores_csv_has_the_expected_part1_totals(regraded: Regraded) -> None:
     assert list(rows) == [r.submission_id for r in regraded.summary.rows]
     assert set(rows) == {e.folder for e in regraded.entries}
     assert list(next(iter(rows.values()))) == [
-        "submission_id", "names", "emails", "sids", "part1", "part2", "part3",
-        "total", "max_score", "status",
+        "submission_id", "names", "emails", "sids", *PARTS, "total", "max_score", "status",
     ]  # fmt: skip
     for e in regraded.entries:
         row = rows[e.folder]
         assert row["status"] == "graded", e
-        assert row["max_score"] == "20" and row["part2"] == row["part3"] == ""
+        assert row["max_score"] == "20"
+        assert all(row[p] == "" for p in PARTS if p != "part1")  # not graded in this batch
         assert row["total"] == row["part1"]
         score = float(row["part1"])
         if e.kind == "solution":

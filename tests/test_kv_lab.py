@@ -328,3 +328,35 @@ def test_skeleton_todos_raise_and_load_model_works(model: GPT2LMHeadModel, tmp_p
     for name, args in calls.items():
         with pytest.raises(NotImplementedError):
             getattr(skel, name)(*args)
+
+
+def test_report_command_runs_offline_on_the_random_fallback(tmp_path: Path) -> None:
+    """`python kv_lab.py --report OUT --quick` from a clean environment with no network:
+    the distilgpt2-shaped random model, the Markdown report and both plots."""
+    import os
+    import subprocess
+    import sys
+
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(tmp_path),  # an empty Hugging Face cache
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "MPLBACKEND": "Agg",
+    }
+    out = tmp_path / "report"
+    proc = subprocess.run(
+        [sys.executable, "kv_lab.py", "--report", str(out), "--quick"],
+        cwd=SOLUTION_FILE.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "randomly initialised distilgpt2-shaped" in proc.stderr
+    text = (out / "report.md").read_text()
+    assert "| n_layers | 6 |" in text and "36,864 bytes per token" in text
+    for png in ("latency.png", "memory.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
