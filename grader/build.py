@@ -40,6 +40,7 @@ STUDENT_REQUIREMENTS = [
     "gradescope-utils==0.5.0",
     "pillow>=10",
     "pyyaml>=6",
+    "transformers==5.23.0",
     "tomli>=2; python_version < '3.11'",
 ]
 

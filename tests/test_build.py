@@ -184,3 +184,13 @@ def test_selfcheck_feedback_equals_the_autograders(student_zip: Path, tmp_path: 
     for number in ("2.2", "2.4", "2.5"):
         assert local_out[number] == official.output(number), number
     assert mutant.diagnosis in local_out["2.4"]
+
+
+def test_zip_requirements_are_the_projects_runtime_dependencies() -> None:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert sorted(project["dependencies"]) == sorted(build.STUDENT_REQUIREMENTS)
