@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -36,22 +38,31 @@ SECOND_PROMPTS = ["Hello", "The capital of France is"]
 HIDDEN_PROMPTS = ["Once upon a time", "def fibonacci(n):", "Les sanglots longs des violons"]
 
 
-def import_llama(root: Path) -> dict[str, ModuleType]:
-    """The ``llama`` package under ``root`` (reference or mutant), imported afresh."""
+@contextlib.contextmanager
+def llama_on_path(root: Path) -> Iterator[None]:
+    """``import llama`` finds the package under ``root`` (reference or mutant) inside
+    this block; ``llama`` modules imported before are set aside and put back after."""
 
-    def purge() -> None:
-        for name in [m for m in sys.modules if m == "llama" or m.startswith("llama.")]:
-            del sys.modules[name]
+    def take() -> dict[str, ModuleType]:
+        names = [m for m in sys.modules if m == "llama" or m.startswith("llama.")]
+        return {m: sys.modules.pop(m) for m in names}
 
-    purge()
+    saved = take()
     sys.path.insert(0, str(root))
     try:
+        yield
+    finally:
+        sys.path.remove(str(root))
+        take()
+        sys.modules.update(saved)
+
+
+def import_llama(root: Path) -> dict[str, ModuleType]:
+    """The ``llama`` package under ``root`` (reference or mutant), imported afresh."""
+    with llama_on_path(root):
         return {
             n: importlib.import_module(f"llama.{n}") for n in ("model", "generation", "tokenizer")
         }
-    finally:
-        sys.path.remove(str(root))
-        purge()
 
 
 def tokenizer_bytes(reference: dict[str, ModuleType]) -> bytes:

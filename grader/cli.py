@@ -124,6 +124,10 @@ def cmd_batch(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_parts_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--parts", default="", help="comma-separated part tags (default: all)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m grader", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -131,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("grade", help="grade one submission folder")
     g.add_argument("submission", help="folder holding the student's files")
     g.add_argument("--results", default="results/results.json", help="where to write results")
-    g.add_argument("--parts", default="", help="comma-separated part tags (default: all)")
+    add_parts_option(g)
     g.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     g.add_argument("--table", action="store_true", help="print a score table")
     g.add_argument("--details", action="store_true", help="with --table: print failed feedback")
@@ -145,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_regen)
 
     m = sub.add_parser("mutants", help="grade the mutant library: is every known bug caught?")
-    m.add_argument("--parts", default="", help="comma-separated part tags (default: all)")
+    add_parts_option(m)
     m.add_argument("--only", default="", help="comma-separated mutant names (default: all)")
     m.set_defaults(func=cmd_mutants)
 
@@ -164,14 +168,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     gs = sub.add_parser("gradescope", help="what run_autograder calls inside Gradescope")
     gs.add_argument("--root", default="/autograder", help="the Gradescope tree")
-    gs.add_argument("--parts", default="", help="comma-separated part tags (default: all)")
+    add_parts_option(gs)
     gs.set_defaults(func=cmd_gradescope)
 
     ba = sub.add_parser("batch", help="regrade a Gradescope 'Export Submissions' folder")
     ba.add_argument("export_dir", help="the unzipped export (submission_metadata.yml + folders)")
     ba.add_argument("--out", required=True, help="output folder (a re-run resumes here)")
     ba.add_argument("--jobs", type=int, default=2, help="submissions graded at once")
-    ba.add_argument("--parts", default="", help="comma-separated part tags (default: all)")
+    add_parts_option(ba)
     ba.add_argument("--timeout", type=float, default=900, help="seconds per submission")
     ba.add_argument("--quiet", action="store_true", help="no progress line")
     ba.set_defaults(func=cmd_batch)

@@ -13,11 +13,7 @@ import pytest
 
 from grader.mutants import load_mutants
 from grader.points import POINTS, part_total
-from grader.sandbox import Limits
-from tests.conftest import ROOT, SOLUTION, run_grade
-
-#: Part 2 requests run longer than Part 1's (up to 1024 cached calls in one request).
-PART2_LIMITS = Limits(request_timeout_s=20.0, startup_timeout_s=30.0)
+from tests.conftest import PART2_LIMITS, ROOT, SOLUTION, patched_solution, run_grade
 
 CHECKS = set(POINTS["part2"])
 FILE = "transformer_skeleton.py"
@@ -49,14 +45,7 @@ def test_blank_skeleton_scores_zero_with_a_clear_message(blank_graded) -> None:
 
 
 def grade_edit(tmp_path: Path, edits: list[tuple[str, str]], **kwargs):
-    submission = tmp_path / "submission"
-    shutil.copytree(SOLUTION, submission, ignore=shutil.ignore_patterns("__pycache__", "*.png"))
-    target = submission / FILE
-    text = target.read_text()
-    for old, new in edits:
-        assert text.count(old) == 1, old
-        text = text.replace(old, new)
-    target.write_text(text)
+    submission = patched_solution(tmp_path / "submission", FILE, edits)
     kwargs.setdefault("limits", PART2_LIMITS)
     return run_grade(submission, tmp_path / "out", parts=["part2"], **kwargs)
 

@@ -4,12 +4,11 @@ skeleton and broken submissions."""
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 from grader.points import POINTS, part_total
 from grader.sandbox import Limits
-from tests.conftest import SOLUTION, run_grade
+from tests.conftest import patched_solution, run_grade
 
 CHECKS = set(POINTS["part3"])
 LIMITS = Limits(request_timeout_s=30.0, startup_timeout_s=30.0)
@@ -37,14 +36,7 @@ def test_blank_skeleton_scores_zero_without_crashing(blank_graded) -> None:
 
 
 def grade_edit(tmp_path: Path, file: str, edits: list[tuple[str, str]]):
-    submission = tmp_path / "submission"
-    shutil.copytree(SOLUTION, submission, ignore=shutil.ignore_patterns("__pycache__", "*.png"))
-    target = submission / file
-    text = target.read_text()
-    for old, new in edits:
-        assert text.count(old) == 1, old
-        text = text.replace(old, new)
-    target.write_text(text)
+    submission = patched_solution(tmp_path / "submission", file, edits)
     return run_grade(submission, tmp_path / "out", parts=["part3"], limits=LIMITS)
 
 

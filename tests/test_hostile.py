@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import socket
 import threading
 import time
@@ -23,7 +22,14 @@ import pytest
 
 from grader.context import PROJECT_ROOT, TEST_CASES
 from grader.sandbox import Limits, network_isolation
-from tests.conftest import FAST_LIMITS, SOLUTION, in_param_count, run_grade
+from tests.conftest import (
+    FAST_LIMITS,
+    PART2_LIMITS,
+    SOLUTION,
+    in_param_count,
+    patched_solution,
+    run_grade,
+)
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="containment needs a root grader")
 BOUND_S = 120  # every hostile run must end well within Gradescope's 10 minutes
@@ -99,11 +105,7 @@ def test_results_forged_directly_or_by_a_process_that_outlives_the_worker(
         "                     start_new_session=True, stdout=subprocess.DEVNULL,\n"
         "                     stderr=subprocess.DEVNULL)"
     )
-    submission = tmp_path / "submission"
-    shutil.copytree(SOLUTION, submission, ignore=shutil.ignore_patterns("__pycache__"))
-    target = submission / "question1.py"
-    old, new = in_param_count(code)
-    target.write_text(target.read_text().replace(old, new, 1))
+    submission = patched_solution(tmp_path / "submission", "question1.py", [in_param_count(code)])
     graded = run_grade(submission, out, parts=["part1"], limits=FAST_LIMITS)
     time.sleep(0.5)
     assert graded.data["score"] == 20  # the daemon did not change the answer or the file
@@ -267,17 +269,13 @@ def test_the_worker_has_no_network(grade_patched) -> None:
 
 
 def grade_part2(tmp_path: Path, edits: list[tuple[str, str]], prelude: str = ""):
-    submission = tmp_path / f"part2-{len(list(tmp_path.iterdir()))}"
-    shutil.copytree(SOLUTION, submission, ignore=shutil.ignore_patterns("__pycache__"))
-    target = submission / "transformer_skeleton.py"
-    text = target.read_text()
-    for old, new in edits:
-        assert text.count(old) == 1, old
-        text = text.replace(old, new)
+    """Grade Part 2 of the solution with ``edits``, and ``prelude`` run at import."""
     anchor = "# One layer's cache"
-    text = text.replace(anchor, prelude + anchor, 1)
-    target.write_text(text)
-    limits = Limits(request_timeout_s=20.0, startup_timeout_s=30.0)
+    if prelude:
+        edits = [*edits, (anchor, prelude + anchor)]
+    submission = patched_solution(
+        tmp_path / f"part2-{len(list(tmp_path.iterdir()))}", "transformer_skeleton.py", edits
+    )
     return run_grade(
-        submission, tmp_path / f"out-{submission.name}", parts=["part2"], limits=limits
+        submission, tmp_path / f"out-{submission.name}", parts=["part2"], limits=PART2_LIMITS
     )

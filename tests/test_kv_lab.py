@@ -4,17 +4,17 @@ the student skeleton's names, signatures and TODOs."""
 from __future__ import annotations
 
 import ast
-import importlib.util
 import socket
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import torch
 from transformers import DynamicCache, GPT2Config, GPT2LMHeadModel
+
+from grader.regen import import_path, one_thread
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION_FILE = ROOT / "solution" / "kv_lab.py"
@@ -35,28 +35,14 @@ TODOS = {
 }
 
 
-def import_file(path: Path, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop(name, None)
-    return module
-
-
-kv = import_file(SOLUTION_FILE, "reference_kv_lab")
+kv = import_path(SOLUTION_FILE, "reference_kv_lab")
 
 
 @pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
+def torch_on_one_thread() -> Iterator[None]:
     """One thread: the timings and the run time do not depend on the machine's cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    with one_thread():
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -307,7 +293,7 @@ def test_skeleton_provides_everything_else_unchanged() -> None:
 
 
 def test_skeleton_todos_raise_and_load_model_works(model: GPT2LMHeadModel, tmp_path: Path) -> None:
-    skel = import_file(SKELETON_FILE, "skeleton_kv_lab")
+    skel = import_path(SKELETON_FILE, "skeleton_kv_lab")
     cfg = GPT2Config(n_layer=1, n_embd=32, n_head=2, n_positions=64, vocab_size=100)
     GPT2LMHeadModel(cfg).save_pretrained(tmp_path)
     assert kv.model_config_summary(skel.load_model(str(tmp_path)))["hidden_size"] == 32
@@ -335,7 +321,6 @@ def test_report_command_runs_offline_on_the_random_fallback(tmp_path: Path) -> N
     the distilgpt2-shaped random model, the Markdown report and both plots."""
     import os
     import subprocess
-    import sys
 
     env = {
         "PATH": os.environ.get("PATH", ""),

@@ -11,15 +11,16 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from grader.cases_part3 import COURSE_PROMPTS, MODELS, checkpoint_shapes, plans
+from grader.cases_part3_build import llama_on_path
+from grader.regen import one_thread
 from tests.conftest import ROOT, SOLUTION
 
 TINY_CKPT = ROOT / "test_cases" / "public" / "part3" / "tiny_llama"
@@ -41,15 +42,7 @@ def llm() -> Iterator[SimpleNamespace]:
     restored afterwards; torch runs on one thread (the tiny model gains nothing from
     more, and spinning threads crawl on a busy machine)."""
 
-    def take_llama_modules() -> dict[str, ModuleType]:
-        names = [m for m in sys.modules if m == "llama" or m.startswith("llama.")]
-        return {m: sys.modules.pop(m) for m in names}
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    saved = take_llama_modules()
-    sys.path.insert(0, str(SOLUTION))
-    try:
+    with one_thread(), llama_on_path(SOLUTION):
         import llama.generation
         import llama.model
         import llama.tokenizer
@@ -58,11 +51,6 @@ def llm() -> Iterator[SimpleNamespace]:
         yield SimpleNamespace(
             model=llama.model, generation=llama.generation, tokenizer=llama.tokenizer
         )
-    finally:
-        take_llama_modules()
-        sys.modules.update(saved)
-        sys.path.remove(str(SOLUTION))
-        torch.set_num_threads(threads)
 
 
 def build(llm: SimpleNamespace, ckpt_dir: Path = TINY_CKPT, **kwargs):

@@ -8,7 +8,6 @@ checkpoint in test_cases/public/part3/tiny_llama.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -21,6 +20,8 @@ from types import ModuleType
 import pytest
 import torch
 
+from grader.cases_part3_build import llama_on_path
+from grader.regen import import_path
 from tests.conftest import ROOT, SOLUTION
 
 TINY_CKPT = ROOT / "test_cases" / "public" / "part3" / "tiny_llama"
@@ -43,25 +44,10 @@ def bench() -> Iterator[ModuleType]:
     """solution/benchmark_inference.py, with solution/ on sys.path for ``llama``. Any
     ``llama`` modules imported elsewhere are set aside meanwhile and restored afterwards."""
 
-    def take_llama_modules() -> dict[str, ModuleType]:
-        names = [m for m in sys.modules if m == "llama" or m.startswith("llama.")]
-        return {m: sys.modules.pop(m) for m in names}
-
-    saved = take_llama_modules()
-    sys.path.insert(0, str(SOLUTION))
-    name = "part3_benchmark_inference_under_test"
-    spec = importlib.util.spec_from_file_location(name, SOLUTION / "benchmark_inference.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.modules.pop(name, None)
-        take_llama_modules()
-        sys.modules.update(saved)
-        sys.path.remove(str(SOLUTION))
+    with llama_on_path(SOLUTION):
+        yield import_path(
+            SOLUTION / "benchmark_inference.py", "part3_benchmark_inference_under_test"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -116,10 +102,17 @@ def test_exact_length_prompt(bench: ModuleType, small_tokenizer, input_len: int)
 
 
 def test_rss_sampler_sees_a_transient_allocation(bench: ModuleType) -> None:
+    import mmap
+
+    size = 64 * 2**20
     with bench.rss_peak_sampler() as rss:
-        block = torch.ones(64 * 2**20 // 4)  # 64 MB, touched, held briefly, then freed
+        # Fresh anonymous pages, each touched: resident whatever this process freed
+        # before (a heap allocation could reuse memory that is already resident).
+        block = mmap.mmap(-1, size)
+        for offset in range(0, size, mmap.PAGESIZE):
+            block[offset] = 1
         time.sleep(0.5)  # long enough for the sampler thread even on a busy machine
-        del block
+        block.close()
     assert rss["peak"] - rss["start"] >= 48 * 2**20
 
 

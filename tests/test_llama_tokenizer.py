@@ -7,14 +7,12 @@ ids are reproduced exactly, with BOS at 100256 instead of 128000.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from grader.regen import import_path
 from tests.conftest import SOLUTION
 
 TOKENIZER_FILE = SOLUTION / "llama" / "tokenizer.py"
@@ -34,16 +32,9 @@ ROUND_TRIP = [
 
 
 @pytest.fixture(scope="module")
-def tok_mod() -> Iterator[ModuleType]:
+def tok_mod() -> ModuleType:
     """The solution's tokenizer module, imported by path under a private name."""
-    name = "part3_llama_tokenizer_under_test"
-    spec = importlib.util.spec_from_file_location(name, TOKENIZER_FILE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(name, None)
+    return import_path(TOKENIZER_FILE, "part3_llama_tokenizer_under_test")
 
 
 @pytest.fixture(scope="module")

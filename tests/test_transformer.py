@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import json
 import subprocess
@@ -16,6 +15,7 @@ import pytest
 import torch
 
 from grader.cases_part2 import PUBLIC_MODEL, chunk_plan, make_state_dict, state_dict_shapes
+from grader.regen import import_path, one_thread
 from tests.conftest import ASSIGNMENT, ROOT, SOLUTION
 
 SOLUTION_FILE = SOLUTION / "transformer_skeleton.py"
@@ -26,37 +26,21 @@ VOCAB, D_MODEL, D_FF, LAYERS, MAX_LEN = 1000, 50, 100, 2, 1024
 CPU = torch.device("cpu")
 
 
-def load_module(path: Path, name: str) -> ModuleType:
-    """Import ``path`` under a unique module name (kept in sys.modules for dataclasses)."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture(scope="module")
+def sol() -> ModuleType:
+    return import_path(SOLUTION_FILE, "part2_reference_transformer_under_test")
 
 
 @pytest.fixture(scope="module")
-def sol() -> Iterator[ModuleType]:
-    name = "part2_reference_transformer_under_test"
-    yield load_module(SOLUTION_FILE, name)
-    sys.modules.pop(name, None)
-
-
-@pytest.fixture(scope="module")
-def skel() -> Iterator[ModuleType]:
-    name = "part2_student_skeleton_under_test"
-    yield load_module(SKELETON_FILE, name)
-    sys.modules.pop(name, None)
+def skel() -> ModuleType:
+    return import_path(SKELETON_FILE, "part2_student_skeleton_under_test")
 
 
 @pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
+def torch_on_one_thread() -> Iterator[None]:
     """One intra-op thread: tiny ops stay fast even when the machine's cores are busy."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    with one_thread():
+        yield
 
 
 def random_model(sol: ModuleType, seed: int = 0) -> torch.nn.Module:

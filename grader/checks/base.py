@@ -170,6 +170,33 @@ class GradedTestCase(unittest.TestCase):
         """The cases of check ``num`` (public and hidden)."""
         return [c for c in self.ctx.cases(self.part)["cases"] if c["check"] == num]
 
+    def once_per_worker(self, key: str, build: Callable[[], None]) -> None:
+        """Run ``build`` (state it sets up inside the worker, such as a model) unless this
+        worker process already ran it; a restarted worker runs it again."""
+        worker = self.ctx.worker(self.part)
+        done = self.ctx.scratch.setdefault(f"{self.part}.built", {})
+        if worker.running and done.get(key) == worker.starts:
+            return
+        build()
+        done[key] = worker.starts
+
+    def build_once(
+        self, key: str, build: Callable[[], None], not_run: str, *, full: bool = False
+    ) -> None:
+        """:meth:`once_per_worker`, remembering a failure of the submission: ``full`` (the
+        check that explains it) gets it whole, every other caller ``not_run`` in one line."""
+        self.ctx.worker(self.part)  # a missing file is reported as such, not remembered
+        failed = self.ctx.scratch.setdefault(f"{self.part}.failed", {})
+        if key not in failed:
+            try:
+                self.once_per_worker(key, build)
+            except SubmissionError as exc:
+                failed[key] = exc
+        if key in failed:
+            if full:
+                raise failed[key]
+            raise SubmissionError(not_run, "load")
+
     def require_hidden(self) -> None:
         """Skip-as-failure when the hidden cases are absent (the student's local copy)."""
         if not self.ctx.cases(self.part)["hidden_available"]:

@@ -79,19 +79,13 @@ class Part2Base(GradedTestCase):
         A failure is remembered: check 2.1 (``full``) shows it whole, every later
         check refers to it in one line.
         """
-        worker = self.ctx.worker(self.part)
-        loaded = self.ctx.scratch.setdefault("part2.loaded", {})
-        failed = self.ctx.scratch.setdefault("part2.load_failed", {})
-        if name in failed:
-            if full:
-                raise failed[name]
-            raise SubmissionError(
-                f"Not run: DecoderOnlyTransformer could not be built with the {name} model's "
-                "weights (see check 2.1 for why).",
-                "load",
-            )
-        if worker.running and loaded.get(name) == worker.starts:
-            return
+        not_run = (
+            f"Not run: DecoderOnlyTransformer could not be built with the {name} model's "
+            "weights (see check 2.1 for why)."
+        )
+        self.build_once(name, lambda: self._load(name), not_run, full=full)
+
+    def _load(self, name: str) -> None:
         spec = self.meta()["models"][name]
         weights = make_state_dict(spec)
         if weights_digest(weights) != spec["weights_sha256"]:
@@ -104,17 +98,17 @@ class Part2Base(GradedTestCase):
             f"{c['num_layers']}, {c['max_seq_len']}) with the course weights"
         )
         try:
-            worker.request({"op": "load", "model": name, "config": c}, weights, what=what)
+            self.ctx.worker(self.part).request(
+                {"op": "load", "model": name, "config": c}, weights, what=what
+            )
         except SubmissionError as exc:
-            if exc.kind == "exception":
-                names = matching_mistakes({"error": exc.signature}, self.signatures("load"), None)
-                hint = likely_cause(names, self.meta()["diagnoses"])
-                exc = SubmissionError(
-                    f"{exc.message}\n{hint}".strip(), "load", exc.output, exc.error
-                )
-            failed[name] = exc
-            return self.ensure_model(name, full=full)
-        loaded[name] = worker.starts
+            if exc.kind != "exception":
+                raise
+            names = matching_mistakes({"error": exc.signature}, self.signatures("load"), None)
+            hint = likely_cause(names, self.meta()["diagnoses"])
+            raise SubmissionError(
+                f"{exc.message}\n{hint}".strip(), "load", exc.output, exc.error
+            ) from None
 
     def call(
         self,

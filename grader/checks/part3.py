@@ -110,21 +110,19 @@ class Part3ForwardChecks(Part3Base):
         return problems
 
     def broken_checkpoint(self, kind: str) -> str:
+        """A worker-readable copy of the tiny checkpoint, broken the ``kind`` way (once)."""
         import json
-        import shutil
 
+        name = f"broken_{kind}"
+        if (self.ctx.sandbox.data_dir / name).exists():
+            return str(self.ctx.sandbox.data_dir / name)
         good = self.ctx.cases_root / "public" / self.meta()["checkpoint"]
-        dest = self.ctx.sandbox.data_dir / f"broken_{kind}"
-        if not dest.exists():
-            staging = self.ctx.sandbox.root / f"staging_{kind}"
-            shutil.copytree(good, staging)
-            if kind == "unknown_key":
-                params = json.loads((staging / "params.json").read_text())
-                (staging / "params.json").write_text(json.dumps({**params, "my_new_key": 1}))
-            else:
-                (staging / "consolidated.00.pth").unlink()
-            self.ctx.sandbox.provide(staging, f"broken_{kind}")
-            shutil.rmtree(staging)
+        dest = self.ctx.sandbox.provide(good, name)
+        if kind == "unknown_key":
+            params = json.loads((dest / "params.json").read_text())
+            (dest / "params.json").write_text(json.dumps({**params, "my_new_key": 1}))
+        else:
+            (dest / "consolidated.00.pth").unlink()
         return str(dest)
 
     @check("3.2", partial=True)

@@ -49,25 +49,8 @@ class Part3Base(GradedTestCase):
         "public" and "bench" come from the checkpoint through ``Llama.build``; "hidden"
         from seeded weights through ``Llama(ModelArgs(...))``. A failure is remembered.
         """
-        worker = self.ctx.worker(self.part)
-        key = f"{name}:{cache}"
-        loaded = self.ctx.scratch.setdefault("part3.loaded", {})
-        failed = self.ctx.scratch.setdefault("part3.failed", {})
-        if key in failed:
-            if full:
-                raise failed[key]
-            raise SubmissionError(
-                f"Not run: your Llama could not be built (kv_caching={cache}); see check 3.1.",
-                "load",
-            )
-        if worker.running and loaded.get(key) == worker.starts:
-            return
-        try:
-            self._build(name, cache)
-        except SubmissionError as exc:
-            failed[key] = exc
-            return self.ensure(name, cache, full=full)
-        loaded[key] = worker.starts
+        not_run = f"Not run: your Llama could not be built (kv_caching={cache}); see check 3.1."
+        self.build_once(f"{name}:{cache}", lambda: self._build(name, cache), not_run, full=full)
 
     def _build(self, name: str, cache: bool) -> None:
         worker = self.ctx.worker(self.part)

@@ -38,13 +38,12 @@ class Part4Checks(GradedTestCase):
         return self.ctx.cases(self.part)
 
     def ensure(self, name: str) -> None:
-        worker = self.ctx.worker(self.part)
-        loaded = self.ctx.scratch.setdefault("part4.loaded", {})
-        if worker.running and loaded.get(name) == worker.starts:
-            return
         spec = self.meta()["models"][name]
-        worker.request({"op": "build", "model": name, **spec}, what="building the GPT-2 model")
-        loaded[name] = worker.starts
+        header = {"op": "build", "model": name, **spec}
+        self.once_per_worker(
+            name,
+            lambda: self.ctx.worker(self.part).request(header, what="building the GPT-2 model"),
+        )
 
     def call(
         self, header: dict[str, Any], arrays: dict[str, np.ndarray], what: str, **kw: Any
