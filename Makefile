@@ -5,7 +5,11 @@
 #   make lint                     ruff lint + format check
 #   make regen / make check-cases regenerate test cases / verify they match solution/
 #   make dist                     build dist/autograder.zip (Gradescope) and dist/student.zip
-#   make bench                    the slow benchmarks and the grading budget
+#   make bench                    every benchmark below, then the slow tests (about 1.5 h)
+#   make calibrate                time the benchmark checks, propose thresholds (DEVICE=cpu|cuda)
+#   make stability                50 graded runs: do benchmark verdicts hold on a busy machine?
+#   make mbu                      reference Llama decode vs memory bandwidth and transformers
+#   make budget                   time and memory of a whole grading run (also at 1/2 CPU)
 
 # The system interpreter is preferred: the sandboxed worker runs as an
 # unprivileged user, who must be able to execute the venv's interpreter
@@ -17,10 +21,12 @@ SUBMISSION ?= solution
 RESULTS    ?= results/results.json
 PARTS      ?=
 PYTEST_ARGS ?=
+DEVICE     ?= auto
+RUNS       ?= 50
 
 STAMP := $(VENV)/.installed
 
-.PHONY: grade test lint format regen check-cases venv clean dist bench
+.PHONY: grade test lint format regen check-cases venv clean dist bench calibrate stability mbu budget slow-tests
 
 venv: $(STAMP)
 
@@ -57,11 +63,25 @@ dist: $(STAMP)
 	$(PY) -m grader build autograder --out dist/autograder.zip
 	$(PY) -m grader build student --out dist/student.zip
 
-bench: $(STAMP)
-	@$(PY) -m pytest -m slow -q $(PYTEST_ARGS); status=$$?; \
-	if [ $$status -eq 5 ]; then echo "pytest collected no slow tests" >&2; exit 1; fi; exit $$status
+bench: calibrate stability mbu budget slow-tests
+
+calibrate: $(STAMP)
+	$(PY) -m grader calibrate --device $(DEVICE) --json results/calibration.json
+
+stability: $(STAMP)
+	$(PY) benchmarks/verdict_stability.py --runs $(RUNS) --out results/stability.json
+
+mbu: $(STAMP)
+	$(PY) benchmarks/reference_mbu.py --dtype float32 --out results/mbu_float32.json
+	$(PY) benchmarks/reference_mbu.py --dtype bfloat16 --out results/mbu_bfloat16.json
+
+budget: $(STAMP)
 	$(PY) benchmarks/grading_budget.py
 	$(PY) benchmarks/grading_budget.py --half-cpu
+
+slow-tests: $(STAMP)
+	@$(PY) -m pytest -m slow -q $(PYTEST_ARGS); status=$$?; \
+	if [ $$status -eq 5 ]; then echo "pytest collected no slow tests" >&2; exit 1; fi; exit $$status
 
 clean:
 	rm -rf $(VENV) results dist .pytest_cache .ruff_cache

@@ -19,6 +19,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
         parts=parse_parts(args.parts),
         device=args.device,
         public_only=args.public_only,
+        tags=frozenset(t.strip() for t in args.tags.split(",") if t.strip()) or None,
     )
     if results is None:
         print(f"grading failed; a fallback results file was written to {args.results}")
@@ -124,8 +125,31 @@ def cmd_batch(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from grader.calibrate import main
+
+    main(
+        device=args.device,
+        parts=parse_parts(args.parts),
+        runs=args.runs,
+        margin=args.margin,
+        json_out=Path(args.json) if args.json else None,
+    )
+    return 0
+
+
 def add_parts_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--parts", default="", help="comma-separated part tags (default: all)")
+
+
+def add_device_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--device",
+        choices=["auto", "cpu", "cuda"],
+        default="auto",
+        help="where the submission runs and which benchmark profile applies "
+        "(default: cuda when torch sees a GPU, else cpu)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -136,7 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("submission", help="folder holding the student's files")
     g.add_argument("--results", default="results/results.json", help="where to write results")
     add_parts_option(g)
-    g.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    add_device_option(g)
+    g.add_argument("--tags", default="", help="only checks with one of these tags, e.g. benchmark")
     g.add_argument("--table", action="store_true", help="print a score table")
     g.add_argument("--details", action="store_true", help="with --table: print failed feedback")
     g.add_argument(
@@ -170,6 +195,18 @@ def build_parser() -> argparse.ArgumentParser:
     gs.add_argument("--root", default="/autograder", help="the Gradescope tree")
     add_parts_option(gs)
     gs.set_defaults(func=cmd_gradescope)
+
+    ca = sub.add_parser(
+        "calibrate", help="time the reference and a cache-free baseline; propose thresholds"
+    )
+    add_device_option(ca)
+    add_parts_option(ca)
+    ca.add_argument("--runs", type=int, default=5, help="graded runs of each (default 5)")
+    ca.add_argument(
+        "--margin", type=float, default=1.5, help="margin where no baseline is told apart"
+    )
+    ca.add_argument("--json", default="", help="also write the measurements to this file")
+    ca.set_defaults(func=cmd_calibrate)
 
     ba = sub.add_parser("batch", help="regrade a Gradescope 'Export Submissions' folder")
     ba.add_argument("export_dir", help="the unzipped export (submission_metadata.yml + folders)")

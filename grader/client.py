@@ -31,6 +31,7 @@ from grader.sandbox import (
     limit_setter,
     network_isolation,
 )
+from grader.timing import rss_peak
 from grader.worker.protocol import ProtocolError, ReadTimeout, read_message, write_message
 
 
@@ -70,7 +71,8 @@ class Reply:
     header: dict[str, Any]
     arrays: dict[str, np.ndarray]
     output: str = ""
-    seconds: float = 0.0
+    seconds: float = 0.0  # wall time around the request, by the parent's clock
+    peak_bytes: int | None = None  # timed requests: CUDA peak, or the worker's RSS growth
 
 
 class _OutputCollector(threading.Thread):
@@ -263,6 +265,7 @@ class WorkerClient:
         what: str,
         timeout: float | None = None,
         key: str | None = None,
+        timed: bool = False,
     ) -> Reply:
         """Send one request; return the reply or raise :class:`SubmissionError`.
 
@@ -270,6 +273,9 @@ class WorkerClient:
         ``key`` (default: ``what`` up to its first ``(``) groups requests for the
         remembered-timeout rule: once one request of a group timed out, the
         others fail at once instead of each costing another timeout.
+        A ``timed`` request is a benchmark run: the worker synchronises CUDA
+        before answering and the reply carries the peak memory (see
+        :mod:`grader.timing`). The clock never includes starting the worker.
         """
         key = key if key is not None else what.split("(")[0]
         if key in self._timed_out:
@@ -284,18 +290,23 @@ class WorkerClient:
         limit = timeout if timeout is not None else self.limits.request_timeout_s
         self._next_id += 1
         rid = self._next_id
-        start = time.perf_counter()
-        try:
-            write_message(self._to_worker, {**header, "id": rid}, arrays)
-        except (BrokenPipeError, OSError):
-            self._died(what)
-        try:
-            reply, out_arrays = self._receive(limit, what=what)
-        except SubmissionError as exc:
-            if exc.kind == "timeout":
-                self._timed_out.add(key)
-            raise
-        seconds = time.perf_counter() - start
+        sample_rss = timed and self.device != "cuda"
+        with rss_peak(self._proc.pid) if sample_rss else contextlib.nullcontext() as rss:
+            start = time.perf_counter()
+            try:
+                write_message(self._to_worker, {**header, "id": rid, "timed": timed}, arrays)
+            except (BrokenPipeError, OSError):
+                self._died(what)
+            try:
+                reply, out_arrays = self._receive(limit, what=what)
+            except SubmissionError as exc:
+                if exc.kind == "timeout":
+                    self._timed_out.add(key)
+                raise
+            seconds = time.perf_counter() - start
+        peak = reply.get("cuda_peak_bytes") if timed else None
+        if rss is not None and rss["start"]:
+            peak = max(0, rss["peak"] - rss["start"])
         output = self._output.since_mark()
         if reply.get("id") != rid:
             # Not the answer to this request: a forked copy of the worker, or bytes the
@@ -314,7 +325,11 @@ class WorkerClient:
                 output=output,
                 error=reply.get("error", {}),
             )
-        return Reply(header=reply, arrays=out_arrays, output=output, seconds=seconds)
+        if not isinstance(peak, int) or isinstance(peak, bool) or peak < 0:
+            peak = None  # the worker's own report is data like any other: validated
+        return Reply(
+            header=reply, arrays=out_arrays, output=output, seconds=seconds, peak_bytes=peak
+        )
 
     def _receive(self, timeout: float, what: str = "") -> tuple[dict, dict]:
         deadline = time.monotonic() + timeout

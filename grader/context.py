@@ -10,6 +10,7 @@ from typing import Any
 from grader.client import SubmissionError, WorkerClient
 from grader.parts import PARTS
 from grader.sandbox import Limits, Sandbox
+from grader.timing import BenchmarkRecord
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 TEST_CASES = PROJECT_ROOT / "test_cases"
@@ -52,6 +53,7 @@ class GradingContext:
     _workers: dict[str, WorkerClient] = field(default_factory=dict)
     _cases: dict[str, dict[str, Any]] = field(default_factory=dict)
     scratch: dict[str, Any] = field(default_factory=dict)  # per-run state checks share
+    benchmarks: dict[str, BenchmarkRecord] = field(default_factory=dict)  # by check number
 
     def worker(self, part: str) -> WorkerClient:
         """The part's worker; raises :class:`SubmissionError` if its file is missing."""

@@ -34,6 +34,7 @@ from grader.sandbox import (
     protect_hidden,
 )
 from grader.submission import copy_submission, locate
+from grader.thresholds import leaderboard_entries, leaderboard_settings, resolve_device
 
 SOLUTION_DIR = PROJECT_ROOT / "solution"  # absent from the autograder zip
 
@@ -51,10 +52,14 @@ def check_classes(part: str) -> list[type[GradedTestCase]]:
 
 
 def build_suite(
-    ctx: GradingContext, parts: list[str], public_only: bool = False
+    ctx: GradingContext,
+    parts: list[str],
+    public_only: bool = False,
+    tags: frozenset[str] | None = None,
 ) -> unittest.TestSuite:
     """The checks of ``parts``, each class bound to this run's context (without the
-    hidden-case checks when ``public_only``: a student's self-check)."""
+    hidden-case checks when ``public_only``: a student's self-check; only those
+    carrying one of ``tags`` when given, e.g. ``{"benchmark"}`` for calibration)."""
     loader = unittest.TestLoader()
     suite = unittest.TestSuite()
     for part in parts:
@@ -62,7 +67,10 @@ def build_suite(
             bound = type(cls.__name__, (cls,), {"ctx": ctx, "__module__": cls.__module__})
             for test in loader.loadTestsFromTestCase(bound):
                 method = getattr(type(test), test._testMethodName)
-                if public_only and "hidden" in getattr(method, "__tags__", ()):
+                marks = set(getattr(method, "__tags__", ()))
+                if public_only and "hidden" in marks:
+                    continue
+                if tags is not None and not marks & tags:
                     continue
                 suite.addTest(test)
     return suite
@@ -95,13 +103,18 @@ def grade(
     *,
     results_path: Path,
     parts: list[str] | None = None,
-    device: str = "cpu",
+    device: str = "auto",
     limits: Limits | None = None,
     cases_root: Path = TEST_CASES,
     identity: WorkerIdentity | None = None,
     public_only: bool = False,
+    tags: frozenset[str] | None = None,
 ) -> GradingResults | None:
-    """Grade ``submission`` and write ``results_path``; return the results (None on a crash)."""
+    """Grade ``submission`` and write ``results_path``; return the results (None on a crash).
+
+    ``device`` ("auto", "cpu" or "cuda") is where the submission runs and which
+    benchmark threshold profile applies; ``tags`` keeps only the checks carrying one.
+    """
     parts = parts or list(PARTS)
     started = time.monotonic()
     results: GradingResults | None = None
@@ -118,6 +131,7 @@ def grade(
         copied = copy_submission(Path(submission), sandbox.submission_dir)
         sandbox.hand_over()
         bases = {p: locate(sandbox.submission_dir, PARTS[p].main_file) for p in parts}
+        device = resolve_device(device)
         ctx = GradingContext(
             sandbox=sandbox,
             limits=limits or Limits(),
@@ -129,20 +143,29 @@ def grade(
             # each other, turning milliseconds into seconds.
             threads=int(os.environ.get("KVGRADER_THREADS", "1")),
         )
-        results = run_suite(build_suite(ctx, parts, public_only))
+        results = run_suite(build_suite(ctx, parts, public_only, tags))
+        benchmarks = {num: rec.summary() for num, rec in sorted(ctx.benchmarks.items())}
         notes = [
             f"{PARTS[p].main_file} was not found in your submission, so {p} scores 0."
             for p, base in bases.items()
             if base is None
         ]
         notes += [f"Not graded: {r}" for r in copied.refused]
+        if benchmarks:
+            notes.append(
+                f"Benchmark checks ({', '.join(benchmarks)}) were timed on {device} and judged "
+                f"with the {device} threshold profile."
+            )
         results.output = summary(results, notes)
         results.extra_data = {
             "device": device,
+            "benchmark_profile": device,
+            "benchmarks": benchmarks,
             "parts": parts,
             "worker_user": sandbox.identity.name,
             "sandbox_warnings": sandbox.warnings,
         }
+        results.leaderboard = leaderboard_entries(benchmarks, leaderboard_settings())
     except Exception:
         crash = traceback.format_exc()
         print(crash, file=sys.stderr)

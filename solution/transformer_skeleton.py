@@ -185,7 +185,7 @@ class DecoderOnlyTransformer(nn.Module):
 # The harness. The autograder does not run it; it runs the same checks itself.
 
 ATOL = 1e-2  # absolute tolerance on every logit, as in the autograder
-MIN_SPEEDUP = 3.0  # cache-free / cached time the autograder needs at a 1000-token prompt (CPU)
+MIN_SPEEDUP = 3.47  # cache-free / cached time the autograder needs at a 1000-token prompt (CPU)
 HERE = Path(__file__).resolve().parent
 
 

@@ -31,8 +31,15 @@ def test_benchmark_check_is_tagged_and_reports_its_figures(solution_graded) -> N
     bench = solution_graded.test("2.11")
     assert set(bench["tags"]) == {"part2", "benchmark"}
     assert "cpu profile" in bench["output"]
-    speedup = float(re.search(r"speedup: ([0-9.]+)x", bench["output"]).group(1))
-    assert speedup >= 3
+    record = solution_graded.data["extra_data"]["benchmarks"]["2.11"]
+    assert record["profile"] == solution_graded.data["extra_data"]["benchmark_profile"] == "cpu"
+    (speedup,) = record["criteria"]
+    assert speedup["key"] == "part2.min_speedup" and speedup["passed"]
+    assert speedup["ratio"]["low"] <= speedup["ratio"]["median"] <= speedup["ratio"]["high"]
+    assert speedup["ratio"]["median"] >= 3
+    assert f"speedup: {speedup['ratio']['median']:.2f}x" in bench["output"]
+    assert set(record["timings"]) == {"with the cache", "without the cache"}
+    assert len(record["timings"]["with the cache"]["runs_s"]) == 5  # the cpu profile's repeats
     assert "benchmark" not in solution_graded.test("2.2")["tags"]
 
 

@@ -24,8 +24,13 @@ def test_solution_gets_full_marks(solution_graded) -> None:
 def test_benchmark_is_tagged_and_reports_every_batch_size(solution_graded) -> None:
     bench = solution_graded.test("3.11")
     assert set(bench["tags"]) == {"part3", "benchmark"}
+    record = solution_graded.data["extra_data"]["benchmarks"]["3.11"]
+    keys = [c["key"] for c in record["criteria"]]
+    assert keys == [f"part3.min_speedup.{b}" for b in (1, 8, 16)]  # no memory ratio on cpu
     for batch in (1, 8, 16):
-        assert re.search(rf"batch +{batch}: without the cache [0-9.]+ s", bench["output"])
+        assert re.search(rf"batch {batch} speedup: [0-9.]+x \(runs", bench["output"])
+        timing = record["timings"][f"batch {batch}, with the cache"]
+        assert timing["peak_bytes"] is not None  # the worker's RSS growth, sampled by the parent
 
 
 def test_blank_skeleton_scores_zero_without_crashing(blank_graded) -> None:

@@ -23,7 +23,10 @@ def test_solution_gets_full_marks_and_the_bonus(solution_graded) -> None:
 
 def test_latency_and_int8_figures_are_reported(solution_graded) -> None:
     latency = solution_graded.output("4.6")
-    assert re.search(r"with the cache [0-9.]+ and [0-9.]+ \([0-9.]+x\)", latency)
+    assert re.search(r"cached ms/token, L = 256 over L = 32: [0-9.]+x", latency)
+    record = solution_graded.data["extra_data"]["benchmarks"]["4.6"]
+    growth = {c["key"]: c["ratio"]["median"] for c in record["criteria"]}
+    assert growth["part4.max_cached_growth"] < growth["part4.min_no_cache_growth"]
     assert "benchmark" in solution_graded.test("4.6")["tags"]
     int8 = solution_graded.output("4.7")
     ratio = float(re.search(r"= ([0-9.]+) x the fp16 cache", int8).group(1))

@@ -7,7 +7,14 @@ from importlib import resources
 import jsonschema
 import pytest
 
-from grader.thresholds import THRESHOLDS_FILE, load_thresholds, parse_thresholds
+from grader.thresholds import (
+    THRESHOLDS_FILE,
+    leaderboard_entries,
+    leaderboard_settings,
+    load_thresholds,
+    parse_thresholds,
+    resolve_device,
+)
 
 
 def shipped_text() -> str:
@@ -16,7 +23,7 @@ def shipped_text() -> str:
 
 def test_shipped_file_is_valid_and_has_both_profiles() -> None:
     data = parse_thresholds(shipped_text())
-    assert set(data) == {"cpu", "cuda"}
+    assert set(data) == {"cpu", "cuda", "leaderboard"}
     assert load_thresholds("cpu") == data["cpu"]
     assert load_thresholds("cuda")["part2"]["min_speedup"] > 1
 
@@ -30,10 +37,12 @@ def test_benchmark_prompt_fits_the_model() -> None:
 @pytest.mark.parametrize(
     ("old", "new"),
     [
-        ("min_speedup = 3.0", "min_speedup = 0.5"),  # a "speedup" below 1 passes anything
+        ("min_speedup = 3.47", "min_speedup = 0.5"),  # a "speedup" below 1 passes anything
         ("repeats = 5", 'repeats = "five"'),
         ("[cuda.part2]", "[gpu.part2]"),
         ("warmup = 1 ", "warmup = 1\nspeedup_min = 2 "),
+        ("enabled = false", 'enabled = "yes"'),
+        ('check = "3.11"', 'check = "4.6"'),  # 4.6 measures no tokens/s
     ],
 )
 def test_malformed_thresholds_are_rejected(old: str, new: str) -> None:
@@ -51,3 +60,47 @@ def test_skeleton_harness_states_the_cpu_threshold() -> None:
         text = (folder / "transformer_skeleton.py").read_text()
         assert f"MIN_SPEEDUP = {cpu['min_speedup']!r}" in text
     assert cpu["prompt_len"] == 1000
+
+
+def test_leaderboard_is_off_by_default_and_switched_on_in_the_file() -> None:
+    benchmarks = {"3.11": {"leaderboard": {"tokens_per_s": 123.456, "speedup": 4.567}}}
+    assert leaderboard_settings()["enabled"] is False
+    assert leaderboard_entries(benchmarks, leaderboard_settings()) == []
+    on = leaderboard_settings(shipped_text().replace("enabled = false", "enabled = true", 1))
+    assert leaderboard_entries(benchmarks, on) == [
+        {"name": "Cached decode (tokens/s)", "value": 123.5, "order": "desc"},
+        {"name": "Speedup over cache-free", "value": 4.57, "order": "desc"},
+    ]
+    assert leaderboard_entries({}, on) == []  # the check measured nothing (it failed early)
+
+
+def test_device_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert resolve_device("cpu") == "cpu" and resolve_device("cuda") == "cuda"
+    monkeypatch.setattr("grader.thresholds.glob.glob", lambda pattern: [])
+    assert resolve_device("auto") == "cpu"  # no NVIDIA device node: no probe at all
+
+
+def test_leaderboard_reaches_results_json(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.conftest import SOLUTION, run_grade
+
+    on = leaderboard_settings(shipped_text().replace("enabled = false", "enabled = true", 1))
+    monkeypatch.setattr("grader.runner.leaderboard_settings", lambda: {**on, "check": "2.11"})
+    graded = run_grade(
+        SOLUTION, tmp_path, parts=["part2"], tags=frozenset({"benchmark"}), device="auto"
+    )
+    assert [t["number"] for t in graded.data["tests"]] == ["2.11"]  # only the benchmark
+    board = {e["name"]: e["value"] for e in graded.data["leaderboard"]}
+    speedup = graded.data["extra_data"]["benchmarks"]["2.11"]["criteria"][0]["ratio"]["median"]
+    assert board["Speedup over cache-free"] == round(speedup, 2)
+    assert board["Cached decode (tokens/s)"] > 0
+    assert "judged with the cpu threshold profile" in graded.data["output"]
+
+
+def test_handout_states_the_cpu_thresholds() -> None:
+    from tests.conftest import ASSIGNMENT
+
+    cpu = load_thresholds("cpu")
+    text = " ".join((ASSIGNMENT / "README.md").read_text().split())
+    assert f"thresholds file ({cpu['part2']['min_speedup']:g}× on the CPU profile" in text
+    assert f"at most {cpu['part4']['max_cached_growth']:g}× on the CPU profile" in text
+    assert f"at least {cpu['part4']['min_no_cache_growth']:g}×" in text

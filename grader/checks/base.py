@@ -21,6 +21,7 @@ from gradescope_utils.autograder_utils.decorators import (
 from grader.client import SubmissionError
 from grader.context import GradingContext
 from grader.points import part_of, points
+from grader.timing import BenchmarkRecord
 
 
 def check(
@@ -196,6 +197,23 @@ class GradedTestCase(unittest.TestCase):
             if full:
                 raise failed[key]
             raise SubmissionError(not_run, "load")
+
+    def report_benchmark(self, record: BenchmarkRecord, headline: str, advice: str) -> None:
+        """Keep ``record`` for the results (calibration, leaderboard), print what was
+        measured under ``headline``, and fail with ``advice`` if a threshold was missed."""
+        self.ctx.benchmarks[record.check] = record
+        lines = [f"{headline} ({record.profile} profile)"]
+        memory = "CUDA peak" if record.profile == "cuda" else "RSS growth"
+        for name, t in record.timings.items():
+            line = f"  {name}: median {t.median * 1000:.1f} ms, spread {t.spread:.0%}"
+            if t.peak_bytes is not None:
+                line += f", {memory} {t.peak_bytes / 2**20:.1f} MB"
+            lines.append(line)
+        lines += [f"  {c.describe()}" for c in record.criteria]
+        print("\n".join(lines))
+        if not record.passed:
+            missed = "; ".join(c.describe() for c in record.failures())
+            self.fail(f"{missed}.\n{advice}")
 
     def require_hidden(self) -> None:
         """Skip-as-failure when the hidden cases are absent (the student's local copy)."""

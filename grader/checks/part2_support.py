@@ -21,6 +21,7 @@ from grader.checks.base import GradedTestCase, Outcome, likely_cause, with_outpu
 from grader.checks.logits import compare, logits_problem, matching_mistakes
 from grader.client import Reply, SubmissionError
 from grader.points import points
+from grader.timing import Sample
 
 FATAL = {"missing", "import", "timeout", "crash", "load"}
 
@@ -117,10 +118,11 @@ class Part2Base(GradedTestCase):
         what: str,
         timeout: float | None = None,
         key: str | None = None,
+        timed: bool = False,
     ) -> Reply:
         self.ensure_model(header["model"])
         worker = self.ctx.worker(self.part)
-        return worker.request(header, arrays, what=what, timeout=timeout, key=key)
+        return worker.request(header, arrays, what=what, timeout=timeout, key=key, timed=timed)
 
     def forward(
         self, model: str, ids: np.ndarray, steps: list[int] | None, what: str
@@ -291,8 +293,9 @@ class Part2Base(GradedTestCase):
 
     def generate(
         self, timing: bool = False, **overrides: Any
-    ) -> tuple[np.ndarray, list[int], float]:
-        """Seeded ``generate`` on the probe prompt; validated tokens, forward lengths, seconds.
+    ) -> tuple[np.ndarray, list[int], Sample]:
+        """Seeded ``generate`` on the probe prompt; validated tokens, forward lengths, and
+        the run's time and peak memory (:mod:`grader.timing`).
 
         ``timing`` runs are named apart (a timeout there does not skip other checks'
         calls) and get at least 30 s, as a busy machine must not fail them.
@@ -315,7 +318,7 @@ class Part2Base(GradedTestCase):
         if timing:
             what = f"timed {what}"
         timeout = max(self.ctx.limits.request_timeout_s, 30.0) if timing else None
-        reply = self.call(header, {"input_ids": ids}, what, timeout=timeout)
+        reply = self.call(header, {"input_ids": ids}, what, timeout=timeout, timed=timing)
         tokens = reply.arrays.get("tokens")
         want = (ids.shape[0], ids.shape[1] + settings["new_tokens"])
         if not isinstance(tokens, np.ndarray) or tuple(tokens.shape) != want:
@@ -329,11 +332,11 @@ class Part2Base(GradedTestCase):
         lengths = reply.header.get("forward_lengths")
         if not isinstance(lengths, list) or not all(isinstance(n, int) for n in lengths):
             lengths = []
-        return tokens, lengths, reply.seconds
+        return tokens, lengths, Sample(reply.seconds, reply.peak_bytes)
 
     def generate_or_fail(
         self, timing: bool = False, **overrides: Any
-    ) -> tuple[np.ndarray, list[int], float]:
+    ) -> tuple[np.ndarray, list[int], Sample]:
         try:
             return self.generate(timing, **overrides)
         except SubmissionError as exc:

@@ -118,10 +118,6 @@ def run_generate(
         return out
 
     model.forward = recording_forward
-    cuda = _device() == "cuda"
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
     try:
         torch.manual_seed(settings["seed"])
         results = model.generate(
@@ -133,11 +129,8 @@ def run_generate(
             kv_caching=settings["kv_caching"],
             device=_device(),
         )
-        if cuda:
-            torch.cuda.synchronize()
     finally:
         del model.forward
-    peak = int(torch.cuda.max_memory_allocated()) if cuda else None
     texts = []
     for item in results:
         if not isinstance(item, dict) or not isinstance(item.get("generation"), str):
@@ -145,7 +138,7 @@ def run_generate(
         texts.append(item["generation"])
     same_shape = last_logits and all(x.shape == last_logits[0].shape for x in last_logits)
     steps = np.stack(last_logits) if same_shape else np.zeros((0,), np.float32)
-    return {"texts": texts, "calls": calls, "step_logits": steps, "peak_bytes": peak}
+    return {"texts": texts, "calls": calls, "step_logits": steps}
 
 
 def run_sample_top_p(pkg: dict[str, Any], probs: np.ndarray, p: float, draws: int) -> np.ndarray:
@@ -200,7 +193,7 @@ def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict
     if op == "generate":
         model = MODELS[_key(request)]
         out = run_generate(model, TOKENIZERS[request["tokenizer"]], request["prompts"], request)
-        header = {"texts": out["texts"], "calls": out["calls"], "peak_bytes": out["peak_bytes"]}
+        header = {"texts": out["texts"], "calls": out["calls"]}
         return header, {"step_logits": out["step_logits"]}
     if op == "cache_shapes":  # what cache_k / cache_v every attention layer holds now
         return {"shapes": cache_shapes(MODELS[_key(request)])}, {}

@@ -65,6 +65,36 @@ def describe_exception(exc: BaseException, submission: Path | None = None) -> di
     }
 
 
+# ------------------------------------------------------------------- timed runs
+
+
+def _cuda() -> Any:
+    """``torch.cuda`` once the submission has put work on a GPU, else None."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    if cuda is None or not cuda.is_available() or not cuda.is_initialized():
+        return None
+    return cuda
+
+
+def before_timed() -> None:
+    """Start a timed request with an idle GPU and fresh peak-memory statistics."""
+    cuda = _cuda()
+    if cuda is not None:
+        cuda.synchronize()
+        cuda.reset_peak_memory_stats()
+
+
+def after_timed() -> dict[str, Any]:
+    """Finish a timed request: wait for queued GPU work, so that the parent's clock
+    covers it, and report the request's CUDA peak memory."""
+    cuda = _cuda()
+    if cuda is None:
+        return {}
+    cuda.synchronize()
+    return {"cuda_peak_bytes": int(cuda.max_memory_allocated())}
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -87,8 +117,13 @@ def serve(adapter: Any, in_fd: int, out_fd: int, submission: Path) -> None:
         except EOFError:
             return
         rid = request.get("id")
+        timed = bool(request.get("timed"))
         try:
+            if timed:
+                before_timed()
             header, out_arrays = adapter.handle(request, arrays)
+            if timed:
+                header = {**header, **after_timed()}
             reply, blobs = {"ok": True, **header, "id": rid}, out_arrays
         except BaseException as exc:  # SystemExit and KeyboardInterrupt included
             reply, blobs = (

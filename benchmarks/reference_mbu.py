@@ -1,0 +1,224 @@
+"""The reference Llama's cached decode against this machine's memory bandwidth, and
+against Hugging Face transformers' ``LlamaForCausalLM`` with the same weights.
+
+    python benchmarks/reference_mbu.py [--dtype float32|bfloat16] [--new-tokens 32]
+                                       [--device cpu|cuda] [--out results/mbu.json]
+
+Decoding one token with the cache reads every weight once (the embedding table
+excepted: one row) plus the cached keys and values so far, and does little
+arithmetic per byte: it is bound by memory bandwidth. Model bandwidth
+utilisation (MBU, as gpt-fast reports it) is
+
+    bytes read per decoded token x decoded tokens per second / bandwidth,
+
+where the bandwidth is measured in the same run by a tensor copy (bytes read +
+bytes written per second, best of several). The model is randomly initialised
+with the Llama-3.2-1B shape (1.24 B parameters: 4.9 GB in float32), far larger
+than any CPU cache. Both implementations get the same weights (Meta's q/k
+layout permuted to Hugging Face's rotate-half layout) and decode greedily from
+the same prompt; their tokens must agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "solution"))
+
+from llama.model import Llama, ModelArgs, precompute_freqs_cis  # noqa: E402
+
+# Llama-3.2-1B (params.json of the released checkpoint), with a short cache.
+LLAMA_32_1B = dict(
+    dim=2048, n_layers=16, n_heads=32, n_kv_heads=8, vocab_size=128256, multiple_of=256,
+    ffn_dim_multiplier=1.5, norm_eps=1e-5, rope_theta=500000.0, use_scaled_rope=True,
+)  # fmt: skip
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def copy_bandwidth(device: str, gib: float = 1.0, repeats: int = 5) -> float:
+    """Bytes per second a tensor copy moves (read + write), best of ``repeats``."""
+    n = int(gib * 2**30) // 4
+    src = torch.ones(n, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    best = float("inf")
+    for _ in range(repeats + 1):  # the first copy faults the pages in
+        sync(device)
+        start = time.perf_counter()
+        dst.copy_(src)
+        sync(device)
+        best = min(best, time.perf_counter() - start)
+    return 2 * src.numel() * src.element_size() / best
+
+
+def build_reference(dtype: torch.dtype, device: str, max_seq_len: int) -> Llama:
+    """The course's reference Llama with seeded random weights of the 1B shape."""
+    args = ModelArgs(**LLAMA_32_1B, max_batch_size=1, max_seq_len=max_seq_len)
+    with torch.device("meta"):
+        model = Llama(args)
+    model = model.to_empty(device=device)
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.fill_(1.0)
+            else:
+                std = 0.02 if "output" not in name else 0.5 / args.dim**0.5 * 8
+                p.copy_(torch.randn(p.shape, generator=generator) * std)
+    head_dim = args.dim // args.n_heads
+    model.freqs_cis = precompute_freqs_cis(head_dim, 2 * max_seq_len, args.rope_theta, True)
+    return model.to(dtype).eval()
+
+
+def permute_rotary(w: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Meta's interleaved-pair rotary layout of wq/wk rows to Hugging Face's halves."""
+    rows, cols = w.shape
+    return w.view(n_heads, rows // n_heads // 2, 2, cols).transpose(1, 2).reshape(rows, cols)
+
+
+def build_hf(reference: Llama, dtype: torch.dtype, device: str):
+    """``LlamaForCausalLM`` with the same configuration and weights."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    a = reference.params
+    ffn = reference.layers[0].feed_forward.w1.out_features
+    config = LlamaConfig(
+        vocab_size=a.vocab_size, hidden_size=a.dim, intermediate_size=ffn,
+        num_hidden_layers=a.n_layers, num_attention_heads=a.n_heads,
+        num_key_value_heads=a.n_kv_heads, rms_norm_eps=a.norm_eps,
+        max_position_embeddings=a.max_seq_len, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "llama3", "rope_theta": a.rope_theta, "factor": 32.0,
+                         "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 8192},
+    )  # fmt: skip
+    with torch.device("meta"):
+        hf = LlamaForCausalLM(config)
+    hf = hf.to_empty(device=device)
+    hf.model.rotary_emb.__init__(config=config, device=device)  # its buffers, not weights
+    kv_heads = a.n_kv_heads
+    state = {
+        "model.embed_tokens.weight": reference.tok_embeddings.weight,
+        "model.norm.weight": reference.norm.weight,
+        "lm_head.weight": reference.output.weight,
+    }
+    for i, layer in enumerate(reference.layers):
+        at, ff, p = layer.attention, layer.feed_forward, f"model.layers.{i}."
+        state |= {
+            p + "self_attn.q_proj.weight": permute_rotary(at.wq.weight, a.n_heads),
+            p + "self_attn.k_proj.weight": permute_rotary(at.wk.weight, kv_heads),
+            p + "self_attn.v_proj.weight": at.wv.weight,
+            p + "self_attn.o_proj.weight": at.wo.weight,
+            p + "mlp.gate_proj.weight": ff.w1.weight,
+            p + "mlp.down_proj.weight": ff.w2.weight,
+            p + "mlp.up_proj.weight": ff.w3.weight,
+            p + "input_layernorm.weight": layer.attention_norm.weight,
+            p + "post_attention_layernorm.weight": layer.ffn_norm.weight,
+        }
+    missing, unexpected = hf.load_state_dict(state, strict=False)
+    assert not unexpected and all("rotary" in m for m in missing), (missing, unexpected)
+    return hf.to(dtype).eval()
+
+
+@torch.inference_mode()
+def decode_reference(model: Llama, prompt: torch.Tensor, n: int, device: str):
+    """Greedy tokens and decode seconds (prefill excluded) through the reference cache."""
+    logits = model(prompt, 0)
+    token = logits[:, -1].argmax(-1, keepdim=True)  # (1, 1)
+    tokens, pos = [token], prompt.shape[1]
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(n - 1):
+        token = model(token, pos)[:, -1].argmax(-1, keepdim=True)
+        tokens.append(token)
+        pos += 1
+    sync(device)
+    return torch.cat(tokens, 1), time.perf_counter() - start
+
+
+@torch.inference_mode()
+def decode_hf(model, prompt: torch.Tensor, n: int, device: str):
+    """The same through transformers' own KV cache (``DynamicCache``)."""
+    out = model(input_ids=prompt, use_cache=True)
+    cache, token = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
+    tokens = [token]
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(n - 1):
+        out = model(input_ids=token, past_key_values=cache, use_cache=True)
+        cache, token = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
+        tokens.append(token)
+    sync(device)
+    return torch.cat(tokens, 1), time.perf_counter() - start
+
+
+def bytes_per_token(model: Llama, context: float, dtype: torch.dtype) -> float:
+    """Bytes one decode step reads at ``context`` cached positions: every weight but the
+    embedding table (one row of it), and the cached keys and values."""
+    size = torch.tensor([], dtype=dtype).element_size()
+    params = sum(p.numel() for n, p in model.named_parameters() if n != "tok_embeddings.weight")
+    a = model.params
+    kv = 2 * a.n_layers * context * a.n_kv_heads * (a.dim // a.n_heads)
+    return (params + a.dim + kv) * size
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--prompt-len", type=int, default=16)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--skip-hf", action="store_true", help="only the reference and MBU")
+    parser.add_argument("--out", default=str(ROOT / "results" / "mbu.json"))
+    args = parser.parse_args()
+    dtype, device = getattr(torch, args.dtype), args.device
+
+    bandwidth = copy_bandwidth(device)
+    print(f"copy bandwidth: {bandwidth / 1e9:.1f} GB/s ({torch.get_num_threads()} threads)")
+    model = build_reference(dtype, device, args.prompt_len + args.new_tokens + 8)
+    prompt = torch.randint(0, model.params.vocab_size, (1, args.prompt_len),
+                           generator=torch.Generator().manual_seed(1)).to(device)  # fmt: skip
+    decode_reference(model, prompt, 4, device)  # warm-up
+    ref_tokens, ref_s = decode_reference(model, prompt, args.new_tokens, device)
+    steps = args.new_tokens - 1
+    tok_s = steps / ref_s
+    mean_context = args.prompt_len + 1 + (steps - 1) / 2
+    moved = bytes_per_token(model, mean_context, dtype)
+    mbu = moved * tok_s / bandwidth
+    print(f"reference Llama ({args.dtype}): {tok_s:.2f} tokens/s, {moved / 1e9:.2f} GB/token, "
+          f"MBU {mbu:.0%}")  # fmt: skip
+    result = {
+        "device": device, "dtype": args.dtype, "threads": torch.get_num_threads(),
+        "cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
+        "copy_bandwidth_gb_s": bandwidth / 1e9, "bytes_per_token": moved,
+        "reference_tokens_per_s": tok_s, "mbu": mbu,
+        "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
+    }  # fmt: skip
+    if not args.skip_hf:
+        hf = build_hf(model, dtype, device)
+        decode_hf(hf, prompt, 4, device)  # warm-up
+        hf_tokens, hf_s = decode_hf(hf, prompt, args.new_tokens, device)
+        same = bool(torch.equal(hf_tokens, ref_tokens))
+        agree = (hf_tokens == ref_tokens).float().mean().item()
+        result |= {"hf_tokens_per_s": steps / hf_s, "speed_ratio": hf_s / ref_s,
+                   "same_greedy_tokens": same, "token_agreement": agree}  # fmt: skip
+        print(f"transformers LlamaForCausalLM: {steps / hf_s:.2f} tokens/s; reference / HF "
+              f"speed {hf_s / ref_s:.2f}x; same greedy tokens: {same} ({agree:.0%})")  # fmt: skip
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

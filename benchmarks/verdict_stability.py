@@ -1,0 +1,162 @@
+"""Verdict stability of the graded benchmark checks on a noisy machine.
+
+    python benchmarks/verdict_stability.py [--runs 50] [--condition busy|half-cpu|both]
+                                           [--out results/stability.json]
+
+Grades only the benchmark checks (2.11, 3.11, 4.6), each run a fresh
+``python -m grader grade --tags benchmark`` process, of two submissions:
+
+* the reference solution, which must pass every benchmark check in at least
+  49 of ``runs`` runs;
+* a disguised cache-free submission (the solution with each part's cache-free
+  mistake from the mutant library: right outputs, prefix recomputed at every
+  step), which must fail every benchmark check in every run.
+
+Conditions:
+
+* ``busy``: a busy loop keeps the other core occupied (pinned to the last CPU);
+  grading is not pinned.
+* ``half-cpu``: Gradescope's default ½ vCPU, simulated by pinning the grading
+  and a busy loop to CPU 0 with ``taskset``.
+
+Prints a Markdown table (pasted into the README) and writes every run's ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from grader.calibrate import BENCHMARK_PARTS, cache_free_submission  # noqa: E402
+from grader.mutants import SOLUTION  # noqa: E402
+
+CHECKS = ("2.11", "3.11", "4.6")
+
+
+def hog(cpu: int) -> subprocess.Popen:
+    """A busy loop pinned to ``cpu``."""
+    return subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c", "while True: pass"])
+
+
+def grade_once(submission: Path, pin: int | None) -> dict:
+    """One benchmark-only grading in a fresh process; its ``extra_data["benchmarks"]``."""
+    out = Path(tempfile.mkdtemp(prefix="stability-")) / "results.json"
+    command = [sys.executable, "-m", "grader", "grade", str(submission), "--results", str(out),
+               "--tags", "benchmark", "--device", "cpu"]  # fmt: skip
+    if pin is not None:
+        command = ["taskset", "-c", str(pin), *command]
+    try:
+        subprocess.run(command, cwd=ROOT, check=True, capture_output=True, timeout=900)
+        data = json.loads(out.read_text())
+    finally:
+        shutil.rmtree(out.parent, ignore_errors=True)
+    benchmarks = data.get("extra_data", {}).get("benchmarks", {})
+    verdicts = {t["number"]: t["status"] == "passed" for t in data["tests"]}
+    return {
+        "passed": {c: verdicts.get(c, False) for c in CHECKS},
+        "ratios": {
+            c["key"]: c["ratio"]["median"] for r in benchmarks.values() for c in r["criteria"]
+        },
+    }
+
+
+def run_condition(condition: str, runs: int, submissions: dict[str, Path]) -> dict:
+    """``runs`` interleaved gradings of each submission under ``condition``."""
+    last = (os.cpu_count() or 2) - 1
+    loop = hog(0 if condition == "half-cpu" else last)
+    pin = 0 if condition == "half-cpu" else None
+    found: dict[str, list[dict]] = {name: [] for name in submissions}
+    started = time.monotonic()
+    try:
+        for i in range(runs):
+            for name, path in submissions.items():
+                found[name].append(grade_once(path, pin))
+            elapsed = time.monotonic() - started
+            print(f"\r{condition}: run {i + 1}/{runs} ({elapsed:.0f} s)", end="", flush=True)
+    finally:
+        loop.kill()
+        loop.wait()
+    print()
+    return found
+
+
+def tally(runs: list[dict]) -> dict:
+    """Runs passing every benchmark check, runs failing every one, and per-check passes."""
+    return {
+        "runs": len(runs),
+        "all_passed": sum(all(r["passed"].values()) for r in runs),
+        "all_failed": sum(not any(r["passed"].values()) for r in runs),
+        "per_check": {c: sum(r["passed"][c] for r in runs) for c in CHECKS},
+        "ratio_ranges": {
+            key: value_range(runs, key) for key in sorted({k for r in runs for k in r["ratios"]})
+        },
+    }
+
+
+def value_range(runs: list[dict], key: str) -> list[float]:
+    values = [r["ratios"][key] for r in runs if key in r["ratios"]]
+    return [min(values), max(values)]
+
+
+def markdown(summary: dict) -> str:
+    lines = [
+        "| condition | submission | passes all 3 | fails all 3 | 2.11 / 3.11 / 4.6 passed |",
+        "|---|---|---|---|---|",
+    ]
+    for condition, by_sub in summary.items():
+        for name, t in by_sub.items():
+            per = " / ".join(str(t["per_check"][c]) for c in CHECKS)
+            lines.append(
+                f"| {condition} | {name} | {t['all_passed']}/{t['runs']} | "
+                f"{t['all_failed']}/{t['runs']} | {per} |"
+            )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--condition", choices=["busy", "half-cpu", "both"], default="both")
+    parser.add_argument("--out", default=str(ROOT / "results" / "stability.json"))
+    args = parser.parse_args()
+    if not shutil.which("taskset"):
+        raise SystemExit("this script needs taskset (util-linux)")
+
+    baseline = cache_free_submission(list(BENCHMARK_PARTS))
+    submissions = {"reference": SOLUTION, "cache-free (disguised)": baseline}
+    conditions = ["busy", "half-cpu"] if args.condition == "both" else [args.condition]
+    raw, summary = {}, {}
+    try:
+        for condition in conditions:
+            raw[condition] = run_condition(condition, args.runs, submissions)
+            summary[condition] = {name: tally(r) for name, r in raw[condition].items()}
+    finally:
+        shutil.rmtree(baseline, ignore_errors=True)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"summary": summary, "runs": raw}, indent=2) + "\n")
+    print(markdown(summary))
+    for condition, by_sub in summary.items():
+        for name, t in by_sub.items():
+            print(f"{condition}, {name}: ratio ranges {t['ratio_ranges']}")
+    ok = all(
+        subs["reference"]["all_passed"] >= subs["reference"]["runs"] - 1
+        and subs["cache-free (disguised)"]["all_failed"] == subs["cache-free (disguised)"]["runs"]
+        for subs in summary.values()
+    )
+    print("verdicts stable" if ok else "VERDICTS NOT STABLE: see the table")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

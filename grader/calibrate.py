@@ -1,0 +1,210 @@
+"""``python -m grader calibrate``: measure the benchmark checks on this machine and propose
+thresholds.
+
+The benchmark checks (tag ``benchmark``) are graded, only them, several times on
+the reference solution and on a cache-free baseline: the solution with each
+part's disguised cache-free mistake from the mutant library, which gives the
+right outputs and recomputes the prefix at every step. For every threshold the
+command prints the ratios both produced (median and spread over the runs) and
+proposes the value that lies as far from the reference's worst run as from the
+baseline's worst run (their geometric mean), with that margin stated. Where the
+baseline cannot be told apart by a criterion (it checks the cache-free path
+itself), the proposal is the reference's worst run divided by ``margin``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import statistics
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grader.mutants import SOLUTION, load_mutants
+from grader.parts import PARTS
+
+# Per part, the mutant that hides a cache-free implementation behind correct outputs.
+BASELINES = {
+    "part2": "generate_recomputes_prefix",
+    "part3": "prev_pos_not_advanced",
+    "part4": "cache_free_disguised",
+}
+BENCHMARK_PARTS = tuple(BASELINES)
+DEFAULT_MARGIN = 1.5
+
+
+def cache_free_submission(parts: list[str], root: Path | None = None) -> Path:
+    """A copy of the solution with every baseline mutant of ``parts`` applied."""
+    root = root or Path(tempfile.mkdtemp(prefix="cache-free-"))
+    shutil.copytree(SOLUTION, root, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.png", "*.json"))  # fmt: skip
+    for part in parts:
+        (mutant,) = [m for m in load_mutants(part) if m.name == BASELINES[part]]
+        target = root / mutant.file
+        target.write_text(mutant.apply(target.read_text()))
+    return root
+
+
+@dataclass
+class Observation:
+    """One threshold's ratio, measured over several runs of two submissions."""
+
+    key: str  # e.g. "part3.min_speedup.8"
+    label: str
+    at_least: bool
+    limit: float  # the value in thresholds.toml now
+    reference: list[float] = field(default_factory=list)
+    baseline: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Proposal:
+    key: str
+    threshold: float
+    margin_reference: float  # how far the reference's worst run is from the threshold
+    margin_baseline: float | None  # the same for the baseline; None if it is not separated
+
+    @property
+    def separates(self) -> bool:
+        return self.margin_baseline is not None
+
+
+def collect(observations: dict[str, Observation], benchmarks: dict[str, Any], side: str) -> None:
+    """Add the criteria of one graded run's ``extra_data["benchmarks"]`` to ``side``."""
+    for record in benchmarks.values():
+        for c in record["criteria"]:
+            obs = observations.setdefault(
+                c["key"], Observation(c["key"], c["label"], c["at_least"], c["limit"])
+            )
+            getattr(obs, side).append(c["ratio"]["median"])
+
+
+def propose(obs: Observation, margin: float = DEFAULT_MARGIN) -> Proposal:
+    """The threshold midway (geometrically) between the reference's and the baseline's
+    worst runs; or, when the baseline is on the reference's side, ``margin`` inside
+    the reference's worst run."""
+    sign = 1 if obs.at_least else -1  # compare in the direction the criterion points
+    ref_worst = min(obs.reference, key=lambda r: sign * r)
+    base_worst = max(obs.baseline, key=lambda r: sign * r) if obs.baseline else None
+    if base_worst is not None and sign * math.log(ref_worst / base_worst) > 0:
+        threshold = math.sqrt(ref_worst * base_worst)
+        gap = math.sqrt(max(ref_worst, base_worst) / min(ref_worst, base_worst))
+        return Proposal(obs.key, round(threshold, 2), gap, gap)
+    threshold = ref_worst / margin if obs.at_least else ref_worst * margin
+    return Proposal(obs.key, round(threshold, 2), margin, None)
+
+
+def spread(values: list[float]) -> str:
+    if not values:
+        return "-"
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def report(observations: dict[str, Observation], proposals: dict[str, Proposal], runs: int) -> str:
+    """A table of what was measured and proposed, then the TOML to paste."""
+    head = f"{'threshold':<28} {'reference':>20} {'cache-free':>20} {'now':>6} {'proposed':>9}"
+    lines = [f"Ratio medians over {runs} graded runs: median (lowest-highest)", head]
+    for key, obs in observations.items():
+        prop = proposals[key]
+        sense = ">=" if obs.at_least else "<="
+        lines.append(
+            f"{key:<28} {spread(obs.reference):>20} {spread(obs.baseline):>20} "
+            f"{obs.limit:>6g} {sense}{prop.threshold:>7g}"
+        )
+    lines.append("")
+    for key, prop in proposals.items():
+        if prop.separates:
+            lines.append(
+                f"{key}: margin x{prop.margin_reference:.2f} to the worst reference run and "
+                f"to the worst cache-free run"
+            )
+        else:
+            lines.append(
+                f"{key}: the cache-free baseline is not told apart by this criterion; "
+                f"margin x{prop.margin_reference:.2f} to the worst reference run"
+            )
+    return "\n".join(lines) + "\n\n" + toml_snippet(proposals)
+
+
+def toml_snippet(proposals: dict[str, Proposal]) -> str:
+    """``[profile.partN]`` lines with the proposed values (tables of batch sizes inline)."""
+    by_table: dict[str, dict[str, Any]] = {}
+    for key, prop in proposals.items():
+        part, name, *rest = key.split(".")
+        table = by_table.setdefault(part, {})
+        if rest:
+            table.setdefault(name, {})[rest[0]] = prop.threshold
+        else:
+            table[name] = prop.threshold
+    out = []
+    for part, values in by_table.items():
+        out.append(f"[<profile>.{part}]")
+        for name, value in values.items():
+            if isinstance(value, dict):
+                inner = ", ".join(f'"{k}" = {v:g}' for k, v in value.items())
+                out.append(f"{name} = {{ {inner} }}")
+            else:
+                out.append(f"{name} = {value:g}")
+    return "\n".join(out)
+
+
+def measure(
+    submission: Path, parts: list[str], device: str, runs: int, side: str,
+    observations: dict[str, Observation],
+) -> None:  # fmt: skip
+    """Grade only the benchmark checks of ``submission`` ``runs`` times."""
+    from grader.runner import grade
+
+    for i in range(runs):
+        out = Path(tempfile.mkdtemp(prefix="calibrate-"))
+        try:
+            results = grade(
+                submission, results_path=out / "results.json", parts=parts, device=device,
+                tags=frozenset({"benchmark"}),
+            )  # fmt: skip
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+        if results is None:
+            raise RuntimeError(f"grading {submission} crashed during calibration")
+        collect(observations, results.extra_data.get("benchmarks", {}), side)
+        print(f"  {side} run {i + 1}/{runs} done", flush=True)
+
+
+def main(
+    *,
+    device: str = "auto",
+    parts: list[str] | None = None,
+    runs: int = 5,
+    margin: float = DEFAULT_MARGIN,
+    json_out: Path | None = None,
+) -> dict[str, Proposal]:
+    """Measure the reference and the cache-free baseline; print and return proposals."""
+    from grader.thresholds import resolve_device
+
+    device = resolve_device(device)
+    parts = [p for p in (parts or list(PARTS)) if p in BASELINES]
+    if not parts:
+        raise ValueError(f"no benchmark checks in these parts (they are in {BENCHMARK_PARTS})")
+    observations: dict[str, Observation] = {}
+    print(f"Calibrating the {device} profile on {', '.join(parts)}: {runs} runs each")
+    measure(SOLUTION, parts, device, runs, "reference", observations)
+    baseline = cache_free_submission(parts)
+    try:
+        measure(baseline, parts, device, runs, "baseline", observations)
+    finally:
+        shutil.rmtree(baseline, ignore_errors=True)
+    proposals = {key: propose(obs, margin) for key, obs in observations.items()}
+    print(report(observations, proposals, runs).replace("<profile>", device))
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "device": device,
+            "runs": runs,
+            "observations": [asdict(o) for o in observations.values()],
+            "proposals": [asdict(p) for p in proposals.values()],
+        }
+        json_out.write_text(json.dumps(payload, indent=2) + "\n")
+    return proposals

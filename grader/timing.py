@@ -1,0 +1,204 @@
+"""The one timing harness behind every graded benchmark (checks 2.11, 3.11, 4.6).
+
+A benchmark check times worker requests whose outputs it also checks. The
+clock is the parent's (``WorkerClient.request`` reads it around the request;
+the worker synchronises CUDA before it answers a timed request, so queued GPU
+work is inside the interval). Peak memory is ``torch.cuda.max_memory_allocated``
+reported by the worker on CUDA, and the worker's peak RSS growth sampled by
+the parent on CPU.
+
+Every verdict is a ratio of two variants measured in the same run (cached
+against cache-free, long against short), never an absolute time: a slower or
+busier machine moves both sides together. Variants are interleaved run by run
+so that a burst of background load hits both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import psutil
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One timed run: wall seconds and, where measured, peak bytes."""
+
+    seconds: float
+    peak_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The timed runs of one variant (warm-up runs already left out)."""
+
+    samples: tuple[Sample, ...]
+
+    @property
+    def seconds(self) -> list[float]:
+        return [s.seconds for s in self.samples]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+    @property
+    def spread(self) -> float:
+        """(slowest - fastest) / median: 0.1 means the runs lie within 10 % of the median."""
+        return (max(self.seconds) - min(self.seconds)) / self.median if self.median else 0.0
+
+    @property
+    def peak_bytes(self) -> int | None:
+        peaks = [s.peak_bytes for s in self.samples if s.peak_bytes is not None]
+        return max(peaks) if peaks else None
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "median_s": self.median,
+            "spread": self.spread,
+            "runs_s": self.seconds,
+            "peak_bytes": self.peak_bytes,
+        }
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """``numerator / denominator`` of two interleaved timings: the ratio of their medians,
+    and the lowest and highest ratio of the runs paired by repeat (the spread)."""
+
+    median: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, numerator: Timing, denominator: Timing) -> Ratio:
+        """The ratio of two timings' seconds."""
+        return cls.between(numerator.seconds, denominator.seconds)
+
+    @classmethod
+    def between(cls, numerators: Sequence[float], denominators: Sequence[float]) -> Ratio:
+        """The ratio of two equally long series, paired by repeat."""
+        pairs = [n / d for n, d in zip(numerators, denominators, strict=True) if d > 0]
+        top, bottom = statistics.median(numerators), statistics.median(denominators)
+        middle = top / bottom if bottom > 0 else float("inf")
+        return cls(middle, min(pairs, default=middle), max(pairs, default=middle))
+
+    def __str__(self) -> str:
+        return f"{self.median:.2f}x (runs {self.low:.2f}-{self.high:.2f}x)"
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """One threshold of a benchmark check, applied to the median of a ratio.
+
+    ``key`` is where the threshold lives in a profile of ``thresholds.toml``
+    (``part3.min_speedup.8``), so calibration can propose a new value for it.
+    """
+
+    key: str
+    label: str
+    ratio: Ratio
+    limit: float
+    at_least: bool  # True: the ratio must reach the limit; False: stay within it
+
+    @property
+    def passed(self) -> bool:
+        if self.at_least:
+            return self.ratio.median >= self.limit
+        return self.ratio.median <= self.limit
+
+    def describe(self) -> str:
+        need = "at least" if self.at_least else "at most"
+        mark = "ok" if self.passed else "NOT MET"
+        return f"{self.label}: {self.ratio}, needed {need} {self.limit:g}x [{mark}]"
+
+    def summary(self) -> dict[str, Any]:
+        return {**asdict(self), "passed": self.passed}
+
+
+@dataclass
+class BenchmarkRecord:
+    """What one benchmark check measured, kept in the results' ``extra_data``."""
+
+    check: str
+    profile: str
+    criteria: list[Criterion] = field(default_factory=list)
+    timings: dict[str, Timing] = field(default_factory=dict)
+    leaderboard: dict[str, float] = field(default_factory=dict)  # tokens_per_s, speedup
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.criteria)
+
+    def failures(self) -> list[Criterion]:
+        return [c for c in self.criteria if not c.passed]
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "check": self.check,
+            "profile": self.profile,
+            "passed": self.passed,
+            "criteria": [c.summary() for c in self.criteria],
+            "timings": {name: t.summary() for name, t in self.timings.items()},
+            "leaderboard": self.leaderboard,
+        }
+
+
+def interleaved(
+    run: Callable[[str, int], Sample],
+    variants: Sequence[str],
+    *,
+    warmup: int,
+    repeats: int,
+) -> dict[str, Timing]:
+    """Run every variant ``warmup + repeats`` times, one of each per round, and keep the
+    last ``repeats`` rounds. ``run(variant, round)`` performs one checked run."""
+    kept: dict[str, list[Sample]] = {v: [] for v in variants}
+    for i in range(warmup + repeats):
+        for variant in variants:
+            sample = run(variant, i)
+            if i >= warmup:
+                kept[variant].append(sample)
+    return {v: Timing(tuple(samples)) for v, samples in kept.items()}
+
+
+@contextmanager
+def rss_peak(pid: int, interval_s: float = 0.005) -> Iterator[dict[str, int]]:
+    """Sample the RSS of process ``pid`` in a thread while the body runs; the dict holds
+    ``start`` and ``peak`` in bytes (both 0 if the process cannot be read).
+
+    A coarse interval keeps the sampler's own CPU use negligible (it shares the
+    machine with the worker it measures); an allocation shorter than the
+    interval can be missed, which only ever makes the growth look smaller.
+    """
+    try:
+        process = psutil.Process(pid)
+        start = process.memory_info().rss
+    except psutil.Error:
+        yield {"start": 0, "peak": 0}
+        return
+    stats = {"start": start, "peak": start}
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(interval_s):
+            try:
+                stats["peak"] = max(stats["peak"], process.memory_info().rss)
+            except psutil.Error:
+                return
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield stats
+    finally:
+        done.set()
+        thread.join()
+        with contextlib.suppress(psutil.Error):
+            stats["peak"] = max(stats["peak"], process.memory_info().rss)

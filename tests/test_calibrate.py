@@ -1,0 +1,67 @@
+"""Calibration: proposals from measured ratios, the cache-free baseline, one real run."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from grader.calibrate import (
+    BASELINES,
+    Observation,
+    cache_free_submission,
+    main,
+    propose,
+    toml_snippet,
+)
+from grader.mutants import load_mutants
+
+
+def test_threshold_lies_midway_between_the_worst_runs() -> None:
+    obs = Observation("part2.min_speedup", "speedup", True, 3.0, [16.0, 9.0, 12.0], [1.0, 0.9])
+    p = propose(obs)
+    assert p.threshold == pytest.approx(3.0)  # sqrt(9 * 1)
+    assert p.margin_reference == p.margin_baseline == pytest.approx(3.0)
+
+
+def test_an_at_most_threshold_points_the_other_way() -> None:
+    obs = Observation("part4.max_cached_growth", "growth", False, 2.0, [0.8, 1.0], [4.0, 3.2])
+    p = propose(obs)
+    assert p.threshold == pytest.approx((1.0 * 3.2) ** 0.5, abs=0.01)
+    assert p.separates
+
+
+def test_an_unseparated_criterion_gets_the_stated_margin() -> None:
+    obs = Observation("part4.min_no_cache_growth", "growth", True, 2.5, [3.0, 3.3], [3.1, 3.2])
+    p = propose(obs, margin=1.5)
+    assert p.threshold == pytest.approx(2.0)
+    assert not p.separates and p.margin_reference == 1.5
+
+
+def test_toml_snippet_nests_batch_sizes() -> None:
+    proposals = {
+        k: propose(Observation(k, k, True, 2.0, [4.0], [1.0]))
+        for k in ("part3.min_speedup.1", "part3.min_speedup.8", "part2.min_speedup")
+    }
+    text = toml_snippet(proposals)
+    assert '[<profile>.part3]\nmin_speedup = { "1" = 2, "8" = 2 }' in text
+    assert "[<profile>.part2]\nmin_speedup = 2" in text
+
+
+def test_baseline_applies_every_cache_free_mistake() -> None:
+    root = cache_free_submission(list(BASELINES))
+    try:
+        for part, name in BASELINES.items():
+            (mutant,) = [m for m in load_mutants(part) if m.name == name]
+            for _, new in mutant.edits:
+                assert new in (root / mutant.file).read_text()
+    finally:
+        shutil.rmtree(root)
+
+
+def test_calibrating_part2_separates_reference_from_baseline(capsys) -> None:
+    proposals = main(device="cpu", parts=["part2"], runs=1)
+    (p,) = proposals.values()
+    assert p.key == "part2.min_speedup" and p.separates
+    out = capsys.readouterr().out
+    assert "[cpu.part2]" in out and f"min_speedup = {p.threshold:g}" in out

@@ -1,0 +1,116 @@
+"""The shared timing harness: statistics, interleaving, ratios, criteria, the RSS sampler."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from grader.timing import (
+    BenchmarkRecord,
+    Criterion,
+    Ratio,
+    Sample,
+    Timing,
+    interleaved,
+    rss_peak,
+)
+
+
+def timing(*seconds: float, peaks: tuple[int | None, ...] = ()) -> Timing:
+    peaks = peaks or (None,) * len(seconds)
+    return Timing(tuple(Sample(s, p) for s, p in zip(seconds, peaks, strict=True)))
+
+
+def test_median_spread_and_peak() -> None:
+    t = timing(1.0, 3.0, 2.0, peaks=(10, None, 30))
+    assert t.median == 2.0
+    assert t.spread == pytest.approx((3.0 - 1.0) / 2.0)
+    assert t.peak_bytes == 30
+    assert timing(1.0).peak_bytes is None
+
+
+def test_interleaved_alternates_variants_and_drops_warmups() -> None:
+    calls = []
+
+    def run(variant: str, i: int) -> Sample:
+        calls.append((variant, i))
+        return Sample(seconds=10 * i + (1 if variant == "b" else 0))
+
+    out = interleaved(run, ["a", "b"], warmup=2, repeats=3)
+    assert calls == [(v, i) for i in range(5) for v in ("a", "b")]
+    assert out["a"].seconds == [20, 30, 40]
+    assert out["b"].seconds == [21, 31, 41]
+
+
+def test_ratio_of_medians_with_paired_spread() -> None:
+    plain, cached = timing(10.0, 12.0, 30.0), timing(1.0, 2.0, 3.0)
+    r = Ratio.of(plain, cached)
+    assert r.median == pytest.approx(12.0 / 2.0)
+    assert (r.low, r.high) == (pytest.approx(6.0), pytest.approx(10.0))
+    assert str(r) == "6.00x (runs 6.00-10.00x)"
+
+
+def test_ratio_needs_equal_series() -> None:
+    with pytest.raises(ValueError):
+        Ratio.between([1.0, 2.0], [1.0])
+
+
+@pytest.mark.parametrize(
+    ("median", "limit", "at_least", "passed"),
+    [(3.0, 3.0, True, True), (2.99, 3.0, True, False), (2.0, 2.0, False, True),
+     (2.01, 2.0, False, False)],
+)  # fmt: skip
+def test_criterion_direction(median: float, limit: float, at_least: bool, passed: bool) -> None:
+    c = Criterion("part2.min_speedup", "speedup", Ratio(median, median, median), limit, at_least)
+    assert c.passed is passed
+    assert ("NOT MET" in c.describe()) is not passed
+
+
+def test_record_summary_is_plain_json() -> None:
+    good = Criterion("a", "a", Ratio(4.0, 3.5, 4.5), 3.0, True)
+    bad = Criterion("b", "b", Ratio(2.5, 2.4, 2.6), 2.0, False)
+    record = BenchmarkRecord("2.11", "cpu", [good, bad], {"x": timing(1.0, 2.0)}, {"speedup": 4.0})
+    assert not record.passed and record.failures() == [bad]
+    data = json.loads(json.dumps(record.summary()))
+    assert data["criteria"][0]["ratio"] == {"median": 4.0, "low": 3.5, "high": 4.5}
+    assert data["criteria"][1]["passed"] is False
+    assert data["timings"]["x"]["runs_s"] == [1.0, 2.0]
+
+
+def test_rss_peak_sees_another_process_allocate() -> None:
+    # Touch 96 MB of fresh pages, hold them briefly, free them, then wait to be stopped.
+    code = (
+        "import sys, time\n"
+        "sys.stdin.readline()\n"
+        "b = bytearray(96 * 2**20)\n"
+        "b[::4096] = b'x' * len(b[::4096])\n"
+        "time.sleep(0.3)\n"
+        "del b\n"
+        "print('done', flush=True)\n"
+        "sys.stdin.readline()\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        time.sleep(0.2)
+        with rss_peak(child.pid) as rss:
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            assert child.stdout.readline().strip() == "done"
+        assert rss["peak"] - rss["start"] >= 64 * 2**20
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_rss_peak_of_a_missing_process_is_empty() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    with rss_peak(child.pid) as rss:
+        pass
+    assert rss == {"start": 0, "peak": 0}
