@@ -62,9 +62,11 @@ def copy_bandwidth(device: str, gib: float = 1.0, repeats: int = 5) -> float:
     return 2 * src.numel() * src.element_size() / best
 
 
-def build_reference(dtype: torch.dtype, device: str, max_seq_len: int) -> Llama:
-    """The course's reference Llama with seeded random weights of the 1B shape."""
-    args = ModelArgs(**LLAMA_32_1B, max_batch_size=1, max_seq_len=max_seq_len)
+def build_reference(
+    dtype: torch.dtype, device: str, max_seq_len: int, shape: dict | None = None
+) -> Llama:
+    """The course's reference Llama with seeded random weights (of the 1B shape)."""
+    args = ModelArgs(**(shape or LLAMA_32_1B), max_batch_size=1, max_seq_len=max_seq_len)
     with torch.device("meta"):
         model = Llama(args)
     model = model.to_empty(device=device)
@@ -97,7 +99,7 @@ def build_hf(reference: Llama, dtype: torch.dtype, device: str):
         vocab_size=a.vocab_size, hidden_size=a.dim, intermediate_size=ffn,
         num_hidden_layers=a.n_layers, num_attention_heads=a.n_heads,
         num_key_value_heads=a.n_kv_heads, rms_norm_eps=a.norm_eps,
-        max_position_embeddings=a.max_seq_len, tie_word_embeddings=False,
+        max_position_embeddings=131072, tie_word_embeddings=False,
         rope_parameters={"rope_type": "llama3", "rope_theta": a.rope_theta, "factor": 32.0,
                          "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                          "original_max_position_embeddings": 8192},
@@ -105,7 +107,8 @@ def build_hf(reference: Llama, dtype: torch.dtype, device: str):
     with torch.device("meta"):
         hf = LlamaForCausalLM(config)
     hf = hf.to_empty(device=device)
-    hf.model.rotary_emb.__init__(config=config, device=device)  # its buffers, not weights
+    # The rotary frequencies are buffers computed at construction, not weights.
+    hf.model.rotary_emb = type(hf.model.rotary_emb)(config).to(device)
     kv_heads = a.n_kv_heads
     state = {
         "model.embed_tokens.weight": reference.tok_embeddings.weight,
@@ -178,10 +181,13 @@ def main() -> int:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--prompt-len", type=int, default=16)
     parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (default: all)")
     parser.add_argument("--skip-hf", action="store_true", help="only the reference and MBU")
     parser.add_argument("--out", default=str(ROOT / "results" / "mbu.json"))
     args = parser.parse_args()
     dtype, device = getattr(torch, args.dtype), args.device
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     bandwidth = copy_bandwidth(device)
     print(f"copy bandwidth: {bandwidth / 1e9:.1f} GB/s ({torch.get_num_threads()} threads)")

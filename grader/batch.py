@@ -174,14 +174,32 @@ def load_valid(path: Path) -> dict[str, Any] | None:
 
 #: Graders running now, and whether the batch is being interrupted: on Ctrl-C every
 #: running grader is killed and writes nothing, so a re-run grades it again.
-_live: set[subprocess.Popen] = set()
+_live: dict[subprocess.Popen, Path] = {}  # running graders and their sandbox folders
 _stopping = threading.Event()
 
 
-def _kill_tree(proc: subprocess.Popen) -> None:
-    """Kill the grader's process group and its workers (which lead groups of their own)."""
-    if proc.poll() is not None:
-        return
+def _kill_tree(proc: subprocess.Popen, folder: Path | None = None) -> None:
+    """Kill the grader's process group and its workers (which lead groups of their own),
+    then anything still running from its sandbox ``folder``: a worker forked just as the
+    grader was killed leaves the tree before it can be listed."""
+    if proc.poll() is None:
+        _kill_group_and_children(proc)
+    if folder is not None:
+        for _ in range(20):
+            stray = [
+                p
+                for p in psutil.process_iter(["cmdline"])
+                if any(str(folder) in part for part in p.info["cmdline"] or [])
+            ]
+            if not stray:
+                break
+            for p in stray:
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
+            psutil.wait_procs(stray, timeout=1)
+
+
+def _kill_group_and_children(proc: subprocess.Popen) -> None:
     try:
         kids = psutil.Process(proc.pid).children(recursive=True)
     except psutil.Error:
@@ -219,16 +237,16 @@ def grade_one(
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-            _live.add(proc)
+            _live[proc] = tmp
             if _stopping.is_set():  # the batch was interrupted while this one started
-                _kill_tree(proc)
+                _kill_tree(proc, tmp)
             try:
                 code = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                _kill_tree(proc)
+                _kill_tree(proc, tmp)
                 status, reason = "timeout", f"The regrade timed out after {timeout_s:g} s."
             finally:
-                _live.discard(proc)
+                _live.pop(proc, None)
         if _stopping.is_set():
             return "error"  # interrupted: no file, so that a re-run grades it
         data = load_valid(results) if status == "graded" else None
@@ -313,8 +331,8 @@ def main(
     except BaseException:  # Ctrl-C: stop queued gradings and kill the running ones
         _stopping.set()
         pool.shutdown(wait=False, cancel_futures=True)
-        for proc in list(_live):
-            _kill_tree(proc)
+        for proc, folder in list(_live.items()):
+            _kill_tree(proc, folder)
         raise
     finally:
         pool.shutdown()
