@@ -41,3 +41,19 @@ def test_regen_check_passes_on_committed_cases() -> None:
     proc = run("regen", "--check")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "up to date" in proc.stdout
+
+
+def test_grade_only_the_benchmark_checks(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    proc = run("grade", str(SOLUTION), "--results", str(out), "--parts", "part4",
+               "--tags", "benchmark", "--device", "cpu")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert [t["number"] for t in data["tests"]] == ["4.6"]
+    assert data["extra_data"]["benchmarks"]["4.6"]["profile"] == "cpu"
+
+
+def test_calibrating_parts_without_benchmarks_is_a_usage_error() -> None:
+    proc = run("calibrate", "--parts", "part1", "--runs", "1")
+    assert proc.returncode == 2
+    assert "no benchmark checks in these parts" in proc.stderr
