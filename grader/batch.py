@@ -11,13 +11,11 @@ interrupted batch resumes where it stopped. ``scores.csv``, ``summary.md``,
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -30,12 +28,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import psutil
 import yaml
 
 import grader
 from grader.parts import PARTS, parse_parts
 from grader.points import part_total
+from grader.processes import kill_matching, kill_tree
 from grader.results import fallback_results, validate_results, write_results
 
 PROJECT_ROOT = Path(grader.__file__).resolve().parent.parent
@@ -178,39 +176,14 @@ _live: dict[subprocess.Popen, Path] = {}  # running graders and their sandbox fo
 _stopping = threading.Event()
 
 
-def _kill_tree(proc: subprocess.Popen, folder: Path | None = None) -> None:
-    """Kill the grader's process group and its workers (which lead groups of their own),
-    then anything still running from its sandbox ``folder``: a worker forked just as the
-    grader was killed leaves the tree before it can be listed."""
+def _kill_tree(proc: subprocess.Popen, folder: Path) -> None:
+    """Kill the grader, its workers, and anything still running from its sandbox
+    ``folder``: a worker forked just as the grader was killed leaves the tree before it
+    can be listed."""
     if proc.poll() is None:
-        _kill_group_and_children(proc)
-    if folder is not None:
-        for _ in range(20):
-            stray = [
-                p
-                for p in psutil.process_iter(["cmdline"])
-                if any(str(folder) in part for part in p.info["cmdline"] or [])
-            ]
-            if not stray:
-                break
-            for p in stray:
-                with contextlib.suppress(psutil.Error):
-                    p.kill()
-            psutil.wait_procs(stray, timeout=1)
-
-
-def _kill_group_and_children(proc: subprocess.Popen) -> None:
-    try:
-        kids = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.Error:
-        kids = []
-    for pid in [proc.pid, *(k.pid for k in kids)]:
-        with contextlib.suppress(OSError):
-            os.killpg(pid, signal.SIGKILL)  # the group led by pid, if there is one
-    for kid in kids:
-        with contextlib.suppress(psutil.Error):
-            kid.kill()
-    proc.wait()
+        kill_tree(proc.pid)
+        proc.wait()
+    kill_matching(lambda p: any(str(folder) in a for a in p.info["cmdline"] or []), ["cmdline"])
 
 
 def grade_one(

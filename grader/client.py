@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 import numpy as np
-import psutil
 
+from grader.processes import kill_tree
 from grader.sandbox import (
     Limits,
     Sandbox,
@@ -238,7 +238,7 @@ class WorkerClient:
         worker user started (escaped daemons, fork bombs), and close the channel."""
         proc = self._proc
         if proc is not None:
-            _kill_group(proc)
+            kill_tree(proc.pid)
             proc.wait()
             kill_user_processes(self.sandbox.identity)
             if self._output is not None:
@@ -383,16 +383,3 @@ class WorkerClient:
                 f"the process exited with status {code} (did your code call os._exit() or exit()?)"
             )
         raise SubmissionError(f"{label} stopped the grader's worker: {reason}.", "crash", output)
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the worker's process group and every descendant that left it."""
-    try:
-        children = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.Error:
-        children = []
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    for child in children:
-        with contextlib.suppress(psutil.Error):
-            child.kill()

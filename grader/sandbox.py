@@ -28,6 +28,8 @@ from pathlib import Path
 
 import psutil
 
+from grader.processes import kill_matching
+
 KIB, MIB, GIB = 2**10, 2**20, 2**30
 
 #: The dedicated account created by the Gradescope set-up (``setup.sh``).
@@ -206,24 +208,10 @@ def kill_user_processes(identity: WorkerIdentity) -> int:
     """
     if not identity.dropped:
         return 0
-    killed = 0
-    for _ in range(50):
-        found = []
-        for proc in psutil.process_iter(["uids", "gids"]):
-            with contextlib.suppress(psutil.Error, TypeError):
-                if (
-                    proc.info["uids"].real == identity.uid
-                    and proc.info["gids"].real == identity.gid
-                ):
-                    found.append(proc)
-        if not found:
-            break
-        for proc in found:
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
-                killed += 1
-        psutil.wait_procs(found, timeout=2)
-    return killed
+    return kill_matching(
+        lambda p: p.info["uids"].real == identity.uid and p.info["gids"].real == identity.gid,
+        ["uids", "gids"],
+    )
 
 
 @dataclass
