@@ -33,13 +33,12 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "solution"))
 
+from benchmark_inference import LLAMA32_1B_PARAMS  # noqa: E402
+
 from llama.model import Llama, ModelArgs, precompute_freqs_cis  # noqa: E402
 
-# Llama-3.2-1B (params.json of the released checkpoint), with a short cache.
-LLAMA_32_1B = dict(
-    dim=2048, n_layers=16, n_heads=32, n_kv_heads=8, vocab_size=128256, multiple_of=256,
-    ffn_dim_multiplier=1.5, norm_eps=1e-5, rope_theta=500000.0, use_scaled_rope=True,
-)  # fmt: skip
+# Llama-3.2-1B's params.json, as the course harness states it.
+LLAMA_32_1B = json.loads(LLAMA32_1B_PARAMS)
 
 
 def sync(device: str) -> None:
@@ -63,14 +62,14 @@ def copy_bandwidth(device: str, gib: float = 1.0, repeats: int = 5) -> float:
 
 
 def build_reference(
-    dtype: torch.dtype, device: str, max_seq_len: int, shape: dict | None = None
+    dtype: torch.dtype, device: str, max_seq_len: int, shape: dict | None = None, seed: int = 0
 ) -> Llama:
     """The course's reference Llama with seeded random weights (of the 1B shape)."""
     args = ModelArgs(**(shape or LLAMA_32_1B), max_batch_size=1, max_seq_len=max_seq_len)
     with torch.device("meta"):
         model = Llama(args)
     model = model.to_empty(device=device)
-    generator = torch.Generator(device="cpu").manual_seed(0)
+    generator = torch.Generator(device="cpu").manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):

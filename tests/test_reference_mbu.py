@@ -64,3 +64,22 @@ def test_unpermuted_rotary_weights_would_disagree(mbu: ModuleType) -> None:
 
 def test_copy_bandwidth_is_positive(mbu: ModuleType) -> None:
     assert mbu.copy_bandwidth("cpu", gib=1 / 64, repeats=2) > 1e8
+
+
+def test_random_checkpoint_loads_with_the_real_vocabulary(tmp_path) -> None:
+    with llama_on_path(SOLUTION):
+        writer = import_path(
+            ROOT / "benchmarks" / "random_llama_checkpoint.py", "random_checkpoint_under_test"
+        )
+        from llama.model import Llama
+
+        params = {**TINY, "vocab_size": 128_256}
+        ckpt = writer.write_checkpoint(tmp_path / "ckpt", torch.float32, params)
+        model, tokenizer = Llama.build(ckpt, ckpt / "tokenizer.model", 32, 2)
+    assert tokenizer.n_words == model.params.vocab_size == 128_256
+    assert model.tok_embeddings.weight.shape == (128_256, 64)
+    # cl100k's ranks are kept: the course prompt still encodes to real Llama 3 ids.
+    assert tokenizer.encode("Hello", bos=False, eos=False) == [9906]
+    assert isinstance(tokenizer.decode([127_999, 100_300]), str)  # placeholders decode
+    out = model.generate(tokenizer, ["Hi"], max_gen_len=4, temperature=0.0, device="cpu")
+    assert isinstance(out[0]["generation"], str)

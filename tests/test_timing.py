@@ -114,3 +114,45 @@ def test_rss_peak_of_a_missing_process_is_empty() -> None:
     with rss_peak(child.pid) as rss:
         pass
     assert rss == {"start": 0, "peak": 0}
+
+
+class FakeCuda:
+    """Stands in for ``torch.cuda`` on a machine without a GPU: records what is called."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def is_available(self) -> bool:
+        return True
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        self.calls.append("synchronize")
+
+    def reset_peak_memory_stats(self) -> None:
+        self.calls.append("reset")
+
+    def max_memory_allocated(self) -> int:
+        self.calls.append("peak")
+        return 123_456
+
+
+def test_worker_synchronises_cuda_around_a_timed_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    from grader.regen import import_path
+    from tests.conftest import ROOT
+
+    worker_dir = ROOT / "grader" / "worker"
+    monkeypatch.syspath_prepend(str(worker_dir))
+    main = import_path(worker_dir / "main.py", "worker_main_under_test")
+    cuda = FakeCuda()
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    main.before_timed()
+    assert cuda.calls == ["synchronize", "reset"]  # idle GPU, fresh statistics
+    assert main.after_timed() == {"cuda_peak_bytes": 123_456}
+    assert cuda.calls[2:] == ["synchronize", "peak"]  # queued work finished before the reply
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace())  # CPU-only torch
+    assert main.after_timed() == {}
