@@ -84,3 +84,16 @@ def test_generate_returning_strings_is_explained(tmp_path: Path) -> None:
     assert graded.score("3.5") == 0
     assert 'one dict per prompt with a "generation" string' in graded.output("3.5")
     assert graded.score("3.2") == 4
+
+
+def test_a_timed_run_with_wrong_outputs_does_not_count(tmp_path: Path) -> None:
+    edit = (
+        '        return [{"generation": tokenizer.decode(t), "tokens": t} for t in out]',
+        '        return [{"generation": tokenizer.decode(t) + str(i), "tokens": t}\n'
+        "                for i, t in enumerate(out)]",
+    )
+    submission = patched_solution(tmp_path / "submission", "llama/generation.py", [edit])
+    graded = run_grade(submission, tmp_path / "out", parts=["part3"], limits=LIMITS,
+                       tags=frozenset({"benchmark"}))  # fmt: skip
+    assert graded.score("3.11") == 0
+    assert "did not return the same text for every row" in graded.output("3.11")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from grader.points import BONUS, POINTS, part_total
+from tests.conftest import patched_solution, run_grade
 
 CHECKS = set(POINTS["part4"]) | {k for k in BONUS if k.startswith("4.")}
 
@@ -38,3 +39,14 @@ def test_blank_skeleton_scores_zero_without_crashing(blank_graded) -> None:
     assert {t["number"] for t in tests} == CHECKS
     assert blank_graded.part_score("part4") == 0
     assert "not implemented yet" in blank_graded.output("4.5")
+
+
+def test_a_timed_run_with_wrong_tokens_does_not_count(tmp_path) -> None:
+    edit = (
+        "return generate_with_cache_from(model, input_ids, None, L)",
+        "return generate_with_cache_from(model, input_ids, None, L) % 7",
+    )
+    submission = patched_solution(tmp_path / "submission", "kv_lab.py", [edit])
+    graded = run_grade(submission, tmp_path / "out", parts=["part4"], tags=frozenset({"benchmark"}))
+    assert graded.score("4.6") == 0
+    assert "equal to those of the other mode, so its time cannot count" in graded.output("4.6")

@@ -293,6 +293,7 @@ class Part3Benchmark(Part3Base):
         bench = load_thresholds(self.ctx.device)["part3"]
         prompt = self.meta()["benchmark_prompts"][str(bench["input_len"])]
         record = BenchmarkRecord(check="3.11", profile=self.ctx.device)
+        first_text: list[str] = []  # every timed run must give it: greedy, one prompt
         for batch in bench["batch_sizes"]:
             variants = {f"batch {batch}, without the cache": False,
                         f"batch {batch}, with the cache": True}  # fmt: skip
@@ -311,6 +312,15 @@ class Part3Benchmark(Part3Base):
                     key=f"timed generate {batch} {cache}",
                     timed=True,
                 )
+                texts = reply.header.get("texts")
+                if not first_text and isinstance(texts, list) and texts:
+                    first_text.append(texts[0])
+                if texts != first_text * batch:
+                    self.fail(
+                        f"The timed generate ({variant}, greedy, the same prompt in every row) "
+                        f"did not return the same text for every row and in both modes, so "
+                        f"its time cannot count. Got: {str(texts)[:300]}"
+                    )
                 return Sample(reply.seconds, reply.peak_bytes)
 
             timings = interleaved(

@@ -242,12 +242,22 @@ class Part4Checks(GradedTestCase):
             for L in (lo, hi)
         }
 
+        first: dict[int, list] = {}  # L -> the tokens every timed run of that L must give
+
         def timed_run(variant: str, i: int) -> Sample:
             cached, L = variants[variant]
             reply = self.generate(
                 "lab", ids, L, cached, timeout=max(self.ctx.limits.request_timeout_s, 60.0),
                 key=f"timed generation {cached} {L}", timed=True,
             )  # fmt: skip
+            tokens = reply.arrays.get("tokens")
+            got = tokens.tolist() if isinstance(tokens, np.ndarray) else None
+            expected = first.setdefault(L, got)
+            if got is None or np.shape(got) != (1, ids.shape[1] + L) or got != expected:
+                self.fail(
+                    f"The timed generation ({variant}) did not return {ids.shape[1] + L} greedy "
+                    "tokens equal to those of the other mode, so its time cannot count."
+                )
             return Sample(reply.seconds, reply.peak_bytes)
 
         timings = interleaved(
