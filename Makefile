@@ -8,6 +8,7 @@
 #   make bench                    every benchmark below, then the slow tests (about 1.5 h)
 #   make calibrate                time the benchmark checks, propose thresholds (DEVICE=cpu|cuda)
 #   make stability                50 graded runs: do benchmark verdicts hold on a busy machine?
+#                                 (DEVICE=cuda judges the cuda profile)
 #   make mbu                      reference Llama decode vs memory bandwidth and transformers
 #   make budget                   time and memory of a whole grading run (also at 1/2 CPU)
 
@@ -69,7 +70,7 @@ calibrate: $(STAMP)
 	$(PY) -m grader calibrate --device $(DEVICE) --json results/calibration.json
 
 stability: $(STAMP)
-	$(PY) benchmarks/verdict_stability.py --runs $(RUNS) --out results/stability.json
+	$(PY) benchmarks/verdict_stability.py --runs $(RUNS) --device $(if $(filter cuda,$(DEVICE)),cuda,cpu) --out results/stability.json
 
 mbu: $(STAMP)
 	$(PY) benchmarks/reference_mbu.py --dtype float32 --out results/mbu_float32.json

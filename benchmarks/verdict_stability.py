@@ -48,11 +48,11 @@ def hog(cpu: int) -> subprocess.Popen:
     return subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c", "while True: pass"])
 
 
-def grade_once(submission: Path, pin: int | None) -> dict:
+def grade_once(submission: Path, pin: int | None, device: str = "cpu") -> dict:
     """One benchmark-only grading in a fresh process; its ``extra_data["benchmarks"]``."""
     out = Path(tempfile.mkdtemp(prefix="stability-")) / "results.json"
     command = [sys.executable, "-m", "grader", "grade", str(submission), "--results", str(out),
-               "--tags", "benchmark", "--device", "cpu"]  # fmt: skip
+               "--tags", "benchmark", "--device", device]  # fmt: skip
     if pin is not None:
         command = ["taskset", "-c", str(pin), *command]
     try:
@@ -70,7 +70,9 @@ def grade_once(submission: Path, pin: int | None) -> dict:
     }
 
 
-def run_condition(condition: str, runs: int, submissions: dict[str, Path]) -> dict:
+def run_condition(
+    condition: str, runs: int, submissions: dict[str, Path], device: str = "cpu"
+) -> dict:
     """``runs`` interleaved gradings of each submission under ``condition``."""
     last = (os.cpu_count() or 2) - 1
     loop = hog(0 if condition == "half-cpu" else last)
@@ -80,7 +82,7 @@ def run_condition(condition: str, runs: int, submissions: dict[str, Path]) -> di
     try:
         for i in range(runs):
             for name, path in submissions.items():
-                found[name].append(grade_once(path, pin))
+                found[name].append(grade_once(path, pin, device))
             elapsed = time.monotonic() - started
             print(f"\r{condition}: run {i + 1}/{runs} ({elapsed:.0f} s)", end="", flush=True)
     finally:
@@ -128,6 +130,12 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--condition", choices=["busy", "half-cpu", "both"], default="both")
     parser.add_argument("--out", default=str(ROOT / "results" / "stability.json"))
+    parser.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        default="cpu",
+        help="the threshold profile judged (cuda: the GPU runs the models)",
+    )
     args = parser.parse_args()
     if not shutil.which("taskset"):
         raise SystemExit("this script needs taskset (util-linux)")
@@ -138,7 +146,7 @@ def main() -> int:
     raw, summary = {}, {}
     try:
         for condition in conditions:
-            raw[condition] = run_condition(condition, args.runs, submissions)
+            raw[condition] = run_condition(condition, args.runs, submissions, args.device)
             summary[condition] = {name: tally(r) for name, r in raw[condition].items()}
     finally:
         shutil.rmtree(baseline, ignore_errors=True)

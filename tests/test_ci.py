@@ -36,3 +36,16 @@ def test_ci_script_runs_the_readme_command() -> None:
     script = (ROOT / ".ci" / "run").read_text()
     assert "make test" in script
     assert "make test" in (ROOT / "README.md").read_text()
+
+
+def test_make_bench_runs_every_benchmark() -> None:
+    proc = subprocess.run(["make", "-n", "bench"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    for step in (
+        "-m grader calibrate",
+        "benchmarks/verdict_stability.py --runs 50",
+        "benchmarks/reference_mbu.py --dtype float32",
+        "benchmarks/grading_budget.py --half-cpu",
+        "-m pytest -m slow",
+    ):
+        assert step in proc.stdout, step
