@@ -62,8 +62,10 @@ def test_unpermuted_rotary_weights_would_disagree(mbu: ModuleType) -> None:
     assert permuted[2:4].tolist() == [w[1].tolist(), w[3].tolist()]
 
 
-def test_copy_bandwidth_is_positive(mbu: ModuleType) -> None:
-    assert mbu.copy_bandwidth("cpu", gib=1 / 64, repeats=2) > 1e8
+def test_the_copy_counts_bytes_read_and_written(mbu: ModuleType, monkeypatch) -> None:
+    ticks = iter(range(10))  # a clock that advances 1 s per reading
+    monkeypatch.setattr(mbu.time, "perf_counter", lambda: float(next(ticks)))
+    assert mbu.timed_copy("cpu", gib=1 / 64) == (2 * 2**30 / 64, 1.0)
 
 
 def test_random_checkpoint_loads_with_the_real_vocabulary(tmp_path) -> None:
