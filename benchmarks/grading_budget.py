@@ -17,6 +17,7 @@ half of one core.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import subprocess
 import sys
@@ -68,12 +69,15 @@ def measure(submission: Path, half_cpu: bool) -> dict[str, float]:
     seconds = time.perf_counter() - start
     if hog is not None:
         hog.kill()
-    score = __import__("json").loads(results.read_text())["score"]
+    data = json.loads(results.read_text())
     return {
         "seconds": seconds,
         "peak_rss_mib": peak_rss / 2**20,
         "peak_pss_mib": peak_pss / 2**20,
-        "score": score,
+        "score": data["score"],
+        "failed": [
+            (t["number"], t.get("output", "")) for t in data["tests"] if t["status"] != "passed"
+        ],
     }
 
 
@@ -88,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         f"graded {args.submission} on {cpu}: score {m['score']:g}, {m['seconds']:.1f} s, "
         f"peak memory {m['peak_pss_mib']:.0f} MiB PSS ({m['peak_rss_mib']:.0f} MiB RSS summed)"
     )
+    for number, output in m["failed"]:
+        print(f"  check {number} failed:\n    " + output.strip().replace("\n", "\n    "))
     return 0
 
 
