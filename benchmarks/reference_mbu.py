@@ -49,19 +49,6 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def best_seconds(fn, device: str, repeats: int) -> float:
-    """The fastest of ``repeats`` timed calls of ``fn`` after one untimed call."""
-    best = float("inf")
-    for i in range(repeats + 1):  # the first call faults the pages in
-        sync(device)
-        start = time.perf_counter()
-        fn()
-        sync(device)
-        if i:
-            best = min(best, time.perf_counter() - start)
-    return best
-
-
 def timed_copy(device: str, gib: float = 2.0) -> tuple[float, float]:
     """(bytes moved, seconds) of one copy of a fresh ``gib`` buffer: bytes read + written,
     STREAM's convention."""

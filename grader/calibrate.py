@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grader.mutants import SOLUTION, load_mutants
+from grader.mutants import SOLUTION, load_mutants, materialise_all
 from grader.parts import PARTS
 
 # Per part, the mutant that hides a cache-free implementation behind correct outputs.
@@ -36,16 +36,11 @@ BENCHMARK_PARTS = tuple(BASELINES)
 DEFAULT_MARGIN = 1.5
 
 
-def cache_free_submission(parts: list[str], root: Path | None = None) -> Path:
-    """A copy of the solution with every baseline mutant of ``parts`` applied."""
-    root = root or Path(tempfile.mkdtemp(prefix="cache-free-"))
-    shutil.copytree(SOLUTION, root, dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.png", "*.json"))  # fmt: skip
-    for part in parts:
-        (mutant,) = [m for m in load_mutants(part) if m.name == BASELINES[part]]
-        target = root / mutant.file
-        target.write_text(mutant.apply(target.read_text()))
-    return root
+def cache_free_submission(parts: list[str]) -> Path:
+    """A temporary copy of the solution with every baseline mutant of ``parts`` applied."""
+    baselines = [m for p in parts for m in load_mutants(p) if m.name == BASELINES[p]]
+    assert len(baselines) == len(parts), "a baseline mutant is missing from the library"
+    return materialise_all(baselines, prefix="cache-free-")
 
 
 @dataclass

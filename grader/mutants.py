@@ -50,14 +50,23 @@ class Mutant:
 
     def materialise(self, solution: Path = SOLUTION) -> Path:
         """A temporary copy of the solution with this mutant applied; caller removes it."""
-        root = Path(tempfile.mkdtemp(prefix=f"mutant-{self.name}-"))
-        shutil.copytree(solution, root, dirs_exist_ok=True, ignore=_IGNORE)
-        target = root / self.file
-        target.write_text(self.apply(target.read_text()))
-        return root
+        return materialise_all([self], solution, prefix=f"mutant-{self.name}-")
 
 
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.png", "*.json")
+
+
+def materialise_all(
+    mutants: list[Mutant], solution: Path = SOLUTION, prefix: str = "mutants-"
+) -> Path:
+    """A temporary copy of the solution with every one of ``mutants`` applied (each to its
+    own file; several may share one); the caller removes it."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    shutil.copytree(solution, root, dirs_exist_ok=True, ignore=_IGNORE)
+    for mutant in mutants:
+        target = root / mutant.file
+        target.write_text(mutant.apply(target.read_text()))
+    return root
 
 
 def _entry(tag: str, item: dict, variant: bool) -> Mutant:

@@ -294,35 +294,35 @@ class Part3Benchmark(Part3Base):
         prompt = self.meta()["benchmark_prompts"][str(bench["input_len"])]
         record = BenchmarkRecord(check="3.11", profile=self.ctx.device)
         first_text: list[str] = []  # every timed run must give it: greedy, one prompt
-        for batch in bench["batch_sizes"]:
-            variants = {f"batch {batch}, without the cache": False,
-                        f"batch {batch}, with the cache": True}  # fmt: skip
+        runs: dict[str, tuple[int, bool]] = {}  # variant -> (batch size, kv_caching)
 
-            def timed_run(
-                variant: str, i: int, batch: int = batch, variants: dict = variants
-            ) -> Sample:
-                cache = variants[variant]
-                reply = self.generate_or_fail(
-                    [prompt] * batch,
-                    cache,
-                    model="bench",
-                    max_gen_len=bench["output_len"],
-                    record_logits=False,
-                    timeout=max(self.ctx.limits.request_timeout_s, 60.0),
-                    key=f"timed generate {batch} {cache}",
-                    timed=True,
+        def timed_run(variant: str, i: int) -> Sample:
+            batch, cache = runs[variant]
+            reply = self.generate_or_fail(
+                [prompt] * batch,
+                cache,
+                model="bench",
+                max_gen_len=bench["output_len"],
+                record_logits=False,
+                timeout=max(self.ctx.limits.request_timeout_s, 60.0),
+                key=f"timed generate {batch} {cache}",
+                timed=True,
+            )
+            texts = reply.header.get("texts")
+            if not first_text and isinstance(texts, list) and texts:
+                first_text.append(texts[0])
+            if texts != first_text * batch:
+                self.fail(
+                    f"The timed generate ({variant}, greedy, the same prompt in every row) "
+                    f"did not return the same text for every row and in both modes, so "
+                    f"its time cannot count. Got: {str(texts)[:300]}"
                 )
-                texts = reply.header.get("texts")
-                if not first_text and isinstance(texts, list) and texts:
-                    first_text.append(texts[0])
-                if texts != first_text * batch:
-                    self.fail(
-                        f"The timed generate ({variant}, greedy, the same prompt in every row) "
-                        f"did not return the same text for every row and in both modes, so "
-                        f"its time cannot count. Got: {str(texts)[:300]}"
-                    )
-                return Sample(reply.seconds, reply.peak_bytes)
+            return Sample(reply.seconds, reply.peak_bytes)
 
+        for batch in bench["batch_sizes"]:
+            variants = {f"batch {batch}, without the cache": (batch, False),
+                        f"batch {batch}, with the cache": (batch, True)}  # fmt: skip
+            runs.update(variants)
             timings = interleaved(
                 timed_run, list(variants), warmup=bench["warmup"], repeats=bench["repeats"]
             )

@@ -59,11 +59,23 @@ class Part4Checks(GradedTestCase):
         header = {"op": "generate", "model": model, "n": n, "cached": cached}
         return self.call(header, {"ids": ids}, f"{fn}(model, input_ids {ids.shape}, {n})", **kw)
 
-    def named(self, probe: str, observed: Any) -> str:
-        table = self.meta().get("signatures", {}).get(probe, {})
-        return likely_cause(
-            [k for k, v in table.items() if v == observed], self.meta()["diagnoses"]
-        )
+    def named(self, observed: dict[str, Any]) -> str:
+        """ "Likely cause: ..." for the catalogued mistakes that match ``observed`` (probe ->
+        what the submission did): a mistake is named when everything it is known to do
+        differently on those probes is what this submission did, so the right tokens rule
+        out the mistakes that change them."""
+        table = self.meta().get("signatures", {})
+        known = dict.fromkeys(name for probe in observed for name in table.get(probe, {}))
+        names = [
+            name
+            for name in known
+            if all(
+                table[probe][name] == value
+                for probe, value in observed.items()
+                if name in table.get(probe, {})
+            )
+        ]
+        return likely_cause(names, self.meta()["diagnoses"])
 
     def finish(self, num: str, outcome: Outcome, set_score: Any) -> None:
         set_score(round(points(num) * outcome.fraction, 4))
@@ -134,24 +146,10 @@ class Part4Checks(GradedTestCase):
         except SubmissionError:
             return ""
         tokens = reply.arrays.get("tokens")
-        observed = {
+        return self.named({
             "cached_lengths": reply.header.get("lengths"),
             "cached_tokens": tokens.tolist() if isinstance(tokens, np.ndarray) else None,
-        }
-        # A mistake is named when everything it is known to do differently is what this
-        # submission did: the right tokens rule out the mistakes that change them.
-        table = self.meta().get("signatures", {})
-        known = {name for probe in observed for name in table.get(probe, {})}
-        names = [
-            name
-            for name in sorted(known)
-            if all(
-                table[probe][name] == value
-                for probe, value in observed.items()
-                if name in table.get(probe, {})
-            )
-        ]
-        return likely_cause(names, self.meta()["diagnoses"])
+        })  # fmt: skip
 
     @check("4.3", partial=True, hidden=True)
     def test_step_logits(self, set_score: Any = None) -> None:
@@ -317,7 +315,7 @@ class Part4Checks(GradedTestCase):
         if "torch.uint8" in r["dtypes"] and "torch.int8" not in r["dtypes"]:
             problems.append(
                 "The cache is a bare uint8 cast: negative keys and values wrap around and "
-                "there is no scale. " + self.named("int8_dtypes", r["dtypes"])
+                "there is no scale. " + self.named({"int8_dtypes": r["dtypes"]})
             )
         if ratio > 0.55:
             problems.append(f"It uses {ratio:.2f} x the fp16 cache's memory (at most 0.55).")
