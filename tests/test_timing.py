@@ -12,10 +12,12 @@ import pytest
 from grader.timing import (
     BenchmarkRecord,
     Criterion,
+    Measurement,
     Ratio,
     Sample,
     Timing,
     interleaved,
+    measure,
     rss_peak,
 )
 
@@ -79,6 +81,70 @@ def test_record_summary_is_plain_json() -> None:
     assert data["criteria"][0]["ratio"] == {"median": 4.0, "low": 3.5, "high": 4.5}
     assert data["criteria"][1]["passed"] is False
     assert data["timings"]["x"]["runs_s"] == [1.0, 2.0]
+
+
+def speedup_at_least(limit: float):
+    """A judge: cache-free ("plain") over "cached" must reach ``limit``."""
+
+    def judge(timings: dict[str, Timing]) -> list[Criterion]:
+        return [
+            Criterion("k", "speedup", Ratio.of(timings["plain"], timings["cached"]), limit, True)
+        ]
+
+    return judge
+
+
+def scripted(times: dict[str, list[float]]):
+    """A run that returns the next scripted time of each variant, and the calls it saw."""
+    calls: list[tuple[str, int]] = []
+
+    def run(variant: str, i: int) -> Sample:
+        calls.append((variant, i))
+        return Sample(times[variant].pop(0))
+
+    return run, calls
+
+
+def test_measure_without_a_miss_times_no_more_rounds() -> None:
+    run, calls = scripted({"plain": [9.0] * 10, "cached": [1.0] * 10})
+    m = measure(run, ["plain", "cached"], warmup=1, repeats=3, judge=speedup_at_least(2.0),
+                confirm_repeats=6)  # fmt: skip
+    assert len(calls) == 2 * 4 and m.extra_rounds == 0
+    assert [c.passed for c in m.criteria] == [True]
+
+
+def test_measure_confirms_a_miss_caused_by_a_burst_of_stalls() -> None:
+    # The cached runs of two of three rounds stalled by 0.3 s: their median misses 2x.
+    stalled = [0.05, 0.31, 0.32, 0.01] + [0.01] * 6  # warm-up, 3 timed, 6 more
+    run, calls = scripted({"plain": [0.04] * 10, "cached": stalled})
+    m = measure(run, ["plain", "cached"], warmup=1, repeats=3, judge=speedup_at_least(2.0),
+                confirm_repeats=6)  # fmt: skip
+    assert m.extra_rounds == 6 and len(calls) == 2 * 10  # no second warm-up
+    assert calls[-2:] == [("plain", 5), ("cached", 5)]
+    assert len(m.timings["cached"].samples) == 9  # verdict on every timed round
+    assert m.criteria[0].passed and m.criteria[0].ratio.median == pytest.approx(4.0)
+
+
+def test_measure_keeps_a_real_miss_and_can_be_switched_off() -> None:
+    # A cache that does not cache: about 1x in every round, confirmed or not.
+    times = {"plain": [0.04, 0.041, 0.039, 0.04] * 3, "cached": [0.04] * 12}
+    run, _ = scripted({k: list(v) for k, v in times.items()})
+    m = measure(run, ["plain", "cached"], warmup=1, repeats=3, judge=speedup_at_least(2.0),
+                confirm_repeats=6)  # fmt: skip
+    assert m.extra_rounds == 6 and not m.criteria[0].passed
+    run, calls = scripted({k: list(v) for k, v in times.items()})
+    m = measure(run, ["plain", "cached"], warmup=1, repeats=3, judge=speedup_at_least(2.0),
+                confirm_repeats=0)  # fmt: skip
+    assert m.extra_rounds == 0 and len(calls) == 8 and not m.criteria[0].passed
+
+
+def test_record_adds_measurements_and_reports_extra_rounds() -> None:
+    record = BenchmarkRecord("3.11", "cpu")
+    for name, extra in (("batch 1", 6), ("batch 8", 0)):
+        c = Criterion(name, name, Ratio(3.0, 2.0, 4.0), 2.0, True)
+        record.add(Measurement({name: timing(1.0)}, [c], extra))
+    assert list(record.timings) == ["batch 1", "batch 8"] and len(record.criteria) == 2
+    assert json.loads(json.dumps(record.summary()))["extra_rounds"] == 6
 
 
 def test_rss_peak_sees_another_process_allocate() -> None:

@@ -205,11 +205,19 @@ class GradedTestCase(unittest.TestCase):
         lines = [f"{headline} ({record.profile} profile)"]
         memory = "CUDA peak" if record.profile == "cuda" else "RSS growth"
         for name, t in record.timings.items():
-            line = f"  {name}: median {t.median * 1000:.1f} ms, spread {t.spread:.0%}"
+            line = (
+                f"  {name}: median {t.median * 1000:.1f} ms of {len(t.samples)} runs, "
+                f"spread {t.spread:.0%}"
+            )
             if t.peak_bytes is not None:
                 line += f", {memory} {t.peak_bytes / 2**20:.1f} MB"
             lines.append(line)
         lines += [f"  {c.describe()}" for c in record.criteria]
+        if record.extra_rounds:
+            lines.append(
+                f"  A first measurement missed a threshold, so {record.extra_rounds} more rounds "
+                "were timed; the verdicts above are on all rounds."
+            )
         print("\n".join(lines))
         if not record.passed:
             missed = "; ".join(c.describe() for c in record.failures())
