@@ -67,6 +67,7 @@ def grade_once(submission: Path, pin: int | None, device: str = "cpu") -> dict:
         "ratios": {
             c["key"]: c["ratio"]["median"] for r in benchmarks.values() for c in r["criteria"]
         },
+        "confirmed": any(r.get("extra_rounds") for r in benchmarks.values()),
     }
 
 
@@ -99,6 +100,7 @@ def tally(runs: list[dict]) -> dict:
         "all_passed": sum(all(r["passed"].values()) for r in runs),
         "all_failed": sum(not any(r["passed"].values()) for r in runs),
         "per_check": {c: sum(r["passed"][c] for r in runs) for c in CHECKS},
+        "confirmed": sum(r.get("confirmed", False) for r in runs),  # a miss was re-measured
         "ratio_ranges": {
             key: value_range(runs, key) for key in sorted({k for r in runs for k in r["ratios"]})
         },
@@ -112,15 +114,16 @@ def value_range(runs: list[dict], key: str) -> list[float]:
 
 def markdown(summary: dict) -> str:
     lines = [
-        "| condition | submission | passes all 3 | fails all 3 | 2.11 / 3.11 / 4.6 passed |",
-        "|---|---|---|---|---|",
+        "| condition | submission | passes all 3 | fails all 3 | 2.11 / 3.11 / 4.6 passed "
+        "| runs with confirmation rounds |",
+        "|---|---|---|---|---|---|",
     ]
     for condition, by_sub in summary.items():
         for name, t in by_sub.items():
             per = " / ".join(str(t["per_check"][c]) for c in CHECKS)
             lines.append(
                 f"| {condition} | {name} | {t['all_passed']}/{t['runs']} | "
-                f"{t['all_failed']}/{t['runs']} | {per} |"
+                f"{t['all_failed']}/{t['runs']} | {per} | {t['confirmed']}/{t['runs']} |"
             )
     return "\n".join(lines)
 
