@@ -53,6 +53,14 @@ def tree_memory(proc: psutil.Process) -> tuple[int, int]:
     return rss, pss
 
 
+def stalled_runs(benchmarks: dict[str, Any], slack_s: float = 0.15) -> tuple[int, int]:
+    """(timed runs, runs more than ``slack_s`` slower than the fastest run of their variant)
+    over the benchmark records of a ``results.json``: how often a run was stalled."""
+    runs = [t["runs_s"] for record in benchmarks.values() for t in record["timings"].values()]
+    stalled = sum(r - min(series) > slack_s for series in runs for r in series)
+    return sum(len(series) for series in runs), stalled
+
+
 def measure(submission: Path, half_cpu: bool, poll_s: float = 0.1) -> dict[str, Any]:
     results = Path(tempfile.mkdtemp()) / "results.json"
     command = [sys.executable, "-m", "grader", "grade", str(submission), "--results", str(results)]
@@ -77,6 +85,8 @@ def measure(submission: Path, half_cpu: bool, poll_s: float = 0.1) -> dict[str, 
     if hog is not None:
         hog.kill()
     data = json.loads(results.read_text())
+    shutil.rmtree(results.parent, ignore_errors=True)
+    benchmarks = data.get("extra_data", {}).get("benchmarks", {})
     return {
         "seconds": seconds,
         "peak_rss_mib": peak_rss / 2**20,
@@ -85,11 +95,8 @@ def measure(submission: Path, half_cpu: bool, poll_s: float = 0.1) -> dict[str, 
         "failed": [
             (t["number"], t.get("output", "")) for t in data["tests"] if t["status"] != "passed"
         ],
-        "confirmed": sorted(
-            n
-            for n, b in data.get("extra_data", {}).get("benchmarks", {}).items()
-            if b.get("extra_rounds")
-        ),
+        "confirmed": sorted(n for n, b in benchmarks.items() if b.get("extra_rounds")),
+        "timed_runs": stalled_runs(benchmarks),
     }
 
 
@@ -101,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--poll-ms", type=float, default=100.0, help="memory sampling; 0: none")
     args = parser.parse_args(argv)
     cpu = "1/2 CPU (taskset + busy loop)" if args.half_cpu else "2 cores"
-    scores, confirmed = [], 0
+    scores, confirmed, timed, stalled = [], 0, 0, 0
     for _ in range(args.runs):
         m = measure(Path(args.submission).resolve(), args.half_cpu, args.poll_ms / 1000)
         memory = (
@@ -111,20 +118,23 @@ def main(argv: list[str] | None = None) -> int:
             else ""
         )
         extra = f", confirmation rounds in {', '.join(m['confirmed'])}" if m["confirmed"] else ""
+        runs, slow = m["timed_runs"]
         print(
             f"graded {args.submission} on {cpu}: score {m['score']:g}, {m['seconds']:.1f} s"
-            f"{memory}{extra}",
+            f"{memory}; {slow} of {runs} timed runs stalled by > 150 ms{extra}",
             flush=True,
         )
         for number, output in m["failed"]:
             print(f"  check {number} failed:\n    " + output.strip().replace("\n", "\n    "))
         scores.append(m["score"])
         confirmed += bool(m["confirmed"])
+        timed, stalled = timed + runs, stalled + slow
     if args.runs > 1:
         best = max(scores)
         print(
             f"{args.runs} gradings: {scores.count(best)} scored {best:g} (lowest {min(scores):g}); "
-            f"{confirmed} needed confirmation rounds"
+            f"{confirmed} needed confirmation rounds; {stalled} of {timed} timed runs stalled "
+            "by > 150 ms (slower than the fastest run of their variant)"
         )
     return 0
 
