@@ -171,12 +171,16 @@ def interleaved(
     *,
     warmup: int,
     repeats: int,
+    rotate: bool = False,
 ) -> dict[str, Timing]:
     """Run every variant ``warmup + repeats`` times, one of each per round, and keep the
-    last ``repeats`` rounds. ``run(variant, round)`` performs one checked run."""
+    last ``repeats`` rounds. ``run(variant, round)`` performs one checked run.
+    ``rotate``: round i starts at the i-th variant, so that no variant always runs
+    right after the same other one (whose after-effects it would always inherit)."""
     kept: dict[str, list[Sample]] = {v: [] for v in variants}
     for i in range(warmup + repeats):
-        for variant in variants:
+        k = i % len(variants) if rotate else 0
+        for variant in [*variants[k:], *variants[:k]]:
             sample = run(variant, i)
             if i >= warmup:
                 kept[variant].append(sample)

@@ -48,6 +48,18 @@ def test_interleaved_alternates_variants_and_drops_warmups() -> None:
     assert out["b"].seconds == [21, 31, 41]
 
 
+def test_interleaved_rotates_the_order_when_asked() -> None:
+    calls = []
+
+    def run(variant: str, i: int) -> Sample:
+        calls.append(variant)
+        return Sample(seconds=1.0)
+
+    out = interleaved(run, ["a", "b", "c"], warmup=1, repeats=3, rotate=True)
+    assert "".join(calls) == "abc" + "bca" + "cab" + "abc"
+    assert all(len(t.samples) == 3 for t in out.values())
+
+
 def test_ratio_of_medians_with_paired_spread() -> None:
     plain, cached = timing(10.0, 12.0, 30.0), timing(1.0, 2.0, 3.0)
     r = Ratio.of(plain, cached)
