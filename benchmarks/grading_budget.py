@@ -11,8 +11,9 @@ Prints the peaks, the wall time and any check that failed, for each of ``--runs`
 gradings, and how many benchmark checks needed confirmation rounds
 (``extra_data.benchmarks.*.extra_rounds``). ``--poll-ms 0`` samples no memory,
 to see whether the sampling itself disturbs the timed checks: reading a process's
-PSS walks its page tables, and at every 20 ms it stalled 12-15 % of the timed
-runs by more than 150 ms (1.4 % without sampling; README, "Benchmarks").
+PSS walks its page tables, and at 1/2 CPU sampling every 20 or 100 ms stalled
+18-20 % of the timed runs by more than 150 ms, against 0.9 % with no sampling
+(README, "Benchmarks"). Read scores and times at 1/2 CPU from ``--poll-ms 0``.
 
 ``--half-cpu`` simulates Gradescope's default ½ vCPU: the grading and a
 busy loop are both pinned to CPU 0 with ``taskset``, so the grader gets about
