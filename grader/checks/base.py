@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import unittest
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -21,7 +21,7 @@ from gradescope_utils.autograder_utils.decorators import (
 from grader.client import SubmissionError
 from grader.context import GradingContext
 from grader.points import part_of, points
-from grader.timing import BenchmarkRecord
+from grader.timing import BenchmarkRecord, Criterion, Measurement, Sample, Timing, measure
 
 
 def check(
@@ -197,6 +197,24 @@ class GradedTestCase(unittest.TestCase):
             if full:
                 raise failed[key]
             raise SubmissionError(not_run, "load")
+
+    def measure_benchmark(
+        self,
+        run: Callable[[str, int], Sample],
+        variants: Sequence[str],
+        judge: Callable[[dict[str, Timing]], list[Criterion]],
+        bench: dict[str, Any],
+    ) -> Measurement:
+        """Time ``variants`` with the warm-up, repeats and confirmation rounds of
+        ``bench`` (one part of the thresholds profile) and judge them."""
+        return measure(
+            run,
+            list(variants),
+            warmup=bench["warmup"],
+            repeats=bench["repeats"],
+            judge=judge,
+            confirm_repeats=bench["confirm_repeats"],
+        )
 
     def report_benchmark(self, record: BenchmarkRecord, headline: str, advice: str) -> None:
         """Keep ``record`` for the results (calibration, leaderboard), print what was

@@ -18,7 +18,7 @@ from grader.checks.base import check, likely_cause, with_output
 from grader.checks.part2_support import Part2Base
 from grader.client import SubmissionError
 from grader.thresholds import load_thresholds
-from grader.timing import BenchmarkRecord, Criterion, Ratio, Sample, Timing, measure
+from grader.timing import BenchmarkRecord, Criterion, Ratio, Sample, Timing
 
 
 class Part2ForwardChecks(Part2Base):
@@ -175,16 +175,7 @@ class Part2Benchmark(Part2Base):
             return [Criterion("part2.min_speedup", "speedup", speedup, bench["min_speedup"], True)]
 
         record = BenchmarkRecord(check="2.11", profile=self.ctx.device)
-        record.add(
-            measure(
-                timed_run,
-                list(variants),
-                warmup=bench["warmup"],
-                repeats=bench["repeats"],
-                judge=judge,
-                confirm_repeats=bench["confirm_repeats"],
-            )
-        )
+        record.add(self.measure_benchmark(timed_run, variants, judge, bench))
         cached = record.timings["with the cache"]
         record.leaderboard = {
             "tokens_per_s": bench["new_tokens"] / cached.median,

@@ -20,7 +20,7 @@ from grader.checks.part3_support import Part3Base
 from grader.client import SubmissionError
 from grader.points import points
 from grader.thresholds import load_thresholds
-from grader.timing import BenchmarkRecord, Criterion, Ratio, Sample, Timing, measure
+from grader.timing import BenchmarkRecord, Criterion, Ratio, Sample, Timing
 
 
 class Part3ForwardChecks(Part3Base):
@@ -350,13 +350,8 @@ class Part3Benchmark(Part3Base):
             variants = {f"batch {batch}, without the cache": (batch, False),
                         f"batch {batch}, with the cache": (batch, True)}  # fmt: skip
             runs.update(variants)
-            measured = measure(
-                timed_run,
-                list(variants),
-                warmup=bench["warmup"],
-                repeats=bench["repeats"],
-                judge=functools.partial(judge, batch),
-                confirm_repeats=bench["confirm_repeats"],
+            measured = self.measure_benchmark(
+                timed_run, variants, functools.partial(judge, batch), bench
             )
             record.add(measured)
             cached = measured.timings[f"batch {batch}, with the cache"]

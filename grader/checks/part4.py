@@ -26,7 +26,7 @@ from grader.checks.base import (
 from grader.client import Reply, SubmissionError
 from grader.points import BONUS, points
 from grader.thresholds import load_thresholds
-from grader.timing import BenchmarkRecord, Criterion, Ratio, Sample, Timing, measure
+from grader.timing import BenchmarkRecord, Criterion, Ratio, Sample, Timing
 
 
 class Part4Checks(GradedTestCase):
@@ -282,16 +282,7 @@ class Part4Checks(GradedTestCase):
             ]
 
         record = BenchmarkRecord(check="4.6", profile=self.ctx.device)
-        record.add(
-            measure(
-                timed_run,
-                list(variants),
-                warmup=bench["warmup"],
-                repeats=bench["repeats"],
-                judge=judge,
-                confirm_repeats=bench["confirm_repeats"],
-            )
-        )
+        record.add(self.measure_benchmark(timed_run, variants, judge, bench))
         self.report_benchmark(
             record,
             f"Latency per generated token at L = {lo} and {hi}",
