@@ -35,6 +35,9 @@ from typing import Any
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from verdict_stability import hog  # noqa: E402  (the same pinned busy loop)
 
 
 def tree_memory(proc: psutil.Process) -> tuple[int, int]:
@@ -65,28 +68,30 @@ def stalled_runs(benchmarks: dict[str, Any], slack_s: float = 0.15) -> tuple[int
 def measure(submission: Path, half_cpu: bool, poll_s: float = 0.1) -> dict[str, Any]:
     results = Path(tempfile.mkdtemp()) / "results.json"
     command = [sys.executable, "-m", "grader", "grade", str(submission), "--results", str(results)]
-    hog = None
     if half_cpu:
         if not shutil.which("taskset"):
             raise SystemExit("--half-cpu needs taskset (util-linux)")
         command = ["taskset", "-c", "0", *command]
-        hog = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-c", "while True: pass"])
-    start = time.perf_counter()
-    child = subprocess.Popen(
-        command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    parent = psutil.Process(child.pid)
-    peak_rss = peak_pss = 0
-    while child.poll() is None:
-        if poll_s > 0:
-            rss, pss = tree_memory(parent)
-            peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
-        time.sleep(poll_s or 0.1)
-    seconds = time.perf_counter() - start
-    if hog is not None:
-        hog.kill()
-    data = json.loads(results.read_text())
-    shutil.rmtree(results.parent, ignore_errors=True)
+    loop = hog(0) if half_cpu else None
+    try:
+        start = time.perf_counter()
+        child = subprocess.Popen(
+            command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        parent = psutil.Process(child.pid)
+        peak_rss = peak_pss = 0
+        while child.poll() is None:
+            if poll_s > 0:
+                rss, pss = tree_memory(parent)
+                peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
+            time.sleep(poll_s or 0.1)
+        seconds = time.perf_counter() - start
+        data = json.loads(results.read_text())
+    finally:
+        if loop is not None:
+            loop.kill()
+            loop.wait()
+        shutil.rmtree(results.parent, ignore_errors=True)
     benchmarks = data.get("extra_data", {}).get("benchmarks", {})
     return {
         "seconds": seconds,
