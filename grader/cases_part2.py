@@ -6,6 +6,13 @@ Weights are not stored for grading: both models' weights are drawn from a
 seeded NumPy generator (:func:`make_state_dict`) and checked against a stored
 digest, so the grader needs no solution code and no weight files at run time.
 Students get the public model as ``model_state_dict.pt``.
+
+Every model has the course's architecture, fixed by the course's own weight
+file: attention projections without biases (``W_o`` included), learned
+positions, biases in the feed-forward block, the norms and the output
+projection. The public model is the course's size (``max_seq_len`` 128); the
+hidden one has other sizes and weights; the benchmark's model only has more
+positions, for its 1000-token prompt.
 """
 
 from __future__ import annotations
@@ -29,9 +36,15 @@ PUBLIC_MODEL = {
         "d_model": 50,
         "d_ff": 100,
         "num_layers": 2,
-        "max_seq_len": 1024,
+        "max_seq_len": 128,
     },
     "seed": 20240211,
+}
+# The public model with room for the benchmark's prompt (check 2.11); timing does
+# not depend on the weights, so it has its own seed.
+BENCH_MODEL = {
+    "config": {**PUBLIC_MODEL["config"], "max_seq_len": 1024},
+    "seed": 424242,
 }
 HIDDEN_MODEL = {
     "config": {"vocab_size": 640, "d_model": 64, "d_ff": 160, "num_layers": 3, "max_seq_len": 320},
@@ -45,7 +58,11 @@ HIDDEN_SEED = 90210
 
 
 def state_dict_shapes(config: dict[str, int]) -> dict[str, tuple[int, ...]]:
-    """Every parameter of the course model, by state-dict key, with its shape."""
+    """Every parameter of the course model, by state-dict key, with its shape.
+
+    The attention projections have no bias (the course's weight file has none,
+    for W_o neither); everything else that is linear or a norm has one.
+    """
     v, d, f = config["vocab_size"], config["d_model"], config["d_ff"]
     shapes: dict[str, tuple[int, ...]] = {
         "token_embedding.weight": (v, d),
@@ -55,7 +72,6 @@ def state_dict_shapes(config: dict[str, int]) -> dict[str, tuple[int, ...]]:
         p = f"layers.{i}."
         for name in ("W_q", "W_k", "W_v", "W_o"):
             shapes[f"{p}attention.{name}.weight"] = (d, d)
-        shapes[f"{p}attention.W_o.bias"] = (d,)
         shapes[f"{p}feed_forward.fc1.weight"] = (f, d)
         shapes[f"{p}feed_forward.fc1.bias"] = (f,)
         shapes[f"{p}feed_forward.fc2.weight"] = (d, f)

@@ -10,6 +10,7 @@ import numpy as np
 
 from grader.cases_part2 import (
     ATOL,
+    BENCH_MODEL,
     HIDDEN_MODEL,
     HIDDEN_SEED,
     PUBLIC_MODEL,
@@ -34,17 +35,18 @@ POSITIONS_PER_CASE = 8
 
 # Hidden cases: (check, model, batch, length, plan). A plan is None (no cache),
 # "full", "sequential" or a (prefill, chunk) pair.
+# Lengths reach each model's max_seq_len (128 for the public one, 320 for the hidden).
 HIDDEN_PLANS: list[tuple[str, str, int, int, Any]] = [
     ("2.6", "hidden", 3, 40, None),
-    ("2.6", "hidden", 2, 320, None),  # the hidden model's max_seq_len
+    ("2.6", "hidden", 2, 320, None),
     ("2.6", "public", 4, 64, None),
-    ("2.6", "public", 1, 1024, None),  # the public model's max_seq_len
+    ("2.6", "public", 1, 128, None),
     ("2.7", "hidden", 3, 40, "sequential"),
     ("2.7", "hidden", 2, 320, (100, 7)),
     ("2.7", "hidden", 2, 57, "full"),
-    ("2.7", "public", 2, 200, "sequential"),
+    ("2.7", "public", 2, 128, "sequential"),
     ("2.7", "public", 3, 90, (31, 5)),
-    ("2.7", "public", 1, 1024, (1000, 1)),
+    ("2.7", "public", 1, 128, (120, 1)),
 ]
 
 
@@ -116,6 +118,7 @@ def catalogue(
     """Each mutant's observable signature per probe, where it differs from the reference's."""
     signatures: dict[str, dict[str, Any]] = {mode: {} for mode in MODES}
     signatures["generate_lengths"] = {}
+    signatures["generate_tokens"] = {}
     signatures["low_temperature"] = {}
     length = probe_ids.shape[1]
     low = {
@@ -127,9 +130,11 @@ def catalogue(
     def observe(model: Any) -> dict[str, Any]:
         seen = {m: signature(model, probe_ids, probe_steps(m, length)) for m in MODES}
         try:
-            seen["generate_lengths"] = generate_tokens(model, probe)["forward_lengths"]
+            cached = generate_tokens(model, probe)
+            seen["generate_lengths"] = cached["forward_lengths"]
+            seen["generate_tokens"] = cached["tokens"].tolist()
         except Exception as exc:
-            seen["generate_lengths"] = f"{type(exc).__name__}: {exc}"
+            seen["generate_lengths"] = seen["generate_tokens"] = f"{type(exc).__name__}: {exc}"
         try:
             seen["low_temperature"] = generate_tokens(model, probe, **low)["tokens"].tolist()
         except Exception as exc:
@@ -179,7 +184,7 @@ def build(
         "part": "part2",
         "version": 1,
         "atol": ATOL,
-        "models": {"public": model_entry(PUBLIC_MODEL)},
+        "models": {"public": model_entry(PUBLIC_MODEL), "bench": model_entry(BENCH_MODEL)},
         "course_cases": "part2/test_cases.json",
         "chunk_plans": [chunk_plan(len(c["input_ids"][0])) for c in cases],
         "generate": probe,

@@ -50,7 +50,7 @@ class SingleHeadAttention(nn.Module):
         self.W_q = nn.Linear(d_model, d_model, bias=False)
         self.W_k = nn.Linear(d_model, d_model, bias=False)
         self.W_v = nn.Linear(d_model, d_model, bias=False)
-        self.W_o = nn.Linear(d_model, d_model)
+        self.W_o = nn.Linear(d_model, d_model, bias=False)
 
     def forward(
         self, x: torch.Tensor, past_kv: LayerCache | None = None, use_cache: bool = False
@@ -186,6 +186,7 @@ class DecoderOnlyTransformer(nn.Module):
 
 ATOL = 1e-2  # absolute tolerance on every logit, as in the autograder
 MIN_SPEEDUP = 3.47  # cache-free / cached time the autograder needs at a 1000-token prompt (CPU)
+BENCHMARK_SEED = 0  # the benchmark's own model: random weights, as timing does not depend on them
 HERE = Path(__file__).resolve().parent
 
 
@@ -195,7 +196,7 @@ class ModelConfig:
     d_model: int = 50  # width of the residual stream
     d_ff: int = 100  # hidden width of the feed-forward block
     num_layers: int = 2  # decoder layers
-    max_seq_len: int = 1024  # positions the model can embed (>= 1000 + 20 for the benchmark)
+    max_seq_len: int = 128  # positions the model can embed (the course's weight file has 128)
 
 
 def find_file(name: str, given: str | None) -> Path:
@@ -276,14 +277,26 @@ def time_generate(model, input_ids, new_tokens: int, use_cache: bool, repeats: i
     return statistics.median(times)
 
 
-def benchmark(model, config: ModelConfig, lengths, new_tokens: int, repeats: int, out_dir: Path):
+def benchmark_model(config: ModelConfig, positions: int) -> DecoderOnlyTransformer:
+    """A seeded model of the course's sizes that embeds ``positions`` positions.
+
+    The course's weights embed max_seq_len = 128 positions, too few for the 500-
+    and 1000-token prompts. Latency does not depend on the weights, so the
+    benchmark times a randomly initialised model with room for its longest run.
+    """
+    torch.manual_seed(BENCHMARK_SEED)
+    model = DecoderOnlyTransformer(
+        config.vocab_size, config.d_model, config.d_ff, config.num_layers, positions
+    )
+    return model.eval()
+
+
+def benchmark(config: ModelConfig, lengths, new_tokens: int, repeats: int, out_dir: Path):
     """Latency with and without the cache per prompt length; a table, a JSON file and a plot."""
+    model = benchmark_model(config, max(config.max_seq_len, max(lengths) + new_tokens))
     rows = []
     print(f"{'prompt':>7} {'no cache (s)':>13} {'cache (s)':>10} {'speedup':>8}")
     for length in lengths:
-        if length + new_tokens > config.max_seq_len:
-            print(f"{length:>7} skipped: {length} + {new_tokens} > max_seq_len")
-            continue
         ids = torch.randint(0, config.vocab_size, (1, length))
         slow = time_generate(model, ids, new_tokens, use_cache=False, repeats=repeats)
         fast = time_generate(model, ids, new_tokens, use_cache=True, repeats=repeats)
@@ -348,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.mode == "benchmark":
         lengths = [int(n) for n in args.lengths.split(",")]
-        benchmark(model, config, lengths, args.new_tokens, args.repeats, Path(args.out_dir))
+        benchmark(config, lengths, args.new_tokens, args.repeats, Path(args.out_dir))
         return 0
     cases = load_test_cases(find_file("test_cases.json", args.test_cases))
     return 0 if evaluate(model, cases, with_kv=args.mode == "kv_evaluate") else 1

@@ -300,12 +300,12 @@ class Part2Base(GradedTestCase):
         ``timing`` runs are named apart (a timeout there does not skip other checks'
         calls) and get at least 30 s, as a busy machine must not fail them.
         """
-        settings = {**self.meta()["generate"], **overrides}
+        settings = {"model": "public", **self.meta()["generate"], **overrides}
         prompt = np.array(settings["prompt"], dtype=np.int64)
         ids = np.repeat(prompt, settings["batch"], axis=0)
         header = {
             "op": "generate",
-            "model": "public",
+            "model": settings["model"],
             "max_new_tokens": settings["new_tokens"],
             "temperature": settings["temperature"],
             "use_cache": settings["use_cache"],
@@ -319,20 +319,45 @@ class Part2Base(GradedTestCase):
             what = f"timed {what}"
         timeout = max(self.ctx.limits.request_timeout_s, 30.0) if timing else None
         reply = self.call(header, {"input_ids": ids}, what, timeout=timeout, timed=timing)
-        tokens = reply.arrays.get("tokens")
-        want = (ids.shape[0], ids.shape[1] + settings["new_tokens"])
-        if not isinstance(tokens, np.ndarray) or tuple(tokens.shape) != want:
-            got = tuple(tokens.shape) if isinstance(tokens, np.ndarray) else type(tokens).__name__
-            self.fail(f"{what} returned shape {got}; expected {want}: (B, T + max_new_tokens).")
-        if not np.array_equal(tokens[:, : ids.shape[1]], ids):
-            self.fail(f"{what} changed the prompt: the output must start with input_ids.")
-        vocab = self.meta()["models"]["public"]["config"]["vocab_size"]
+        tokens = self.whole_sequence(reply.arrays.get("tokens"), ids, settings["new_tokens"], what)
+        vocab = self.meta()["models"][settings["model"]]["config"]["vocab_size"]
         if tokens.min() < 0 or tokens.max() >= vocab:
             self.fail(f"{what} returned token ids outside 0..{vocab - 1}.")
         lengths = reply.header.get("forward_lengths")
         if not isinstance(lengths, list) or not all(isinstance(n, int) for n in lengths):
             lengths = []
         return tokens, lengths, Sample(reply.seconds, reply.peak_bytes)
+
+    def whole_sequence(self, tokens: Any, ids: np.ndarray, n: int, what: str) -> np.ndarray:
+        """The prompt followed by the new tokens (B, T + n), from either reading of the
+        course's ``generate``: it returns (B, T + n) starting with the prompt, or only
+        the n new tokens (B, n). Which one was seen is remembered for check 2.8's output."""
+        batch, length = ids.shape
+        got = tuple(tokens.shape) if isinstance(tokens, np.ndarray) else type(tokens).__name__
+        if got == (batch, n):
+            self.ctx.scratch["part2.generate_returns"] = "new"
+            return np.concatenate([ids, tokens], axis=1)  # (B, T + n)
+        if got != (batch, length + n):
+            self.fail(
+                f"{what} returned shape {got}; expected {(batch, length + n)}, that is "
+                "(B, T + max_new_tokens): the prompt, then the new tokens; or "
+                f"{(batch, n)}, that is (B, max_new_tokens): only the new tokens."
+            )
+        if not np.array_equal(tokens[:, :length], ids):
+            self.fail(
+                f"{what} returned shape {got}, (B, T + max_new_tokens), but its first {length} "
+                "tokens are not the prompt: the output must start with input_ids unchanged."
+            )
+        self.ctx.scratch["part2.generate_returns"] = "whole"
+        return tokens
+
+    def generate_convention(self) -> str:
+        """Which reading of ``generate``'s result the submission was seen to use ("" if none)."""
+        return {
+            "whole": "generate returns the prompt followed by the new tokens, (B, T + n).",
+            "new": "generate returns only the new tokens, (B, n); the grader puts the prompt "
+            "in front of them. Both readings of the course's generate are accepted.",
+        }.get(self.ctx.scratch.get("part2.generate_returns", ""), "")
 
     def generate_or_fail(
         self, timing: bool = False, **overrides: Any

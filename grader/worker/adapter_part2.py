@@ -99,13 +99,17 @@ class LoadError(Exception):
     """The course weights do not fit the student's model."""
 
 
-def _some(names: list[str]) -> str:
-    shown = ", ".join(names[:4])
-    return shown + (f" (and {len(names) - 4} more)" if len(names) > 4 else "")
+def _some(names: list[str], most: int = 8) -> str:
+    shown = ", ".join(names[:most])
+    return shown + (f" (and {len(names) - most} more)" if len(names) > most else "")
 
 
 def state_dict_problem(own: dict[str, Any], given: dict[str, Any]) -> str:
-    """Why ``given`` weights cannot be loaded strictly into a model whose state is ``own``."""
+    """Why ``given`` weights cannot be loaded strictly into a model whose state is ``own``.
+
+    Keys are named: the ones the model lacks, and the ones it has that the
+    course's weight file does not (an attention bias is the usual one).
+    """
     problems = []
     lacking = [k for k in given if k not in own]
     extra = [k for k in own if k not in given]
@@ -115,7 +119,16 @@ def state_dict_problem(own: dict[str, Any], given: dict[str, Any]) -> str:
             "__init__ with the handout's attribute names"
         )
     if extra:
-        problems.append(f"your model has parameters the course weights lack: {_some(extra)}")
+        problem = (
+            f"your model has {len(extra)} parameter(s) that the course's model_state_dict.pt "
+            f"does not have: {_some(extra)}"
+        )
+        if any(".attention." in k and k.endswith(".bias") for k in extra):
+            problem += (
+                " (the course's attention projections W_q, W_k, W_v and W_o have no bias: "
+                "nn.Linear(d_model, d_model, bias=False))"
+            )
+        problems.append(problem)
     shapes = [
         f"{k} is {tuple(own[k].shape)} in your model but {tuple(given[k].shape)} in the weights"
         for k in given
