@@ -120,7 +120,10 @@ def answer_table(
     head_dim: int = HEAD_DIM,
 ) -> dict[str, float]:
     """The assignment's answer table, in the handout's units (GiB, billions)."""
-    # TODO: Fill in every key of the table, in GiB (2**30 bytes) and billions.
+    # TODO: Return a dict with these keys (see the handout's table for the units):
+    #   total_params (int), total_params_billion, weight_gib, kv_cache_per_request_gib
+    #   (GiB = 2**30 bytes), max_batch_size and max_batch_size_tp (ints, the latter over
+    #   `tp` GPUs), ai_prefill and ai_decode (FLOPs/byte at N = context_len, d = head_dim).
     raise NotImplementedError("answer_table")
 
 

@@ -199,7 +199,8 @@ class DecoderOnlyTransformer(nn.Module):
         #      - use_cache=True, later steps: decode_one_token(newest token, cache).
         #   2. next_token = sample(logits, temperature), shape (B, 1).
         #   3. Append it to the sequence along dim=1.
-        # Return the prompt followed by the new tokens; do not modify input_ids in place.
+        # Return the prompt followed by the new tokens, (B, T + n) (only the new tokens,
+        # (B, n), is accepted too); do not modify input_ids in place.
         raise NotImplementedError("generate: prefill once, then decode one token per step")
 
 

@@ -57,6 +57,20 @@ def grade_edit(tmp_path: Path, edits: list[tuple[str, str]], **kwargs):
     return run_grade(submission, tmp_path / "out", parts=["part2"], **kwargs)
 
 
+def test_a_w_o_bias_is_named_once_and_blocks_the_other_checks(tmp_path: Path) -> None:
+    edit = (
+        "self.W_o = nn.Linear(d_model, d_model, bias=False)",
+        "self.W_o = nn.Linear(d_model, d_model)",
+    )
+    graded = grade_edit(tmp_path, [edit])
+    assert graded.part_score("part2") == 0
+    message = graded.output("2.1")
+    assert "layers.0.attention.W_o.bias, layers.1.attention.W_o.bias" in message
+    assert "W_q, W_k, W_v and W_o have no bias" in message
+    assert "see check 2.1" in graded.output("2.4")
+    assert "W_o.bias" not in graded.output("2.4")
+
+
 def test_forward_returning_only_logits(tmp_path: Path) -> None:
     graded = grade_edit(tmp_path, [("        return logits, new_past_kv", "        return logits")])
     assert graded.score("2.2") == 0

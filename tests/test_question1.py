@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -69,3 +70,11 @@ def test_plots_are_written(tmp_path) -> None:
     q1.plot_decode_ai(tmp_path / "d.png")
     assert problem_with_png(tmp_path / "p.png") == ""
     assert problem_with_png(tmp_path / "d.png") == ""
+
+
+def test_handout_states_every_answer_table_key() -> None:
+    # The handout's table of answer_table keys: rows "| `key` | value | unit |".
+    handout = (SOLUTION.parent / "assignment" / "README.md").read_text()
+    part1 = handout[: handout.index("## Part 2")]
+    stated = set(re.findall(r"^\| `([a-z_]+)` \| .+ \| .+ \|$", part1, flags=re.M))
+    assert stated == set(q1.answer_table())
