@@ -71,6 +71,20 @@ def test_a_w_o_bias_is_named_once_and_blocks_the_other_checks(tmp_path: Path) ->
     assert "W_o.bias" not in graded.output("2.4")
 
 
+def test_positions_hard_coded_to_the_course_128(tmp_path: Path) -> None:
+    # Right for the public model; the hidden model has 320 positions, the benchmark's 1024.
+    edit = (
+        "self.pos_embedding = nn.Embedding(max_seq_len, d_model)",
+        "self.pos_embedding = nn.Embedding(128, d_model)",
+    )
+    graded = grade_edit(tmp_path, [edit])
+    assert [graded.score(n) for n in ("2.1", "2.2", "2.4", "2.8")] == [1, 4, 4, 2]
+    assert 0 < graded.score("2.6") < 2
+    assert "read every size from the constructor's arguments" in graded.output("2.6")
+    assert graded.score("2.11") == 0
+    assert "pos_embedding.weight is (128, 50) in your model but (1024, 50)" in graded.output("2.11")
+
+
 def test_forward_returning_only_logits(tmp_path: Path) -> None:
     graded = grade_edit(tmp_path, [("        return logits, new_past_kv", "        return logits")])
     assert graded.score("2.2") == 0
