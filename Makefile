@@ -3,6 +3,7 @@
 #   make grade [SUBMISSION=dir]   grade a submission (default: the reference solution)
 #   make test                     the project's own test suite (no slow benchmarks)
 #   make lint                     ruff lint + format check
+#   make lock                     regenerate requirements/{image,dev}.txt with uv (TORCH_WHEELS=dir: local wheels)
 #   make regen / make check-cases regenerate test cases / verify they match solution/
 #   make dist                     build dist/autograder.zip (Gradescope) and dist/student.zip
 #   make bench                    every benchmark below, then the slow tests (about 1.5 h)
@@ -27,16 +28,31 @@ RUNS       ?= 50
 
 STAMP := $(VENV)/.installed
 
-.PHONY: grade test lint format regen check-cases venv clean dist bench calibrate stability mbu budget slow-tests
+# The locks: exact versions of everything, for the image's Python and platform.
+IMAGE_LOCK := requirements/image.txt
+DEV_LOCK   := requirements/dev.txt
+# CPU-only torch comes from PyTorch's CPU index (or a folder of local wheels).
+TORCH_INDEX  ?= https://download.pytorch.org/whl/cpu
+TORCH_WHEELS ?=
+LOCK_TARGET  := --python-version 3.11 --python-platform x86_64-manylinux_2_35 --custom-compile-command "make lock"
+LOCK_SOURCES := $(if $(TORCH_WHEELS),--find-links $(TORCH_WHEELS),--extra-index-url $(TORCH_INDEX) --index-strategy unsafe-best-match)
+
+.PHONY: grade test lint format regen check-cases venv clean dist bench calibrate stability mbu budget slow-tests lock
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+# The same installation steps as the Gradescope image (grader/gradescope/setup.sh):
+# torch alone from the CPU index, then every package at its locked version.
+$(STAMP): $(DEV_LOCK) pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	# torch first and exactly pinned: the CPU wheel, never the CUDA packages.
-	$(PY) -m pip install --quiet "torch==2.13.0"
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet --no-deps --retries 2 --index-url $(TORCH_INDEX) "$$(grep '^torch==' $(DEV_LOCK))"
+	$(PY) -m pip install --quiet -r $(DEV_LOCK)
+	$(PY) -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
+
+lock: $(STAMP)
+	$(VENV)/bin/uv pip compile pyproject.toml $(LOCK_TARGET) $(LOCK_SOURCES) -o $(IMAGE_LOCK)
+	$(VENV)/bin/uv pip compile pyproject.toml --extra dev -c $(IMAGE_LOCK) $(LOCK_TARGET) $(LOCK_SOURCES) -o $(DEV_LOCK)
 
 grade: $(STAMP)
 	$(PY) -m grader grade $(SUBMISSION) --results $(RESULTS) $(if $(PARTS),--parts $(PARTS),) --table

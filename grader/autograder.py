@@ -9,6 +9,7 @@ last graded submission and is told when the next one will count.
 from __future__ import annotations
 
 import json
+import tomllib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from importlib import resources
@@ -17,11 +18,6 @@ from typing import Any
 
 from grader.results import GradingResults, write_results
 from grader.runner import grade
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
 
 
 @dataclass(frozen=True)

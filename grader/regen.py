@@ -25,6 +25,7 @@ from typing import Any
 import jsonschema
 
 from grader import cases_part1
+from grader.case_compare import compare_files
 from grader.context import TEST_CASES
 from grader.mutants import SOLUTION, load_mutants
 
@@ -171,7 +172,12 @@ def write_cases(out: Path, solution: Path = SOLUTION) -> list[Path]:
 
 
 def check(cases_root: Path = TEST_CASES, solution: Path = SOLUTION) -> list[str]:
-    """Problems with the committed cases: drift from the solution, or from the manifest."""
+    """Problems with the committed cases: drift from the solution, or from the manifest.
+
+    Regenerated files are compared with the committed ones by meaning
+    (:mod:`grader.case_compare`), so cases committed on one CPU are still up to
+    date on another, while a changed solution or case builder is reported.
+    """
     problems = []
     manifest_path = cases_root / MANIFEST
     if not manifest_path.is_file():
@@ -190,10 +196,14 @@ def check(cases_root: Path = TEST_CASES, solution: Path = SOLUTION) -> list[str]
         except Exception as exc:
             return [*problems, f"cannot regenerate the cases: {exc}"]
         for path in sorted(p for p in fresh.rglob("*") if p.is_file()):
-            rel = path.relative_to(fresh)
+            rel = path.relative_to(fresh).as_posix()
             committed = cases_root / rel
+            if rel == MANIFEST:
+                continue  # its checksums follow the bytes; the files are compared by meaning
             if not committed.is_file():
                 problems.append(f"{rel}: not committed")
-            elif committed.read_bytes() != path.read_bytes():
-                problems.append(f"{rel}: differs from what solution/ generates")
+                continue
+            difference = compare_files(rel, path.read_bytes(), committed.read_bytes())
+            if difference:
+                problems.append(f"{rel}: differs from what solution/ generates ({difference})")
     return problems

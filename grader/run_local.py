@@ -1,10 +1,16 @@
-"""``python -m grader run-local``: run the autograder zip exactly as Gradescope would.
+"""``python -m grader run-local``: run the autograder zip exactly as Gradescope runs it.
 
-The zip is unpacked into a temporary Gradescope-shaped tree
-(``autograder/{source,submission,results}`` and ``submission_metadata.json``),
-``setup.sh``'s user and permission steps run (not its package installs: this
-machine already has the packages), then ``run_autograder`` grades the copy of
-the submission, and its ``results.json`` is read back.
+What Gradescope does, and so what this does:
+
+* the zip is unpacked into ``ROOT/source``; ``setup.sh`` runs from there, as root,
+  and builds the image: here with ``--no-system`` (no apt-get), so it makes the
+  image's virtual environment from the zip's lock with this machine's
+  ``python3.11``, kept in a cache folder between runs and rebuilt when the lock
+  changes, never the project's own editable install;
+* ``run_autograder`` is copied to ``ROOT/run_autograder`` and that copy is run,
+  from ``ROOT``, with a bare environment (no ``PYTHONPATH``, no virtualenv);
+* the student's files are in ``ROOT/submission``, ``ROOT/submission_metadata.json``
+  describes the submission, and ``ROOT/results/results.json`` is read back.
 """
 
 from __future__ import annotations
@@ -13,21 +19,33 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import zipfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from grader.context import PROJECT_ROOT
 from grader.results import GradingResults, TestResult, validate_results
+
+#: Where run-local keeps the image's virtual environment between runs. It must
+#: be reachable by the worker user, which runs the same interpreter.
+IMAGE_VENV = PROJECT_ROOT / ".image-venv"
+#: The environment Gradescope gives ``run_autograder``: nothing of ours.
+BARE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: Settings of ``setup.sh`` a TA may pass through (see its header).
+PASSED_THROUGH = ("KVGRADER_TORCH_INDEX", "KVGRADER_BASE_PYTHON", "http_proxy", "https_proxy")
+
+
+class SetupFailed(RuntimeError):
+    """``setup.sh`` failed: the image Gradescope would build is broken."""
 
 
 def metadata(previous: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """A ``submission_metadata.json`` in Gradescope's documented shape."""
     return {
         "id": 1,
-        "created_at": datetime.now(timezone.utc).isoformat(),
+        "created_at": datetime.now(UTC).isoformat(),
         "assignment": {"title": "KV caching", "total_points": "0", "id": 1},
         "submission_method": "upload",
         "users": [{"email": "student@example.edu", "id": 1, "name": "Local Student"}],
@@ -47,6 +65,34 @@ def unpack(zip_path: Path, tree: Path) -> Path:
     return source
 
 
+def bare_environment(venv: Path) -> dict[str, str]:
+    """The environment of Gradescope's scripts: a system PATH, root's home, the venv's place."""
+    env = {
+        "PATH": BARE_PATH,
+        "HOME": os.environ.get("HOME", "/root"),
+        "LANG": "C.UTF-8",
+        "KVGRADER_VENV": str(venv),
+        "KVGRADER_PIP_CACHE": "1",
+    }
+    env.update({k: os.environ[k] for k in PASSED_THROUGH if k in os.environ})
+    return env
+
+
+def build_image(source: Path, env: dict[str, str], timeout_s: float = 1800) -> None:
+    """Run the zip's ``setup.sh`` without apt-get; raise :class:`SetupFailed` with its output."""
+    proc = subprocess.run(
+        ["bash", str(source / "setup.sh"), "--no-system"],
+        cwd=source,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr)[-4000:]
+        raise SetupFailed(f"setup.sh exited with status {proc.returncode}:\n{tail}")
+
+
 def run_local(
     *,
     submission: Path,
@@ -54,19 +100,19 @@ def run_local(
     keep: bool = False,
     previous: list[dict[str, Any]] | None = None,
     timeout_s: float = 900,
+    venv: Path = IMAGE_VENV,
 ) -> tuple[GradingResults, Path]:
     """Grade ``submission`` with the autograder zip; return the results and the tree used."""
     tree = Path(tempfile.mkdtemp(prefix="gradescope-")) / "autograder"
     try:
         source = unpack(zip_path, tree)
+        env = bare_environment(venv)
+        build_image(source, env)
+        shutil.copy2(source / "run_autograder", tree / "run_autograder")
         shutil.copytree(submission, tree / "submission", symlinks=True)
         (tree / "results").mkdir()
         (tree / "submission_metadata.json").write_text(json.dumps(metadata(previous), indent=1))
-        env = {**os.environ, "AUTOGRADER_ROOT": str(tree), "KVGRADER_PYTHON": sys.executable}
-        if os.geteuid() == 0:
-            subprocess.run(["bash", "setup.sh", "--only-user"], cwd=source, check=True, env=env,
-                           stdout=subprocess.DEVNULL)  # fmt: skip
-        subprocess.run(["bash", "run_autograder"], cwd=source, env=env, timeout=timeout_s)
+        subprocess.run([str(tree / "run_autograder")], cwd=tree, env=env, timeout=timeout_s)
         data = json.loads((tree / "results" / "results.json").read_text())
         validate_results(data)
         results = GradingResults(

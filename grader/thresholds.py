@@ -6,15 +6,11 @@ import glob
 import json
 import subprocess
 import sys
+import tomllib
 from importlib import resources
 from typing import Any
 
 import jsonschema
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
 
 THRESHOLDS_FILE = "thresholds.toml"
 DEVICES = ("cpu", "cuda")

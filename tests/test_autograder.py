@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,7 @@ from grader.autograder import SubmissionLimit, limit_verdict, over_limit_results
 from grader.results import validate_results
 from tests.conftest import ROOT, SOLUTION
 
-NOW = datetime(2026, 11, 20, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
 
 
 def meta(*hours_ago: float, counted: bool = True, score: float = 7.0) -> dict:

@@ -3,7 +3,10 @@ stale cases refused, and the autograder zip run as Gradescope would run it."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -14,7 +17,8 @@ import pytest
 from grader import build, regen
 from grader.parts import PARTS
 from grader.points import bonus_total, part_total
-from grader.run_local import run_local
+from grader.results import validate_results
+from grader.run_local import IMAGE_VENV, run_local
 from tests.conftest import ASSIGNMENT, ROOT, SOLUTION
 
 TOTAL = sum(part_total(p) + bonus_total(p) for p in PARTS)  # full marks and every bonus
@@ -53,14 +57,60 @@ def test_autograder_zip_holds_exactly_what_grading_needs(autograder_zip: Path) -
         for script in ("setup.sh", "run_autograder"):
             assert (zf.getinfo(script).external_attr >> 16) & 0o111, script
         requirements = zf.read("requirements.txt").decode()
-    assert "torch" not in requirements  # installed first, from the CPU index, by setup.sh
+    pins = [line for line in requirements.splitlines() if line and line[0].isalnum()]
+    assert pins and all("==" in line for line in pins)  # every package at an exact version
+    assert "torch==2.13.0+cpu" in pins
 
 
-def test_setup_installs_cpu_torch_and_creates_the_worker_user() -> None:
+def test_setup_builds_the_image_python_from_the_lock() -> None:
     setup = (ROOT / "grader" / "gradescope" / "setup.sh").read_text()
-    assert "torch==2.13.0" in setup and "download.pytorch.org/whl/cpu" in setup
-    assert "create_worker_user.sh kvgrader" in setup
-    assert "chmod -R go-rwx ." in setup  # hidden cases readable by root only
+    assert "apt-get install" in setup and "python3.11 python3.11-venv" in setup
+    assert "download.pytorch.org/whl/cpu" in setup  # torch from the CPU index only
+    assert 'install --quiet -r "$lock"' in setup and 'pip[@]}" check' in setup
+    assert 'create_worker_user.sh" kvgrader' in setup
+    assert 'chmod -R go-rwx "$source_dir"' in setup  # hidden cases readable by root only
+
+
+def test_setup_refuses_a_python_other_than_the_locks(tmp_path: Path, autograder_zip: Path) -> None:
+    from grader.run_local import unpack
+
+    source = unpack(autograder_zip, tmp_path / "autograder")
+    proc = subprocess.run(
+        ["bash", str(source / "setup.sh"), "--no-system"],
+        env={
+            "PATH": "/usr/bin:/bin",
+            "KVGRADER_BASE_PYTHON": "/bin/false",
+            "KVGRADER_VENV": str(tmp_path / "venv"),
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert "not a Python 3.11" in proc.stderr
+    assert not (tmp_path / "venv").exists()
+
+
+def test_run_autograder_copy_still_writes_results_when_the_image_is_broken(
+    tmp_path: Path, autograder_zip: Path
+) -> None:
+    """Run from Gradescope's place (a copy in ROOT) with no virtual environment."""
+    from grader.run_local import unpack
+
+    tree = tmp_path / "autograder"
+    source = unpack(autograder_zip, tree)
+    shutil.copy2(source / "run_autograder", tree / "run_autograder")
+    (tree / "submission").mkdir()
+    subprocess.run(
+        [str(tree / "run_autograder")],
+        cwd=tree,
+        env={"PATH": "/usr/bin:/bin", "KVGRADER_VENV": str(tmp_path / "missing")},
+        timeout=60,
+        check=True,
+    )
+    data = json.loads((tree / "results" / "results.json").read_text())
+    validate_results(data)
+    assert data["score"] == 0 and "could not start" in data["output"]
 
 
 def test_student_zip_has_no_secret(student_zip: Path) -> None:
@@ -117,24 +167,45 @@ def test_stale_cases_are_refused(tmp_path: Path, monkeypatch) -> None:
     assert not (tmp_path / "a.zip").exists()
 
 
-def test_run_local_grades_like_gradescope(autograder_zip: Path) -> None:
-    results, _ = run_local(submission=SOLUTION, zip_path=autograder_zip)
-    assert results.score == TOTAL
+@pytest.fixture(scope="session")
+def image_venv(autograder_zip: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The image's virtual environment, as the zip's setup.sh builds it for run-local."""
+    from grader.run_local import bare_environment, build_image, unpack
+
+    source = unpack(autograder_zip, tmp_path_factory.mktemp("image") / "autograder")
+    build_image(source, bare_environment(IMAGE_VENV))
+    return IMAGE_VENV
+
+
+def test_run_local_grades_like_gradescope(autograder_zip: Path, image_venv: Path) -> None:
+    """The zip in Gradescope's layout (``run_autograder`` copied to ROOT and run from
+    there, the image's own virtual environment): full marks, and zero for the blank."""
+    results, tree = run_local(submission=SOLUTION, zip_path=autograder_zip, keep=True)
+    try:
+        assert results.score == TOTAL
+        assert (tree / "run_autograder").is_file()  # Gradescope's copy was the one run
+        if os.geteuid() == 0:  # hidden cases readable by root only
+            assert (tree / "source" / "test_cases" / "hidden").stat().st_mode & 0o077 == 0
+    finally:
+        shutil.rmtree(tree.parent, ignore_errors=True)
     blank, _ = run_local(submission=ASSIGNMENT, zip_path=autograder_zip)
     assert blank.score == 0
-    assert len(blank.tests) == len(results.tests)
+    assert {t.number for t in blank.tests} == {t.number for t in results.tests}
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the source tree is made root-only as root")
-def test_run_local_makes_the_source_root_only(autograder_zip: Path) -> None:
-    _, tree = run_local(submission=SOLUTION, zip_path=autograder_zip, keep=True)
-    try:
-        mode = (tree / "source" / "test_cases" / "hidden").stat().st_mode
-        assert mode & 0o077 == 0
-    finally:
-        import shutil
-
-        shutil.rmtree(tree.parent, ignore_errors=True)
+def test_the_image_environment_is_only_what_setup_installs(image_venv: Path) -> None:
+    """run-local's interpreter is setup.sh's, from the lock: no project install in it."""
+    python = image_venv / "bin" / "python"
+    lock = (ROOT / "requirements" / "image.txt").read_text()
+    assert (image_venv / ".kvgrader-lock").read_text().strip() == sha256(lock.encode())
+    probe = subprocess.run(
+        [str(python), "-c", "import grader"], cwd="/", capture_output=True, timeout=60
+    )
+    assert probe.returncode != 0  # the grader is only reachable from ROOT/source
+    freeze = subprocess.run(
+        [str(python), "-m", "pip", "freeze"], capture_output=True, text=True, timeout=120
+    ).stdout
+    assert "kv-cache-course-kit" not in freeze and "torch==2.13.0+cpu" in freeze
 
 
 def test_selfcheck_runs_the_public_checks_with_the_autograders_messages(
@@ -186,11 +257,18 @@ def test_selfcheck_feedback_equals_the_autograders(student_zip: Path, tmp_path: 
     assert mutant.diagnosis in local_out["2.4"]
 
 
-def test_zip_requirements_are_the_projects_runtime_dependencies() -> None:
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
+def test_zip_requirements_are_the_lock_and_the_students_the_project_dependencies(
+    autograder_zip: Path, student_zip: Path
+) -> None:
+    import tomllib
 
+    with zipfile.ZipFile(autograder_zip) as zf:
+        assert zf.read("requirements.txt") == (ROOT / "requirements" / "image.txt").read_bytes()
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert sorted(project["dependencies"]) == sorted(build.STUDENT_REQUIREMENTS)
+    with zipfile.ZipFile(student_zip) as zf:
+        listed = zf.read("kv-cache-assignment/requirements.txt").decode().split("\n")
+    assert sorted(filter(None, listed)) == sorted(project["dependencies"])
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

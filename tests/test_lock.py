@@ -1,0 +1,118 @@
+"""The locks: every package of the image pinned exactly, resolvable for the image's Python
+and platform, true to pyproject.toml, and installed as such in the development venv."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+
+from tests.conftest import ROOT
+
+IMAGE_LOCK = ROOT / "requirements" / "image.txt"
+DEV_LOCK = ROOT / "requirements" / "dev.txt"
+IMAGE_PYTHON = "3.11"
+# Ubuntu 22.04 (glibc 2.35) on x86_64: every manylinux tag it can run.
+IMAGE_PLATFORMS = [f"manylinux_2_{v}_x86_64" for v in range(35, 4, -1)] + [
+    "manylinux2014_x86_64",
+    "manylinux2010_x86_64",
+    "manylinux1_x86_64",
+    "linux_x86_64",
+]
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def pins(lock: Path) -> dict[str, str]:
+    """name -> exact version of every requirement line of a lock."""
+    out = {}
+    for line in lock.read_text().splitlines():
+        if line and not line.startswith(("#", " ", "-")):
+            name, _, version = line.partition("==")
+            assert version, f"{lock.name}: {line!r} is not pinned exactly"
+            out[canonicalize_name(name)] = version
+    return out
+
+
+def project() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def test_the_image_lock_satisfies_every_runtime_dependency() -> None:
+    locked = pins(IMAGE_LOCK)
+    for line in project()["dependencies"]:
+        req = Requirement(line)
+        name = canonicalize_name(req.name)
+        assert name in locked, f"{req.name} is not in the lock: run `make lock`"
+        assert req.specifier.contains(locked[name], prereleases=True), (line, locked[name])
+    assert locked["torch"].endswith("+cpu")  # the CPU build, never CUDA
+    assert not any(name.startswith("nvidia-") for name in locked)
+
+
+def test_the_dev_lock_holds_the_image_versions_and_the_dev_tools() -> None:
+    image, dev = pins(IMAGE_LOCK), pins(DEV_LOCK)
+    assert {k: dev.get(k) for k in image} == image
+    for line in project()["optional-dependencies"]["dev"]:
+        assert canonicalize_name(Requirement(line).name) in dev
+
+
+def test_the_development_venv_has_exactly_the_locked_versions() -> None:
+    """What is tested and calibrated here is what the image installs."""
+    wrong = {}
+    for name, version in pins(DEV_LOCK).items():
+        try:
+            installed = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            installed = "missing"
+        if installed != version:
+            wrong[name] = (installed, version)
+    assert wrong == {}, "run `make venv` (installed, locked)"
+
+
+def test_requires_python_is_true_of_every_pin() -> None:
+    """The project's floor is a Python that every locked package supports."""
+    floor = SpecifierSet(project()["requires-python"])
+    assert floor.contains(IMAGE_PYTHON) and not floor.contains("3.10")
+    for name in pins(IMAGE_LOCK):
+        needs = metadata.metadata(name).get("Requires-Python")
+        if needs:
+            assert SpecifierSet(needs).contains(IMAGE_PYTHON), (name, needs)
+
+
+def dry_run(python_version: str, lock_lines: list[str], *index: str) -> subprocess.CompletedProcess:
+    """pip's answer to "could these exact wheels be installed on the image?"."""
+    platforms = [arg for p in IMAGE_PLATFORMS for arg in ("--platform", p)]
+    return subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps",
+         "--only-binary=:all:", "--python-version", python_version, *platforms,
+         "--target", "/nonexistent", "--retries", "2", "--disable-pip-version-check",
+         *index, *lock_lines],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def lock_lines() -> list[str]:
+    return [f"{name}=={version}" for name, version in pins(IMAGE_LOCK).items()]
+
+
+def test_the_image_lock_resolves_for_the_images_python_and_platform(lock_lines: list[str]) -> None:
+    torch = [line for line in lock_lines if line.startswith("torch==")]
+    rest = [line for line in lock_lines if not line.startswith("torch==")]
+    proc = dry_run(IMAGE_PYTHON, rest)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    proc = dry_run(IMAGE_PYTHON, torch, "--index-url", CPU_INDEX)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_the_same_lock_does_not_resolve_for_ubuntus_own_python(lock_lines: list[str]) -> None:
+    """Why setup.sh installs 3.11: the system python3 of 22.04 (3.10) cannot take the lock."""
+    proc = dry_run("3.10", [line for line in lock_lines if not line.startswith("torch==")])
+    assert proc.returncode != 0
+    assert "No matching distribution" in proc.stderr or "Requires-Python" in proc.stderr
