@@ -6,6 +6,9 @@
 #   make lock                     regenerate requirements/{image,dev}.txt with uv (TORCH_WHEELS=dir: local wheels)
 #   make regen / make check-cases regenerate test cases / verify they match solution/
 #   make dist                     build dist/autograder.zip (Gradescope) and dist/student.zip
+#   make run-local [SUBMISSION=dir]  the autograder zip run exactly as Gradescope runs it
+#   make mutants [PARTS=part2]    how many known mistakes the grader catches and names
+#   make batch EXPORT=dir [OUT=regrade JOBS=2]  regrade a Gradescope export
 #   make bench                    every benchmark below, then the slow tests (about 1.5 h)
 #   make calibrate                time the benchmark checks, propose thresholds (DEVICE=cpu|cuda)
 #   make stability                50 graded runs: do benchmark verdicts hold on a busy machine?
@@ -25,6 +28,10 @@ PARTS      ?=
 PYTEST_ARGS ?=
 DEVICE     ?= auto
 RUNS       ?= 50
+EXPORT     ?=
+OUT        ?= regrade
+JOBS       ?= 2
+KVGRADER   := $(VENV)/bin/kvgrader
 
 STAMP := $(VENV)/.installed
 
@@ -37,7 +44,8 @@ TORCH_WHEELS ?=
 LOCK_TARGET  := --python-version 3.11 --python-platform x86_64-manylinux_2_35 --custom-compile-command "make lock"
 LOCK_SOURCES := $(if $(TORCH_WHEELS),--find-links $(TORCH_WHEELS),--extra-index-url $(TORCH_INDEX) --index-strategy unsafe-best-match)
 
-.PHONY: grade test lint format regen check-cases venv clean dist bench calibrate stability mbu budget slow-tests lock
+.PHONY: grade test lint format regen check-cases venv clean dist bench calibrate stability mbu budget slow-tests lock \
+	run-local mutants batch
 
 venv: $(STAMP)
 
@@ -80,6 +88,16 @@ dist: $(STAMP)
 	$(PY) -m grader build autograder --out dist/autograder.zip
 	$(PY) -m grader build student --out dist/student.zip
 
+run-local: $(STAMP)
+	$(KVGRADER) run-local $(SUBMISSION) --details
+
+mutants: $(STAMP)
+	$(KVGRADER) mutants $(if $(PARTS),--parts $(PARTS),)
+
+batch: $(STAMP)
+	@test -n "$(EXPORT)" || { echo "usage: make batch EXPORT=dir [OUT=regrade JOBS=2]" >&2; exit 2; }
+	$(KVGRADER) batch $(EXPORT) --out $(OUT) --jobs $(JOBS) $(if $(PARTS),--parts $(PARTS),)
+
 bench: calibrate stability mbu budget slow-tests
 
 calibrate: $(STAMP)
@@ -101,4 +119,4 @@ slow-tests: $(STAMP)
 	if [ $$status -eq 5 ]; then echo "pytest collected no slow tests" >&2; exit 1; fi; exit $$status
 
 clean:
-	rm -rf $(VENV) results dist .pytest_cache .ruff_cache
+	rm -rf $(VENV) .image-venv results dist .pytest_cache .ruff_cache

@@ -1,0 +1,59 @@
+"""The README's commands work when pasted into a plain shell (no venv activated)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+README = (ROOT / "README.md").read_text()
+KVGRADER = Path(sys.executable).parent / "kvgrader"
+PLAIN_SHELL = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
+
+SUBCOMMANDS = sorted(set(re.findall(r"\.venv/bin/kvgrader ([a-z-]+)", README)))
+# In inline code, at the start of a code line, or after another command's "|".
+MAKE_TARGETS = sorted(
+    set(re.findall(r"(?:`|^|\| )make ([a-z][a-z-]+)(?![\w'])", README, re.MULTILINE))
+)
+SCRIPTS = sorted(set(re.findall(r"\.venv/bin/python ((?:benchmarks|solution)/[\w/]+\.py)", README)))
+
+
+def test_the_readme_names_the_ta_commands() -> None:
+    assert {"grade", "regen", "mutants", "build", "run-local", "batch"} <= set(SUBCOMMANDS)
+    assert {"grade", "test", "dist", "run-local", "batch", "lock"} <= set(MAKE_TARGETS)
+
+
+@pytest.mark.parametrize("subcommand", SUBCOMMANDS)
+def test_kvgrader_subcommand_runs_from_a_plain_shell(subcommand: str) -> None:
+    proc = subprocess.run(
+        [str(KVGRADER), subcommand, "--help"],
+        cwd=ROOT,
+        env=PLAIN_SHELL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("target", MAKE_TARGETS)
+def test_make_target_exists(target: str) -> None:
+    proc = subprocess.run(
+        ["make", "-n", target, "EXPORT=export"],
+        cwd=ROOT,
+        env=PLAIN_SHELL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_scripts_named_in_the_readme_exist(script: str) -> None:
+    assert (ROOT / script).is_file()
