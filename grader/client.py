@@ -32,7 +32,13 @@ from grader.sandbox import (
     network_isolation,
 )
 from grader.timing import rss_peak
-from grader.worker.protocol import ProtocolError, ReadTimeout, read_message, write_message
+from grader.worker.protocol import (
+    ProtocolError,
+    ReadTimeout,
+    WriteTimeout,
+    read_message,
+    write_message,
+)
 
 
 class SubmissionError(Exception):
@@ -208,6 +214,7 @@ class WorkerClient:
             os.close(req_r)
             os.close(resp_w)
         self.starts += 1
+        os.set_blocking(req_w, False)  # writes are deadline-bounded: see request()
         self._to_worker, self._from_worker = req_w, resp_r
         self._output = _OutputCollector(self._proc.stdout.fileno(), self.limits.max_output_bytes)
         self._output.start()
@@ -294,7 +301,22 @@ class WorkerClient:
         with rss_peak(self._proc.pid) if sample_rss else contextlib.nullcontext() as rss:
             start = time.perf_counter()
             try:
-                write_message(self._to_worker, {**header, "id": rid, "timed": timed}, arrays)
+                write_message(
+                    self._to_worker,
+                    {**header, "id": rid, "timed": timed},
+                    arrays,
+                    deadline=time.monotonic() + limit,
+                )
+            except WriteTimeout:
+                self._timed_out.add(key)
+                output = self._output.since_mark()
+                self.stop()
+                raise SubmissionError(
+                    f"{what} was not run: your code stopped reading the grader's requests "
+                    f"for {limit:.0f} s.",
+                    kind="timeout",
+                    output=output,
+                ) from None
             except (BrokenPipeError, OSError):
                 self._died(what)
             try:
@@ -363,9 +385,9 @@ class WorkerClient:
         code = proc.wait(timeout=10) if proc is not None else None
         output = self._output.since_mark() if self._output else ""
         self.stop()
-        if code == 97:
+        if code in (97, 98):
             raise SubmissionError(
-                f"{label}: the grader could not isolate the worker's network; "
+                f"{label}: the grader could not isolate the worker (network or privileges); "
                 "this is not your fault, please tell the course staff.",
                 "crash",
                 output,

@@ -8,16 +8,20 @@ import stat
 from pathlib import Path
 
 MAX_IMAGE_BYTES = 20 * 2**20
+#: Largest plot decoded (a 4000x4000 RGBA image is 64 MB in memory): a small PNG can
+#: claim a huge canvas, and decoding it would take the grader's memory.
+MAX_IMAGE_PIXELS = 16_000_000
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def problem_with_png(path: Path, min_side: int = 100) -> str:
     """Why ``path`` is not an acceptable plot, or "" if it is.
 
-    Opened without following links: the folder belongs to the submission.
+    Opened without following links and without blocking (a FIFO would otherwise
+    hang the grader in ``open``): the folder belongs to the submission.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return "no file was written at the path the grader passed in."
     except OSError as exc:
@@ -35,8 +39,10 @@ def problem_with_png(path: Path, min_side: int = 100) -> str:
 
     try:
         with Image.open(io.BytesIO(data)) as image:
+            width, height = image.size  # from the header: nothing decoded yet
+            if width * height > MAX_IMAGE_PIXELS:
+                return f"the image is {width}x{height} pixels, more than the grader decodes."
             image.load()
-            width, height = image.size
             extrema = image.convert("L").getextrema()
     except Exception as exc:
         return f"the PNG image cannot be decoded ({exc})."

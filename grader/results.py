@@ -8,6 +8,8 @@ Gradescope always has something to show.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import math
 import os
@@ -164,8 +166,50 @@ def fallback_results(message: str, max_score: float = 0.0) -> dict[str, Any]:
     }
 
 
+#: Room kept for results.json from the start of a grading: a submission that fills
+#: the disk cannot stop the final file from being written over it.
+RESERVED_BYTES = 2**20
+
+
+def reserve_results(path: Path, message: str, max_score: float = 0.0) -> None:
+    """Write a valid placeholder results file, padded to :data:`RESERVED_BYTES`.
+
+    It stands if the grader dies without a word, and its blocks are reused by
+    :func:`write_results` when the disk is full by then.
+    """
+    text = json.dumps(fallback_results(message, max_score=max_score), indent=2) + "\n"
+    _atomic_write(Path(path), text.ljust(RESERVED_BYTES))
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".results-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _overwrite_in_place(path: Path, text: str) -> None:
+    """Write over an existing file's blocks (no new space needed), then cut it to size."""
+    data = text.encode()
+    with open(path, "r+b") as f:
+        if os.fstat(f.fileno()).st_size < len(data):
+            raise OSError(errno.ENOSPC, "the reserved results file is too small")
+        f.write(data)
+        f.truncate(len(data))
+
+
 def write_results(results: GradingResults | dict[str, Any], path: Path) -> dict[str, Any]:
-    """Validate and atomically write ``results.json``; never raises on bad content."""
+    """Validate and atomically write ``results.json``; never raises on bad content.
+
+    On a full disk it writes over the file :func:`reserve_results` left.
+    """
     try:
         data = results.to_gradescope() if isinstance(results, GradingResults) else results
         validate_results(data)
@@ -177,10 +221,10 @@ def write_results(results: GradingResults | dict[str, Any], path: Path) -> dict[
         )
         text = json.dumps(data, indent=2)
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".results-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        f.write(text + "\n")
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    try:
+        _atomic_write(path, text + "\n")
+    except OSError:
+        if not path.is_file():
+            raise
+        _overwrite_in_place(path, text + "\n")
     return data

@@ -7,6 +7,7 @@ and a valid results file is written last, in a ``finally``.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import io
@@ -24,7 +25,13 @@ from grader.checks.base import GradedTestCase
 from grader.context import PROJECT_ROOT, TEST_CASES, GradingContext
 from grader.parts import PARTS
 from grader.points import part_total
-from grader.results import GradingResults, TestResult, fallback_results, write_results
+from grader.results import (
+    GradingResults,
+    TestResult,
+    fallback_results,
+    reserve_results,
+    write_results,
+)
 from grader.sandbox import (
     Limits,
     Sandbox,
@@ -121,7 +128,15 @@ def grade(
     crash = ""
     sandbox: Sandbox | None = None
     ctx: GradingContext | None = None
+    total = sum(part_total(p) for p in parts if p in PARTS)
     try:
+        with contextlib.suppress(OSError):
+            reserve_results(
+                results_path,
+                "The autograder did not finish grading your submission. This is not your "
+                "fault; please tell the course staff.",
+                max_score=total,
+            )
         sandbox = Sandbox.create(identity)
         protect_hidden(Path(cases_root) / "hidden", sandbox.identity)
         protect_hidden(SOLUTION_DIR, sandbox.identity)
@@ -173,13 +188,14 @@ def grade(
         if ctx is not None:
             ctx.close()
         if sandbox is not None:
-            # Nothing the submission started may outlive grading and touch the results.
+            # Nothing the submission started may outlive grading and touch the results,
+            # and the space it took is freed before the results are written.
             kill_user_processes(sandbox.identity)
+            sandbox.cleanup()
         if results is not None:
             results.execution_time = time.monotonic() - started
             write_results(results, results_path)
         else:
-            total = sum(part_total(p) for p in parts if p in PARTS)
             write_results(
                 fallback_results(
                     "The autograder failed before it could grade your submission. "
@@ -191,5 +207,4 @@ def grade(
         if sandbox is not None:
             for warning in sandbox.warnings:
                 print(f"warning: {warning}", file=sys.stderr)
-            sandbox.cleanup()
     return results

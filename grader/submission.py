@@ -19,6 +19,7 @@ IGNORED_DIRS = frozenset({"__pycache__", ".git", "__MACOSX", ".ipynb_checkpoints
 MAX_FILES = 2000
 MAX_FILE_BYTES = 50 * 2**20
 MAX_TOTAL_BYTES = 200 * 2**20
+MAX_DEPTH = 16  # folders below the submission's top; deeper ones are refused
 
 
 @dataclass
@@ -37,6 +38,9 @@ def copy_submission(src: Path, dst: Path) -> CopyReport:
     for dirpath, dirnames, filenames in os.walk(src, followlinks=False):
         here = Path(dirpath)
         rel_dir = here.relative_to(src)
+        if len(rel_dir.parts) >= MAX_DEPTH and dirnames:
+            report.refused.append(f"{rel_dir}/* (folders nested deeper than {MAX_DEPTH})")
+            dirnames[:] = []
         kept = []
         for name in sorted(dirnames):
             path = here / name

@@ -21,6 +21,15 @@ import numpy as np
 
 _LEN = struct.Struct(">Q")
 MAX_HEADER_BYTES = 16 * 2**20
+MAX_DIMS = 8
+#: The only array types a message may carry: plain numbers, never objects, strings,
+#: records or zero-size items (whose element count no byte count bounds).
+ALLOWED_DTYPES = frozenset(
+    np.dtype(t).newbyteorder(order)
+    for t in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+              "uint64", "float16", "float32", "float64")
+    for order in ("<", ">", "=")
+)  # fmt: skip
 
 
 class ProtocolError(Exception):
@@ -45,10 +54,12 @@ def encode_message(header: dict[str, Any], arrays: dict[str, np.ndarray] | None 
     return _LEN.pack(len(head)) + head + b"".join(blobs)
 
 
-def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
-    chunks = []
-    remaining = n
-    while remaining:
+def _read_exact(fd: int, n: int, deadline: float | None) -> bytearray:
+    """Exactly ``n`` bytes, read into one buffer (no copies: arrays are views of it)."""
+    buf = bytearray(n)
+    view = memoryview(buf)
+    done = 0
+    while done < n:
         if deadline is not None:
             wait = deadline - time.monotonic()
             if wait <= 0:
@@ -56,12 +67,14 @@ def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
             ready, _, _ = select.select([fd], [], [], wait)
             if not ready:
                 raise ReadTimeout
-        chunk = os.read(fd, min(remaining, 1 << 20))
-        if not chunk:
+        try:
+            got = os.readv(fd, [view[done : min(n, done + (1 << 20))]])
+        except BlockingIOError:
+            continue
+        if not got:
             raise EOFError("the other side closed the channel")
-        chunks.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(chunks)
+        done += got
+    return buf
 
 
 def read_message(
@@ -73,8 +86,8 @@ def read_message(
         raise ProtocolError(f"message header of {head_len} bytes is too large")
     try:
         header = json.loads(_read_exact(fd, head_len, deadline))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ProtocolError(f"message header is not JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # bad UTF-8 or JSON, 1e6-deep, 5000 digits
+        raise ProtocolError(f"message header is not JSON: {str(exc)[:200]}") from None
     if not isinstance(header, dict):
         raise ProtocolError("message header is not a JSON object")
     specs = header.pop("__arrays__", [])
@@ -95,17 +108,57 @@ def read_message(
             raise ProtocolError(f"message larger than the {max_bytes} byte limit")
         blob = _read_exact(fd, spec["nbytes"], deadline)
         try:
-            arrays[spec["name"]] = np.load(io.BytesIO(blob), allow_pickle=False)
+            arrays[spec["name"]] = load_array(blob)
         except Exception as exc:  # a bad .npy blob is the sender's fault, never ours
             raise ProtocolError(f"array {spec['name']!r} is not a valid .npy: {exc}") from None
     return header, arrays
 
 
+def load_array(blob: bytes) -> np.ndarray:
+    """A ``.npy`` blob as an array, after its header proves it holds exactly the bytes
+    of a plain numeric array: nothing is allocated beyond the blob's own size."""
+    f = io.BytesIO(blob)
+    version = np.lib.format.read_magic(f)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+    elif version in ((2, 0), (3, 0)):
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+    else:
+        raise ValueError(f"unsupported .npy version {version}")
+    if dtype not in ALLOWED_DTYPES:
+        raise ValueError(f"dtype {dtype} is not a plain numeric type")
+    if len(shape) > MAX_DIMS or any(d < 0 for d in shape):
+        raise ValueError(f"shape {shape} is not allowed")
+    count = 1
+    for d in shape:
+        count *= d
+    if f.tell() + count * dtype.itemsize != len(blob):
+        raise ValueError(f"shape {shape} of {dtype} does not match the {len(blob)} bytes sent")
+    array = np.frombuffer(blob, dtype=dtype, count=count, offset=f.tell())
+    return array.reshape(shape, order="F" if fortran else "C")
+
+
+class WriteTimeout(Exception):
+    """The other side stopped reading before the whole message was written."""
+
+
 def write_message(
-    fd: int, header: dict[str, Any], arrays: dict[str, np.ndarray] | None = None
+    fd: int,
+    header: dict[str, Any],
+    arrays: dict[str, np.ndarray] | None = None,
+    *,
+    deadline: float | None = None,
 ) -> None:
-    """Write one whole message to ``fd``."""
+    """Write one whole message to ``fd``; with a deadline, never block past it (``fd``
+    must then be non-blocking) and raise :class:`WriteTimeout`."""
     data = memoryview(encode_message(header, arrays))
     while data:
-        written = os.write(fd, data)
+        if deadline is not None:
+            wait = deadline - time.monotonic()
+            if wait <= 0 or not select.select([], [fd], [], wait)[1]:
+                raise WriteTimeout
+        try:
+            written = os.write(fd, data)
+        except BlockingIOError:
+            continue
         data = data[written:]

@@ -1,0 +1,295 @@
+"""Hostile submissions against the grader's own I/O, memory and disk.
+
+The parent must never block on anything the worker controls, never let a small
+reply grow into a large allocation, and always write a results file, even when
+the worker filled the disk. Each test fails (or hangs, bounded here by a
+thread) on a grader without the matching defence.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import struct
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from grader.client import SubmissionError, WorkerClient
+from grader.images import problem_with_png
+from grader.results import reserve_results, validate_results, write_results
+from grader.runner import grade
+from grader.sandbox import (
+    Limits,
+    Sandbox,
+    limit_setter,
+    remove_stray_files,
+    remove_tree,
+    resolve_identity,
+)
+from grader.worker.protocol import (
+    ProtocolError,
+    WriteTimeout,
+    read_message,
+    write_message,
+)
+from tests.conftest import FAST_LIMITS, SOLUTION, in_param_count, patched_solution, run_grade
+
+ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="needs a root grader")
+F_SETPIPE_SZ = 1031
+
+
+def finishes_within(seconds: float, func, *args, **kwargs):
+    """Run ``func`` in a thread; fail (instead of hanging the suite) if it blocks."""
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            box["value"] = func(*args, **kwargs)
+        except BaseException as exc:  # handed to the test
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"{func.__name__} blocked for more than {seconds} s"
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+# ------------------------------------------------------------- blocking the parent
+
+
+def test_a_fifo_where_the_plot_goes_does_not_block_the_grader(tmp_path: Path) -> None:
+    submission = patched_solution(
+        tmp_path / "submission",
+        "question1.py",
+        [
+            (
+                '    """Plot prefill arithmetic intensity',
+                '    __import__("os").mkfifo(path)\n    return\n    """',
+            )
+        ],
+    )
+    graded = finishes_within(
+        120, run_grade, submission, tmp_path / "out", parts=["part1"], limits=FAST_LIMITS
+    )
+    assert graded.score("1.11") == 0
+    assert "not a regular file" in graded.output("1.11")
+    assert graded.score("1.1") == 2  # the rest of the part is graded as usual
+
+
+def test_a_write_to_a_reader_that_stopped_reading_gives_up_at_its_deadline() -> None:
+    r, w = os.pipe()
+    try:
+        import fcntl
+
+        fcntl.fcntl(r, F_SETPIPE_SZ, 4096)  # what a worker can do to its end of the pipe
+        os.set_blocking(w, False)
+        started = time.monotonic()
+        with pytest.raises(WriteTimeout):
+            write_message(w, {"op": "x"}, {"a": np.zeros(1 << 16)}, deadline=started + 0.5)
+        assert time.monotonic() - started < 5
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_a_worker_that_stops_reading_requests_costs_one_timeout(tmp_path: Path) -> None:
+    """The worker shrinks its request pipe to one page and never reads again."""
+    stop_reading = (
+        "import fcntl, sys, time\n"
+        "fcntl.fcntl(int(sys.argv[sys.argv.index('--in-fd') + 1]), 1031, 4096)\n"
+        "sys.modules['__main__'].read_message = lambda *a, **k: time.sleep(3600)\n"
+    )
+    sandbox = Sandbox.create()
+    try:
+        (sandbox.submission_dir / "question1.py").write_text(stop_reading)
+        sandbox.hand_over()
+        client = WorkerClient(
+            part="part1",
+            module_file="question1.py",
+            submission_dir=str(sandbox.submission_dir),
+            sandbox=sandbox,
+            limits=Limits(request_timeout_s=2.0, startup_timeout_s=30.0),
+        )
+        big = {"blob": np.zeros(1 << 18)}  # 2 MiB: far more than the shrunken pipe holds
+        with pytest.raises(SubmissionError) as info:
+            finishes_within(60, client.request, {"op": "call"}, big, what="param_count(spec)")
+        assert info.value.kind == "timeout"
+        assert "stopped reading" in str(info.value)
+        client.stop()
+    finally:
+        sandbox.cleanup()
+
+
+# ------------------------------------------------------------ memory amplification
+
+
+def _channel(raw: bytes):
+    r, w = os.pipe()
+    threading.Thread(target=lambda: (os.write(w, raw), os.close(w)), daemon=True).start()
+    return r
+
+
+def _message(header: bytes, blob: bytes = b"", name: str = "x") -> bytes:
+    if blob:
+        spec = json.dumps([{"name": name, "nbytes": len(blob)}])
+        header = header[:-1] + b', "__arrays__": ' + spec.encode() + b"}"
+    return struct.pack(">Q", len(header)) + header + blob
+
+
+def _npy(dtype: str, shape: tuple[int, ...], payload: bytes) -> bytes:
+    head = {"descr": dtype, "fortran_order": False, "shape": shape}
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, head)
+    return buf.getvalue() + payload
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        (_message(b"[" * 1_000_000 + b"]" * 1_000_000), "1e6-deep JSON"),
+        (_message(b'{"n": ' + b"9" * 5000 + b"}"), "a 5000-digit integer"),
+        (_message(b'{"ok": true}', _npy("|V0", (300_000_000,), b"")), "zero-size items"),
+        (_message(b'{"ok": true}', _npy("<f4", (10**6, 10**6), b"\0" * 64)), "a false shape"),
+        (_message(b'{"ok": true}', _npy("|O", (1,), b"\0" * 8)), "objects"),
+        (_message(b'{"ok": true}', _npy("<U8", (2,), b"\0" * 64)), "strings"),
+    ],
+)
+def test_replies_that_would_blow_up_the_parent_are_protocol_errors(raw: bytes, why: str) -> None:
+    fd = _channel(raw)
+    try:
+        with pytest.raises(ProtocolError):
+            read_message(fd, deadline=time.monotonic() + 10)
+    finally:
+        os.close(fd)
+
+
+def test_plain_arrays_still_arrive_writable_and_exact() -> None:
+    r, w = os.pipe()
+    want = np.arange(12, dtype=np.float32).reshape(3, 4).T  # Fortran order
+    threading.Thread(target=write_message, args=(w, {"ok": True}, {"a": want}), daemon=True).start()
+    header, arrays = read_message(r, deadline=time.monotonic() + 10)
+    os.close(r)
+    os.close(w)
+    assert header == {"ok": True}
+    np.testing.assert_array_equal(arrays["a"], want)
+    arrays["a"][0, 0] = 1.0  # student code may write into what it is given
+
+
+def test_the_reply_cap_fits_a_768_mb_container() -> None:
+    assert Limits().max_response_bytes * 3 < 768 * 2**20 // 2
+
+
+@pytest.mark.filterwarnings("ignore::PIL.Image.DecompressionBombWarning")
+def test_a_small_png_claiming_a_huge_canvas_is_not_decoded(tmp_path: Path) -> None:
+    from PIL import Image
+
+    path = tmp_path / "plot.png"
+    Image.new("1", (13_000, 13_000)).save(path)  # a few kB on disk, 676 MB as RGBA
+    assert path.stat().st_size < 200_000
+    assert "more than the grader decodes" in problem_with_png(path)
+
+
+# ------------------------------------------------------------------ privileges
+
+
+def test_the_worker_can_never_gain_privileges() -> None:
+    """No new privileges: ``sg`` (setuid root) cannot hand the worker another group."""
+    proc = subprocess.run(
+        ["grep", "NoNewPrivs", "/proc/self/status"],
+        preexec_fn=limit_setter(Limits(), resolve_identity()),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.stdout.split() == ["NoNewPrivs:", "1"]
+
+
+# ------------------------------------------------------------------------ disk
+
+
+def test_the_results_file_is_written_over_its_reservation_on_a_full_disk(
+    tmp_path: Path, monkeypatch
+) -> None:
+    path = tmp_path / "results" / "results.json"
+    reserve_results(path, "placeholder")
+    validate_results(json.loads(path.read_text()))  # valid from the first moment
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("grader.results.tempfile.mkstemp", disk_full)
+    write_results({"score": 7.0, "output": "done", "tests": []}, path)
+    assert json.loads(path.read_text())["score"] == 7.0
+
+
+@ROOT_ONLY
+def test_a_submission_that_fills_the_disk_still_gets_its_results(tmp_path: Path) -> None:
+    """/tmp and the results folder on one small file system, filled by the worker."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(disk)]).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        fill = (
+            "    import os\n"
+            f"    with open({str(disk / 'junk')!r}, 'wb') as f:\n"
+            "        try:\n"
+            "            while True: f.write(b'x' * 2**20)\n"
+            "        except OSError: pass"
+        )
+        os.chmod(disk, 0o1777)
+        submission = patched_solution(
+            tmp_path / "submission", "question1.py", [in_param_count(fill)]
+        )
+        results = disk / "results" / "results.json"
+        graded = grade(submission, results_path=results, parts=["part1"], limits=FAST_LIMITS)
+        data = json.loads(results.read_text())
+        validate_results(data)
+        assert graded is not None and data["score"] == graded.score > 0
+        by_number = {t["number"]: t for t in data["tests"]}
+        assert by_number["1.6"]["score"] == by_number["1.6"]["max_score"]  # untouched checks
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+@ROOT_ONLY
+def test_files_the_worker_leaves_in_shared_temp_folders_are_removed(tmp_path: Path) -> None:
+    identity = resolve_identity()
+    place = tmp_path / "shm"
+    place.mkdir()
+    mine = place / "leftover"
+    mine.write_text("x")
+    os.chown(mine, identity.uid, identity.gid)
+    other = place / "someone-else"
+    other.write_text("y")
+    assert remove_stray_files(identity.uid, (place,)) == [mine]
+    assert other.exists() and not mine.exists()
+
+
+def test_a_thousand_folders_deep_upload_is_refused(tmp_path: Path) -> None:
+    submission = tmp_path / "submission"
+    shutil.copytree(SOLUTION, submission, ignore=shutil.ignore_patterns("__pycache__"))
+    deep = submission.joinpath(*["d"] * 1100)
+    subprocess.run(["mkdir", "-p", str(deep)], check=True)
+    (deep / "x.txt").write_text("deep")
+    graded = run_grade(submission, tmp_path / "out", parts=["part1"], limits=FAST_LIMITS)
+    assert graded.data["score"] == 20  # graded as usual
+    assert "folders nested deeper than" in graded.data["output"]
+    subprocess.run(["rm", "-rf", str(submission)], check=True)
+
+
+def test_a_thousand_folders_deep_tree_left_by_the_worker_is_removed(tmp_path: Path) -> None:
+    top = tmp_path / "sandbox"
+    subprocess.run(["mkdir", "-p", str(top.joinpath(*["d"] * 1100))], check=True)
+    remove_tree(top)
+    assert not top.exists()
