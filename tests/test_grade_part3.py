@@ -126,3 +126,15 @@ def test_a_timed_run_with_wrong_outputs_does_not_count(tmp_path: Path) -> None:
                        tags=frozenset({"benchmark"}))  # fmt: skip
     assert graded.score("3.11") == 0
     assert "did not return the same text for every row" in graded.output("3.11")
+
+
+def test_all_nan_logits_never_pass(tmp_path: Path) -> None:
+    """NaN compared with a tolerance is False both ways: every check must read it as a miss."""
+    nan = (
+        "return self.output(self.norm(h)).float()  # (B, T, vocab)",
+        'return self.output(self.norm(h)).float() * float("nan")  # (B, T, vocab)',
+    )
+    graded = grade_edit(tmp_path, "llama/model.py", [nan])
+    for number in ("3.2", "3.3", "3.5", "3.6"):
+        assert graded.score(number) == 0, number
+    assert "NaN" in graded.output("3.2") or "nan" in graded.output("3.6").lower()

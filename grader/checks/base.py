@@ -96,6 +96,12 @@ def as_number(enc: Any, want: str, what: str) -> float | int:
     raise ValueProblem(f"{what} must return a{'n' if want == 'int' else ''} {want}, got {got}.")
 
 
+def finite_number(value: Any) -> bool:
+    """A real int or float, not a bool, a string, NaN or an infinity (reply fields are
+    data from the worker: anything may arrive)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def values_match(got: float, expected: float, rel_tol: float) -> bool:
     """Exact for ints, relative tolerance for floats."""
     if isinstance(got, int) and isinstance(expected, int):

@@ -45,7 +45,7 @@ def compare(got: np.ndarray, expected: np.ndarray, atol: float) -> Comparison:
     """Element-wise absolute error against ``atol``; arrays have equal shapes."""
     err = np.abs(got.astype(np.float64) - expected.astype(np.float64))
     per_position = err.max(axis=(0, 2))  # (T,)
-    bad = np.flatnonzero(per_position > atol)
+    bad = np.flatnonzero(~(per_position <= atol))  # NaN is never within tolerance
     return Comparison(
         ok=bad.size == 0,
         max_error=float(err.max()) if err.size else 0.0,

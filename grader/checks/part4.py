@@ -20,6 +20,7 @@ from grader.checks.base import (
     ValueProblem,
     as_number,
     check,
+    finite_number,
     likely_cause,
     with_output,
 )
@@ -171,7 +172,7 @@ class Part4Checks(GradedTestCase):
                 )
                 continue
             err = np.abs(steps - want).max(axis=(1, 2))
-            bad = np.flatnonzero(err > atol)
+            bad = np.flatnonzero(~(err <= atol))  # NaN is never within tolerance
             if bad.size:
                 outcome.failures.append(
                     f"{case['label']}: step {bad[0] + 1}'s logits differ by {err[bad[0]]:.3g}."
@@ -301,6 +302,10 @@ class Part4Checks(GradedTestCase):
             "quantize_kv_int8 / dequantize_kv_int8",
         )
         r = reply.header
+        for key in ("q_bytes", "fp16_bytes", "max_rel_error", "agree"):
+            if not finite_number(r.get(key)):
+                set_score(0)
+                self.fail(f"The int8 report's {key} is not a finite number ({r.get(key)!r}).")
         ratio = r["q_bytes"] / max(r["fp16_bytes"], 1)
         print(
             f"int8 cache: {r['q_bytes']:,} bytes = {ratio:.2f} x the fp16 cache; max relative "
@@ -312,13 +317,14 @@ class Part4Checks(GradedTestCase):
                 "The cache is a bare uint8 cast: negative keys and values wrap around and "
                 "there is no scale. " + self.named({"int8_dtypes": r["dtypes"]})
             )
-        if ratio > 0.55:
+        # Written so that every condition fails for NaN.
+        if not ratio <= 0.55:
             problems.append(f"It uses {ratio:.2f} x the fp16 cache's memory (at most 0.55).")
-        if r["max_rel_error"] > 0.02:
+        if not r["max_rel_error"] <= 0.02:
             problems.append(
                 f"Its max relative reconstruction error is {r['max_rel_error']:.2%} (at most 2%)."
             )
-        if r["agree"] < 0.9:
+        if not r["agree"] >= 0.9:
             problems.append(f"Greedy tokens agree on {r['agree']:.0%} of 64 (at least 90%).")
         if problems:
             set_score(0)
