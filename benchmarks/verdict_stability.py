@@ -1,7 +1,8 @@
 """Verdict stability of the graded benchmark checks on a noisy machine.
 
     python benchmarks/verdict_stability.py [--runs 50] [--condition busy|half-cpu|both]
-                                           [--out results/stability.json]
+                                           [--out results/stability.json] [--device cpu|cuda]
+                                           [--executor slurm --partition P --gpus-per-task 1]
 
 Grades only the benchmark checks (2.11, 3.11, 4.6), each run a fresh
 ``python -m grader grade --tags benchmark`` process, of two submissions:
@@ -20,6 +21,11 @@ Conditions:
   and a busy loop to CPU 0 with ``taskset``.
 
 Prints a Markdown table (pasted into the README) and writes every run's ratios.
+
+With ``--executor slurm`` (or ``submitit-local``) the same script, with the same
+arguments, runs as one cluster job (``grader.cluster``), so that the ``cuda`` profile
+is judged on the course's GPUs; the table is printed here when the job ends and
+``--out`` is written on the shared file system.
 """
 
 from __future__ import annotations
@@ -38,6 +44,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from grader.calibrate import BENCHMARK_PARTS, cache_free_submission  # noqa: E402
+from grader.cluster import (  # noqa: E402
+    ClusterError,
+    ClusterOptions,
+    add_cluster_options,
+    options_from_args,
+)
 from grader.mutants import SOLUTION  # noqa: E402
 
 CHECKS = ("2.11", "3.11", "4.6")
@@ -139,7 +151,11 @@ def main() -> int:
         default="cpu",
         help="the threshold profile judged (cuda: the GPU runs the models)",
     )
+    add_cluster_options(parser, array=False)
     args = parser.parse_args()
+    cluster = options_from_args(args)
+    if cluster is not None:
+        return on_cluster(args, cluster)
     if not shutil.which("taskset"):
         raise SystemExit("this script needs taskset (util-linux)")
 
@@ -167,6 +183,23 @@ def main() -> int:
     )
     print("verdicts stable" if ok else "VERDICTS NOT STABLE: see the table")
     return 0 if ok else 1
+
+
+def on_cluster(args: argparse.Namespace, cluster: ClusterOptions) -> int:
+    """This script with the same arguments (less the cluster's) as one cluster job."""
+    from grader.cluster import run_command_job
+
+    out = Path(args.out).resolve()
+    command = [
+        sys.executable, str(Path(__file__).resolve()), "--runs", str(args.runs),
+        "--condition", args.condition, "--out", str(out), "--device", args.device,
+    ]  # fmt: skip
+    log_dir = cluster.log_dir or ROOT / "results" / "cluster" / "stability"
+    try:
+        return run_command_job(command, cluster, log_dir=log_dir, cwd=ROOT)
+    except ClusterError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -18,13 +18,17 @@ import json
 import math
 import shutil
 import statistics
+import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grader.mutants import SOLUTION, load_mutants, materialise_all
 from grader.parts import PARTS
+
+if TYPE_CHECKING:
+    from grader.cluster import ClusterOptions
 
 # Per part, the mutant that hides a cache-free implementation behind correct outputs.
 BASELINES = {
@@ -203,3 +207,34 @@ def main(
         }
         json_out.write_text(json.dumps(payload, indent=2) + "\n")
     return proposals
+
+
+def main_on_cluster(
+    *,
+    cluster: ClusterOptions,
+    device: str = "cuda",
+    parts: list[str] | None = None,
+    runs: int = 5,
+    margin: float = DEFAULT_MARGIN,
+    json_out: Path | None = None,
+) -> int:
+    """The same calibration as :func:`main`, run as one cluster job (``--executor slurm``
+    or ``submitit-local``) so that a profile is calibrated on the GPUs that will grade.
+
+    The job runs ``python -m grader calibrate`` with these arguments on the node; its
+    report is printed here when it ends, and the measurements are written to
+    ``json_out`` (default ``results/calibration-<device>.json``) on the shared file system.
+    """
+    from grader.cluster import run_command_job
+
+    root = Path(__file__).resolve().parent.parent
+    json_out = (json_out or root / "results" / f"calibration-{device}.json").resolve()
+    command = [
+        sys.executable, "-m", "grader", "calibrate", "--device", device,
+        "--parts", ",".join(parts or []), "--runs", str(runs), "--margin", str(margin),
+        "--json", str(json_out),
+    ]  # fmt: skip
+    log_dir = cluster.log_dir or root / "results" / "cluster" / "calibrate"
+    code = run_command_job(command, cluster, log_dir=log_dir, cwd=root)
+    print(f"measurements: {json_out}" if code == 0 else f"calibration failed (exit {code})")
+    return code

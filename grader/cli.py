@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from grader.cluster import add_cluster_options
 from grader.parts import parse_parts
 
 
@@ -119,8 +120,10 @@ def cmd_gradescope(args: argparse.Namespace) -> int:
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
-    """Regrade an export: 0 once the outputs are written, 2 on a bad export or unknown part."""
+    """Regrade an export: 0 once the outputs are written; 2 on a bad export, an unknown part,
+    bad cluster options or a cluster that cannot be used."""
     from grader.batch import main as batch
+    from grader.cluster import ClusterError, options_from_args
 
     try:
         summary = batch(
@@ -130,25 +133,49 @@ def cmd_batch(args: argparse.Namespace) -> int:
             parts=parse_parts(args.parts),
             timeout_s=args.timeout,
             progress=not args.quiet,
+            device=args.device,
+            tags=args.tags,
+            cluster=options_from_args(args),
         )
-    except ValueError as exc:  # a bad export, or an unknown part
+    except (ValueError, ClusterError) as exc:  # a bad export or option; no usable cluster
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(", ".join(f"{n} {s}" for s, n in summary.counts.items()) + f"; see {summary.out_dir}")
+    for folder, why in summary.died.items():
+        print(f"\n{folder}: {why}", file=sys.stderr)
+    if summary.died:
+        print("run the same command again to resubmit the tasks that died", file=sys.stderr)
+    return 0
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    """Merge CPU and GPU scores: 0 once written, 2 when the inputs cannot be merged."""
+    from grader.merge import main as merge
+
+    try:
+        summary = merge(cpu=Path(args.cpu), gpu=Path(args.gpu), out_dir=Path(args.out))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(summary.describe())
     return 0
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from grader.calibrate import main
+    from grader.calibrate import main, main_on_cluster
+    from grader.cluster import ClusterError, options_from_args
 
-    main(
-        device=args.device,
-        parts=parse_parts(args.parts),
-        runs=args.runs,
-        margin=args.margin,
-        json_out=Path(args.json) if args.json else None,
-    )
-    return 0
+    cluster = options_from_args(args)
+    json_out = Path(args.json) if args.json else None
+    run = dict(device=args.device, parts=parse_parts(args.parts), runs=args.runs)
+    if cluster is None:
+        main(**run, margin=args.margin, json_out=json_out)
+        return 0
+    try:
+        return main_on_cluster(**run, margin=args.margin, json_out=json_out, cluster=cluster)
+    except ClusterError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 def add_parts_option(parser: argparse.ArgumentParser) -> None:
@@ -222,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--margin", type=float, default=1.5, help="margin where no baseline is told apart"
     )
     ca.add_argument("--json", default="", help="also write the measurements to this file")
+    add_cluster_options(ca, array=False)
     ca.set_defaults(func=cmd_calibrate)
 
     ba = sub.add_parser("batch", help="regrade a Gradescope 'Export Submissions' folder")
@@ -230,8 +258,22 @@ def build_parser() -> argparse.ArgumentParser:
     ba.add_argument("--jobs", type=int, default=2, help="submissions graded at once")
     add_parts_option(ba)
     ba.add_argument("--timeout", type=float, default=900, help="seconds per submission")
-    ba.add_argument("--quiet", action="store_true", help="no progress line")
+    add_device_option(ba)
+    ba.add_argument("--tags", default="", help="only checks with one of these tags, e.g. benchmark")
+    ba.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_cluster_options(ba)
     ba.set_defaults(func=cmd_batch)
+
+    me = sub.add_parser(
+        "merge", help="merge Gradescope's CPU scores with a cluster run's GPU benchmark scores"
+    )
+    me.add_argument(
+        "--cpu", required=True,
+        help="a `batch` output folder, or Gradescope's score export (.csv)",
+    )  # fmt: skip
+    me.add_argument("--gpu", required=True, help="the cluster `batch` output folder")
+    me.add_argument("--out", required=True, help="output folder: scores.csv, results/, ...")
+    me.set_defaults(func=cmd_merge)
     return parser
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import argparse
 import csv
+import io
 import json
 import shutil
 import subprocess
@@ -26,10 +26,13 @@ from grader.batch import (
     part_scores,
     pass_rates,
 )
+from grader.cluster import ClusterOptions
 from grader.parts import PARTS
 from grader.results import validate_results
 from tests.conftest import ROOT, SOLUTION
 from tests.export_factory import Entry, build_export, metadata_yaml, plan_export
+
+NO_COUNTS = dict.fromkeys(batch.STATUSES, 0)
 
 GRADESCOPE_YAML = """\
 submission_123456789:
@@ -92,10 +95,9 @@ def test_parse_metadata_rejects_invalid_yaml_clearly(text: str) -> None:
 
 def test_missing_or_invalid_metadata_exits_2(tmp_path: Path) -> None:
     (tmp_path / "submission_1").mkdir()
-    args = argparse.Namespace(
-        export_dir=str(tmp_path), out=str(tmp_path / "out"), jobs=1, parts="part1", timeout=5.0,
-        quiet=True,
-    )  # fmt: skip
+    args = cli.build_parser().parse_args(
+        ["batch", str(tmp_path), "--out", str(tmp_path / "out"), "--parts", "part1", "--quiet"]
+    )
     with pytest.raises(ExportError, match=r"cannot read submission_metadata\.yml"):
         batch.main(export_dir=tmp_path, out_dir=tmp_path / "out", progress=False)
     assert cli.cmd_batch(args) == 2
@@ -159,9 +161,32 @@ def test_histogram_bins_from_zero_to_the_maximum_inclusive() -> None:
     assert sum(c for *_, c in histogram([], max_score=0)) == 0
 
 
-def test_progress_line_format() -> None:
-    row = batch.Row("submission_123", [], "graded", {}, 12.0, 50.0)
-    assert batch.progress_line(7, 20, row, 41.7) == "[ 7/20] graded submission_123 (12/50) 0:00:41"
+class _Terminal(io.StringIO):
+    """A stderr that says it is a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_shows_rate_and_eta_on_a_terminal_only() -> None:
+    tty = _Terminal()
+    bar = batch.progress_bar(20, initial=5, file=tty)
+    bar.set_postfix_str("graded submission_123 (12/50)", refresh=False)
+    bar.update()
+    bar.close()
+    last = tty.getvalue().split("\r")[-1]
+    assert "6/20" in last and "sub/s" in last and "<" in last  # count, rate, elapsed<ETA
+    assert "graded submission_123 (12/50)" in last
+    quiet = io.StringIO()  # not a terminal: nothing at all
+    bar = batch.progress_bar(20, file=quiet)
+    bar.update()
+    bar.close()
+    assert quiet.getvalue() == ""
+    off = _Terminal()  # --quiet on a terminal
+    bar = batch.progress_bar(20, enabled=False, file=off)
+    bar.update()
+    bar.close()
+    assert off.getvalue() == ""
 
 
 # ------------------------------------------------------------------ end to end
@@ -224,7 +249,7 @@ def test_scores_csv_has_the_expected_part1_totals(regraded: Regraded) -> None:
             assert score < 20, e
             if e.kind in ("blank", "crash"):
                 assert score == 0, e
-    assert regraded.summary.counts == {"graded": 20, "skipped": 0, "timeout": 0, "error": 0}
+    assert regraded.summary.counts == {**NO_COUNTS, "graded": 20}
 
 
 def test_submitters_are_joined_and_missing_metadata_leaves_names_empty(
@@ -256,6 +281,40 @@ def test_summary_files_agree_with_the_results(regraded: Regraded) -> None:
     assert (out / "score_histogram.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def _checks(out: Path, folder: str) -> dict[str, tuple[float, str]]:
+    data = json.loads((out / "results" / folder / "results.json").read_text())
+    return {t.get("number", t["name"]): (t["score"], t["status"]) for t in data["tests"]}
+
+
+def test_the_slurm_code_path_through_submitit_local_gives_the_same_scores(
+    regraded: Regraded, tmp_path: Path
+) -> None:
+    """The same export, one submitit array task per submission (2 at a time) instead of
+    threads: every row and every check's score and verdict as the local executor's."""
+    out = tmp_path / "cluster"
+    options = ClusterOptions(executor="submitit-local", array_parallelism=2)
+    started = time.monotonic()
+    summary = batch.main(
+        export_dir=regraded.export, out_dir=out, parts=["part1"], timeout_s=120,
+        progress=False, cluster=options,
+    )  # fmt: skip
+    elapsed = time.monotonic() - started
+    print(f"\nsubmitit-local batch of 20: {elapsed:.1f} s, {60 * 20 / elapsed:.1f}/min")
+    row = lambda r: (r.submission_id, r.submitters, r.status, r.parts, r.total, r.max_score)  # noqa: E731
+    assert [row(r) for r in summary.rows] == [row(r) for r in regraded.summary.rows]
+    assert summary.rates == regraded.summary.rates
+    for e in regraded.entries:
+        assert _checks(out, e.folder) == _checks(regraded.out, e.folder), e
+        task = json.loads((out / "results" / e.folder / "task.json").read_text())
+        assert (task["executor"], task["state"], task["status"]) == (
+            "submitit-local",
+            "done",
+            "graded",
+        )
+        assert Path(task["stdout"]).exists()  # each task's log is kept
+    assert (out / "scores.csv").read_text() == (regraded.out / "scores.csv").read_text()
+
+
 def test_a_second_run_skips_everything_without_starting_a_process(
     regraded: Regraded,
     tmp_path: Path,
@@ -268,14 +327,17 @@ def test_a_second_run_skips_everything_without_starting_a_process(
         raise AssertionError("a skipped submission started a process")
 
     monkeypatch.setattr(batch.subprocess, "Popen", no_popen)
-    again = batch.main(export_dir=regraded.export, out_dir=out, parts=["part1"], progress=True)
-    assert again.counts == {"graded": 0, "skipped": 20, "timeout": 0, "error": 0}
+    tty = _Terminal()
+    again = batch.main(
+        export_dir=regraded.export, out_dir=out, parts=["part1"], progress=True, progress_file=tty
+    )
+    assert again.counts == {**NO_COUNTS, "skipped": 20}
     assert [(r.submission_id, r.total) for r in again.rows] == [
         (r.submission_id, r.total) for r in regraded.summary.rows
     ]
     assert {r["status"] for r in _csv(out).values()} == {"skipped"}
-    err = capsys.readouterr().err
-    assert err.count("\r") == 20 and "[20/20] skipped" in err and err.endswith("\n")
+    assert "20/20" in tty.getvalue().split("\r")[-1]  # every skipped one counted as done
+    assert capsys.readouterr().err == ""  # stderr is not a terminal under pytest: quiet
 
 
 # ------------------------------------------------------------------ failures of the grader

@@ -1,0 +1,197 @@
+"""What a regrade produced, and the files that show it: ``scores.csv``, ``summary.json``,
+``summary.md``, ``score_histogram.png`` and ``submitters.json``.
+
+Kept apart from :mod:`grader.batch` (which grades) so that both the batch regrader
+and :mod:`grader.merge` build their rows and summaries the same way.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grader.parts import PARTS
+
+#: ``died``: a cluster task that never finished (time limit, node failure, out of memory);
+#: it is submitted again by the next run.
+STATUSES = ("graded", "skipped", "timeout", "error", "died")
+
+
+@dataclass(frozen=True)
+class Submitter:
+    name: str = ""
+    sid: str = ""
+    email: str = ""
+
+
+@dataclass
+class Row:
+    """One submission's line of ``scores.csv``."""
+
+    submission_id: str  # the export's folder name
+    submitters: list[Submitter]
+    status: str  # one of STATUSES
+    parts: dict[str, float | None]  # None: the results hold no check of that part
+    total: float
+    max_score: float
+
+
+@dataclass(frozen=True)
+class CheckRate:
+    number: str
+    name: str
+    passed: int
+    total: int  # results files that contain this check
+
+
+@dataclass
+class BatchSummary:
+    """What a batch produced: rows sorted by submission id, and the aggregate numbers."""
+
+    out_dir: Path
+    rows: list[Row]
+    counts: dict[str, int]  # submissions per status
+    stats: dict[str, float]  # mean / median / min / max of the totals
+    rates: list[CheckRate]
+    elapsed_s: float
+    died: dict[str, str] = field(default_factory=dict)  # submission -> why its task died
+
+
+def natural_key(name: str) -> list[tuple[int, Any]]:
+    """Sort ``submission_9`` before ``submission_10``."""
+    return [(0, int(x)) if x.isdigit() else (1, x) for x in re.split(r"(\d+)", name)]
+
+
+def part_scores(data: dict[str, Any]) -> dict[str, float | None]:
+    """Sum of the scores of the checks tagged with each part (None where a part has none)."""
+    scores: dict[str, float | None] = dict.fromkeys(PARTS)
+    for test in data.get("tests", []):
+        for part in set(PARTS) & set(test.get("tags") or []):
+            scores[part] = (scores[part] or 0.0) + float(test.get("score") or 0.0)
+    return scores
+
+
+def make_row(sub_id: str, people: list[Submitter], data: dict[str, Any], status: str) -> Row:
+    max_score = sum(float(t.get("max_score") or 0.0) for t in data.get("tests", []))
+    return Row(sub_id, people, status, part_scores(data), float(data["score"]), max_score)
+
+
+def pass_rates(results: list[dict[str, Any]]) -> list[CheckRate]:
+    """Per numbered check: how many of the results files that contain it passed it.
+    Unnumbered entries (a fallback's "Autograder error") are not checks and are left out."""
+    table: dict[str, list[Any]] = {}
+    for data in results:
+        for test in (t for t in data.get("tests", []) if t.get("number")):
+            name = str(test.get("name", "")).removeprefix(f"{test['number']} ")
+            entry = table.setdefault(test["number"], [name, 0, 0])
+            entry[1] += test.get("status") == "passed"
+            entry[2] += 1
+    return [CheckRate(n, *table[n]) for n in sorted(table, key=natural_key)]
+
+
+def histogram(totals: list[float], *, max_score: float, bins: int = 10) -> list[tuple]:
+    """``(low, high, count)`` for ``bins`` equal bins from 0 to the top score (the last bin
+    includes its upper edge), so runs with the same maximum are comparable."""
+    top = max([max_score, *totals, 0.0]) or 1.0
+    counts = [0] * bins
+    for total in totals:
+        counts[min(max(int(total * bins / top), 0), bins - 1)] += 1
+    return [(i * top / bins, (i + 1) * top / bins, c) for i, c in enumerate(counts)]
+
+
+def read_submitters(out_dir: Path) -> dict[str, list[Submitter]]:
+    """``submitters.json`` of a batch output: each submission folder's submitters."""
+    path = Path(out_dir) / "submitters.json"
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text())
+    return {k: [Submitter(**p) for p in v] for k, v in data.items()}
+
+
+SUMMARY_MD = """# Regrade summary
+
+{submissions} submissions: {counts_text} ({elapsed_s:.0f} s).
+
+Total out of {max_score:g}: mean {total[mean]:.2f}, median {total[median]:g}, \
+min {total[min]:g}, max {total[max]:g}.
+
+![score histogram](score_histogram.png)
+
+| check | name | passed | % |
+| --- | --- | --- | --- |
+"""
+
+DIED_MD = """
+## Cluster tasks that died
+
+Run the same command again: these submissions are submitted again, the others are kept.
+
+"""
+
+
+def write_outputs(summary: BatchSummary) -> None:
+    """``scores.csv``, ``submitters.json``, ``summary.json``, ``summary.md`` and
+    ``score_histogram.png``."""
+    out, rows = summary.out_dir, summary.rows
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "scores.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(
+            ["submission_id", "names", "emails", "sids", *PARTS, "total", "max_score", "status"]
+        )
+        for r in rows:
+            people = [
+                "; ".join(getattr(p, k) for p in r.submitters) for k in ("name", "email", "sid")
+            ]
+            scores = ["" if r.parts[p] is None else f"{r.parts[p]:g}" for p in PARTS]
+            writer.writerow(
+                [r.submission_id, *people, *scores, f"{r.total:g}", f"{r.max_score:g}", r.status]
+            )
+    people = {r.submission_id: [asdict(p) for p in r.submitters] for r in rows}
+    (out / "submitters.json").write_text(json.dumps(people, indent=2) + "\n")
+    top = max((r.max_score for r in rows), default=0.0)
+    bins = histogram([r.total for r in rows], max_score=top)
+    doc = {
+        "submissions": len(rows),
+        "counts": summary.counts,
+        "total": {k: round(v, 4) for k, v in summary.stats.items()},
+        "max_score": top,
+        "elapsed_s": round(summary.elapsed_s, 2),
+        "histogram": [{"low": lo, "high": hi, "count": c} for lo, hi, c in bins],
+        "pass_rates": [
+            {**asdict(c), "percent": round(100 * c.passed / c.total, 1)} for c in summary.rates
+        ],
+        "died": summary.died,
+    }
+    (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
+    counts_text = ", ".join(f"{n} {s}" for s, n in summary.counts.items())
+    row = "| {number} | {name} | {passed}/{total} | {percent:.0f} |\n"
+    table = "".join(
+        row.format(**{**r, "name": r["name"].replace("|", "/")}) for r in doc["pass_rates"]
+    )
+    died = "".join(f"### {k}\n\n```\n{v}\n```\n\n" for k, v in summary.died.items())
+    (out / "summary.md").write_text(
+        SUMMARY_MD.format(counts_text=counts_text, **doc) + table + (DIED_MD + died if died else "")
+    )
+    save_histogram(bins, out / "score_histogram.png")
+
+
+def save_histogram(bins: list[tuple], path: Path) -> None:
+    """The score histogram as a PNG (matplotlib, headless)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.bar(
+        [b[0] for b in bins], [b[2] for b in bins], width=bins[0][1], align="edge", edgecolor="k"
+    )
+    ax.set(xlabel="total score", ylabel="submissions", title="Regraded scores")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
