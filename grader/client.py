@@ -19,10 +19,12 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NoReturn
 
 import numpy as np
 
+from grader.mounts import mount_isolation, plan_for
 from grader.processes import kill_tree
 from grader.sandbox import (
     Limits,
@@ -198,6 +200,9 @@ class WorkerClient:
             str(resp_w),
         ]
         isolate = self.limits.isolate_network and not network_isolation()
+        mounts = None
+        if identity.dropped and self.sandbox.hidden and not mount_isolation():
+            mounts = plan_for(self.sandbox.root, self.sandbox.hidden, Path(sys.prefix))
         try:
             self._proc = subprocess.Popen(
                 command,
@@ -208,7 +213,7 @@ class WorkerClient:
                 cwd=self.submission_dir,
                 env=self.sandbox.environment(self.device, self.threads),
                 start_new_session=True,
-                preexec_fn=limit_setter(self.limits, identity, isolate),
+                preexec_fn=limit_setter(self.limits, identity, isolate, mounts),
             )
         finally:
             os.close(req_r)
@@ -385,9 +390,10 @@ class WorkerClient:
         code = proc.wait(timeout=10) if proc is not None else None
         output = self._output.since_mark() if self._output else ""
         self.stop()
-        if code in (97, 98):
+        if code in (96, 97, 98):
             raise SubmissionError(
-                f"{label}: the grader could not isolate the worker (network or privileges); "
+                f"{label}: the grader could not isolate the worker (network, files or "
+                "privileges); "
                 "this is not your fault, please tell the course staff.",
                 "crash",
                 output,

@@ -23,6 +23,7 @@ from gradescope_utils.autograder_utils.json_test_runner import JSONTestRunner
 
 from grader.checks.base import GradedTestCase
 from grader.context import PROJECT_ROOT, TEST_CASES, GradingContext
+from grader.mounts import mount_isolation
 from grader.parts import PARTS
 from grader.points import part_total
 from grader.results import (
@@ -116,11 +117,13 @@ def grade(
     identity: WorkerIdentity | None = None,
     public_only: bool = False,
     tags: frozenset[str] | None = None,
+    hide: tuple[Path, ...] = (),
 ) -> GradingResults | None:
     """Grade ``submission`` and write ``results_path``; return the results (None on a crash).
 
     ``device`` ("auto", "cpu" or "cuda") is where the submission runs and which
-    benchmark threshold profile applies; ``tags`` keeps only the checks carrying one.
+    benchmark threshold profile applies; ``tags`` keeps only the checks carrying one;
+    ``hide`` names folders the worker must not see besides the grader's own (an export).
     """
     parts = parts or list(PARTS)
     started = time.monotonic()
@@ -143,6 +146,11 @@ def grade(
         isolation = network_isolation()
         if (limits or Limits()).isolate_network and isolation:
             sandbox.warnings.append(f"the worker keeps the network: {isolation}")
+        # The grader's own files (a checkout's .git holds the solution) and whatever the
+        # caller names (a batch's export) are covered in the worker's view.
+        sandbox.hidden = [PROJECT_ROOT, *(Path(h) for h in hide)]
+        if sandbox.identity.dropped and mount_isolation():
+            sandbox.warnings.append(f"the worker sees the grader's files: {mount_isolation()}")
         copied = copy_submission(Path(submission), sandbox.submission_dir)
         sandbox.hand_over()
         bases = {p: locate(sandbox.submission_dir, PARTS[p].main_file) for p in parts}

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import psutil
 
+from grader.mounts import MountPlan
+from grader.mounts import apply as apply_mounts
 from grader.processes import kill_matching
 
 KIB, MIB, GIB = 2**10, 2**20, 2**30
@@ -166,13 +168,17 @@ def network_isolation() -> str:
 
 
 def limit_setter(
-    limits: Limits, identity: WorkerIdentity, isolate_network: bool = False
+    limits: Limits,
+    identity: WorkerIdentity,
+    isolate_network: bool = False,
+    mounts: MountPlan | None = None,
 ) -> Callable[[], None]:
     """A ``preexec_fn``, run in the child before the worker starts: resource limits, a
-    network namespace of its own (as root, when asked), then the drop to the worker user.
+    network namespace and a private view of the file system (as root, when asked), no
+    new privileges, then the drop to the worker user.
 
     The drop happens here rather than through Popen's ``user=``, because making
-    the namespace needs root and must come first.
+    the namespaces needs root and must come first.
     """
 
     def apply() -> None:
@@ -186,6 +192,11 @@ def limit_setter(
             resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_processes, limits.max_processes))
         if isolate_network and _unshare_network() != 0:
             os._exit(97)  # never run student code with a network we promised to remove
+        if mounts is not None:
+            try:
+                apply_mounts(mounts)
+            except OSError:
+                os._exit(96)  # nor with the checkout we promised to hide
         if _no_new_privileges() != 0:
             os._exit(98)
         if identity.dropped:
@@ -235,6 +246,7 @@ class Sandbox:
     root: Path
     identity: WorkerIdentity
     warnings: list[str] = field(default_factory=list)
+    hidden: list[Path] = field(default_factory=list)  # folders the worker must not see
 
     @property
     def worker_dir(self) -> Path:

@@ -68,6 +68,11 @@ def blank_graded(tmp_path_factory: pytest.TempPathFactory) -> Graded:
     return run_grade(ASSIGNMENT, tmp_path_factory.mktemp("blank"))
 
 
+def refused(output: str) -> bool:
+    """Unreadable (permissions) or unseen (the worker's private view of the files)."""
+    return "PermissionError" in output or "FileNotFoundError" in output
+
+
 PARAM_COUNT_BODY = "    d, kv_dim = spec.d_model"
 
 

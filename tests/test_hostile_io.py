@@ -14,6 +14,8 @@ import os
 import shutil
 import struct
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -293,3 +295,75 @@ def test_a_thousand_folders_deep_tree_left_by_the_worker_is_removed(tmp_path: Pa
     subprocess.run(["mkdir", "-p", str(top.joinpath(*["d"] * 1100))], check=True)
     remove_tree(top)
     assert not top.exists()
+
+
+# ------------------------------------------------------------ the worker's view
+
+
+def _private_view_available() -> bool:
+    from grader.mounts import mount_isolation
+
+    return os.geteuid() == 0 and not mount_isolation()
+
+
+PRIVATE_VIEW = pytest.mark.skipif(
+    not _private_view_available(), reason="needs root and a private mount namespace"
+)
+
+
+@PRIVATE_VIEW
+def test_the_worker_sees_neither_the_checkout_nor_other_gradings(grade_patched) -> None:
+    """The checkout's .git holds the solution in its history; /tmp holds other sandboxes."""
+    from grader.context import PROJECT_ROOT
+
+    neighbour = Path(tempfile.mkdtemp(prefix="kvgrade-neighbour-"))
+    (neighbour / "results.json").write_text("{}")
+    os.chmod(neighbour, 0o755)
+    try:
+        code = (
+            "    import os\n"
+            f"    seen = set(os.listdir({str(PROJECT_ROOT)!r})) - {{'.venv'}}\n"
+            "    assert not seen, f'the checkout is visible: {sorted(seen)[:5]}'\n"
+            f"    assert not os.path.exists({str(neighbour)!r}), 'another sandbox is visible'"
+        )
+        graded = grade_patched([in_param_count(code)])
+    finally:
+        shutil.rmtree(neighbour)
+    assert graded.score("1.1") == 2, graded.output("1.1")
+
+
+@PRIVATE_VIEW
+def test_the_worker_cannot_fill_the_machines_temp_folders(grade_patched) -> None:
+    """Ten 32 MiB files (each under the file-size limit) into /tmp: the private tmpfs
+    stops them at 256 MiB, and nothing reaches the machine's /tmp."""
+    code = (
+        "    import os\n"
+        "    total = 0\n"
+        "    for i in range(10):\n"
+        "        try:\n"
+        "            with open(f'/tmp/fill{i}', 'wb') as f:\n"
+        "                for _ in range(32): total += f.write(b'x' * 2**20)\n"
+        "        except OSError: pass\n"
+        "    for i in range(10):\n"
+        "        if os.path.exists(f'/tmp/fill{i}'): os.unlink(f'/tmp/fill{i}')\n"
+        "    assert total <= 256 * 2**20, f'{total} bytes written to /tmp'"
+    )
+    graded = grade_patched([in_param_count(code)])
+    assert graded.score("1.1") == 2, graded.output("1.1")
+    assert not list(Path("/tmp").glob("fill*"))
+
+
+def test_the_view_keeps_the_interpreter_only_when_it_lies_in_a_hidden_folder(
+    tmp_path: Path,
+) -> None:
+    from grader.mounts import plan_for
+
+    checkout, box = tmp_path / "checkout", tmp_path / "box"
+    (checkout / ".venv").mkdir(parents=True)
+    box.mkdir()
+    plan = plan_for(box, [checkout], checkout / ".venv")
+    assert plan.hide == (str(checkout),)
+    assert plan.keep == (str(box), str(checkout / ".venv"))
+    elsewhere = plan_for(box, [checkout], Path(sys.prefix))
+    assert elsewhere.keep == (str(box),) or Path(sys.prefix).is_relative_to(checkout)
+    assert dict(plan.scratch)["/tmp"] == "256m"
