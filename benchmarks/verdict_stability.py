@@ -15,10 +15,10 @@ Grades only the benchmark checks (2.11, 3.11, 4.6), each run a fresh
 
 Conditions:
 
-* ``busy``: a busy loop keeps the other core occupied (pinned to the last CPU);
-  grading is not pinned.
+* ``busy``: a busy loop keeps the other core occupied (pinned to the last CPU
+  this process may use); grading is not pinned.
 * ``half-cpu``: Gradescope's default ½ vCPU, simulated by pinning the grading
-  and a busy loop to CPU 0 with ``taskset``.
+  and a busy loop to the first CPU this process may use with ``taskset``.
 
 Prints a Markdown table (pasted into the README) and writes every run's ratios.
 
@@ -87,9 +87,10 @@ def run_condition(
     condition: str, runs: int, submissions: dict[str, Path], device: str = "cpu"
 ) -> dict:
     """``runs`` interleaved gradings of each submission under ``condition``."""
-    last = (os.cpu_count() or 2) - 1
-    loop = hog(0 if condition == "half-cpu" else last)
-    pin = 0 if condition == "half-cpu" else None
+    # The CPUs this process may use: on a Slurm node, the job's cpuset, not the whole node.
+    allowed = sorted(os.sched_getaffinity(0))
+    loop = hog(allowed[0] if condition == "half-cpu" else allowed[-1])
+    pin = allowed[0] if condition == "half-cpu" else None
     found: dict[str, list[dict]] = {name: [] for name in submissions}
     started = time.monotonic()
     try:

@@ -58,7 +58,7 @@ class ClusterOptions:
     slurm_args: dict[str, str] = field(default_factory=dict)  # any other sbatch option
     setup: list[str] = field(default_factory=list)  # shell lines run before each task
     log_dir: Path | None = None  # None: OUT/cluster
-    poll_s: float | None = None  # None: 1 s for submitit-local, 15 s for Slurm
+    poll_s: float | None = None  # None: 0.25 s for submitit-local, 15 s for Slurm
 
 
 @dataclass(frozen=True)
@@ -232,7 +232,7 @@ def run_grading_tasks(
     executor = make_executor(options, log_dir / "%j", limit_s)
     local = options.executor == "submitit-local"
     window = (options.array_parallelism or 2) if local else len(specs)
-    poll_s = options.poll_s or (1.0 if local else 15.0)
+    poll_s = options.poll_s or (0.25 if local else 15.0)
     pending, running = list(specs), {}
     base = {"executor": options.executor, "device": specs[0].device, "limit_s": limit_s}
     try:
