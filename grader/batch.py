@@ -225,7 +225,9 @@ def is_done(results: Path) -> dict[str, Any] | None:
     return load_valid(results)
 
 
-def progress_bar(total: int, *, initial: int = 0, enabled: bool = True, file: IO | None = None):
+def progress_bar(
+    total: int, *, initial: int = 0, enabled: bool = True, file: IO | None = None
+) -> tqdm:
     """A tqdm bar with rate and ETA over the submissions graded in this run (``initial``
     ones were already done); silent when ``file`` (stderr) is not a terminal."""
     return tqdm(

@@ -132,7 +132,7 @@ def read_gradescope_csv(path: Path) -> dict[str, Side]:
     return sides
 
 
-def merge_one(sub: str, cpu: Side | None, gpu: Side | None) -> tuple[dict[str, Any], str]:
+def merge_one(cpu: Side | None, gpu: Side | None) -> tuple[dict[str, Any], str]:
     """The merged results of one submission and its status."""
     gpu_checks = _numbered(gpu.data if gpu else None)
     status = "merged" if gpu_checks else "gpu-missing"
@@ -209,7 +209,7 @@ def main(*, cpu: Path, gpu: Path, out_dir: Path) -> MergeSummary:
     table, records = [], {}
     for key in sorted(folders, key=natural_key):
         c, g = cpu_sides.get(key), gpu_sides.get(key)
-        data, status = merge_one(key, c, g)
+        data, status = merge_one(c, g)
         write_results(data, out_dir / "results" / folders[key] / "results.json")
         summary.counts[status] += 1
         records[folders[key]] = data["extra_data"]["merge"]
