@@ -14,12 +14,10 @@ import ctypes
 import dataclasses
 import functools
 import os
-import pwd
 import resource
 import secrets
 import shutil
 import subprocess
-import sys
 import tempfile
 import warnings
 from collections.abc import Callable
@@ -28,16 +26,21 @@ from pathlib import Path
 
 import psutil
 
+from grader.identity import (  # noqa: F401  (re-exported: the sandbox's accounts)
+    FALLBACK_USER,
+    LOCK_DIR,
+    POOL_SIZE,
+    WORKER_USER,
+    WorkerIdentity,
+    claim_identity,
+    pool_names,
+    resolve_identity,
+)
 from grader.mounts import MountPlan
 from grader.mounts import apply as apply_mounts
 from grader.processes import kill_matching
 
 KIB, MIB, GIB = 2**10, 2**20, 2**30
-
-#: The dedicated account created by the Gradescope set-up (``setup.sh``).
-WORKER_USER = "kvgrader"
-#: Used when running as root on a machine without the dedicated account.
-FALLBACK_USER = "nobody"
 
 WORKER_SOURCE = Path(__file__).resolve().parent / "worker"
 #: Scripts of the Gradescope set-up (user creation).
@@ -59,69 +62,6 @@ class Limits:
     max_response_bytes: int = 64 * MIB
     cpu_seconds: int = 1800  # CPU time backstop (RLIMIT_CPU)
     isolate_network: bool = True  # a network namespace of its own, where the kernel allows
-
-
-@dataclass(frozen=True)
-class WorkerIdentity:
-    """The account the worker runs as, and why."""
-
-    uid: int
-    gid: int
-    name: str
-    dropped: bool  # True when the worker runs as a different, unprivileged user
-    warning: str = ""
-
-
-def _interpreter_usable_by(uid: int, gid: int) -> bool:
-    """Whether ``uid`` can start this interpreter (a pyenv under /root is not readable)."""
-    try:
-        result = subprocess.run(
-            [sys.executable, "-E", "-s", "-c", "import numpy"],
-            user=uid,
-            group=gid,
-            extra_groups=[],
-            cwd="/",
-            env={"PATH": "/usr/bin:/bin"},
-            capture_output=True,
-            timeout=60,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return result.returncode == 0
-
-
-def resolve_identity(preferred: str = WORKER_USER) -> WorkerIdentity:
-    """Pick the worker's account: unprivileged when we are root, else ourselves."""
-    me = pwd.getpwuid(os.getuid())
-    if os.getuid() != 0:
-        return WorkerIdentity(
-            os.getuid(),
-            os.getgid(),
-            me.pw_name,
-            dropped=False,
-            warning=(
-                f"the grader is not running as root, so student code runs as {me.pw_name!r} "
-                "and can read whatever that user can read"
-            ),
-        )
-    for name in (preferred, FALLBACK_USER):
-        try:
-            entry = pwd.getpwnam(name)
-        except KeyError:
-            continue
-        if _interpreter_usable_by(entry.pw_uid, entry.pw_gid):
-            note = "" if name == preferred else f"user {preferred!r} does not exist; using {name!r}"
-            return WorkerIdentity(entry.pw_uid, entry.pw_gid, name, dropped=True, warning=note)
-    return WorkerIdentity(
-        0,
-        0,
-        me.pw_name,
-        dropped=False,
-        warning=(
-            f"no unprivileged user ({preferred!r} or {FALLBACK_USER!r}) can run {sys.executable}; "
-            "student code runs as root"
-        ),
-    )
 
 
 def protect_hidden(folder: Path, identity: WorkerIdentity) -> None:
@@ -282,7 +222,7 @@ class Sandbox:
 
     @classmethod
     def create(cls, identity: WorkerIdentity | None = None) -> Sandbox:
-        identity = identity or resolve_identity()
+        identity = identity or claim_identity()
         if identity.dropped:
             identity = dataclasses.replace(identity, gid=fresh_gid())
         root = Path(tempfile.mkdtemp(prefix="kvgrade-"))
@@ -307,6 +247,7 @@ class Sandbox:
             top = self.root / name
             for path in (top, *top.rglob("*")):
                 os.chown(path, self.identity.uid, self.identity.gid, follow_symlinks=False)
+            top.chmod(0o700)  # no other account (another grading's worker) may look in
 
     def environment(self, device: str, threads: int) -> dict[str, str]:
         """The worker's whole environment: nothing of the parent's leaks through."""
@@ -330,6 +271,9 @@ class Sandbox:
         remove_tree(self.root)
         if self.identity.dropped:
             remove_stray_files(self.identity.uid)
+        if self.identity.lock_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.identity.lock_fd)  # the account is free for the next grading
 
 
 def remove_tree(path: Path) -> None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from grader.sandbox import Sandbox, resolve_identity
+from grader.sandbox import PROJECT_GRADESCOPE, Sandbox, resolve_identity
 from tests.conftest import in_param_count, refused
 
 ROOT_ONLY = os.geteuid() == 0
@@ -89,3 +90,34 @@ def test_worker_cannot_read_the_hidden_test_cases(grade_patched) -> None:
     assert graded.score("1.1") == 0
     assert refused(graded.output("1.1"))
     assert 0 < graded.score("1.12") < 2  # the hidden checks still ran, from the parent
+
+
+@pytest.mark.skipif(not ROOT_ONLY, reason="dropping privileges needs root")
+def test_gradings_side_by_side_get_their_own_worker_account(tmp_path: Path) -> None:
+    """Two sandboxes at once never share a user; a finished one frees its account."""
+    import fcntl
+
+    from grader.sandbox import LOCK_DIR, POOL_SIZE, pool_names
+
+    script = PROJECT_GRADESCOPE / "create_worker_user.sh"
+    subprocess.run(
+        ["bash", str(script), "kvgrader", str(POOL_SIZE)], check=True, capture_output=True
+    )
+    first, second = Sandbox.create(), Sandbox.create()
+    try:
+        assert first.identity.dropped and second.identity.dropped
+        assert first.identity.uid != second.identity.uid
+        assert {first.identity.name, second.identity.name} <= set(pool_names())
+        second.hand_over()
+        assert (second.submission_dir.stat().st_mode & 0o077) == 0  # no one else looks in
+    finally:
+        name = first.identity.name
+        first.cleanup()
+        second.cleanup()
+    fd = os.open(LOCK_DIR / f"{name}.lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released by cleanup
+    finally:
+        os.close(fd)
+    setup = (PROJECT_GRADESCOPE / "setup.sh").read_text()
+    assert f'create_worker_user.sh" kvgrader {POOL_SIZE}' in setup

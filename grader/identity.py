@@ -1,0 +1,124 @@
+"""Who runs student code: an unprivileged account of the worker pool, one per grading.
+
+As root (always on Gradescope) the worker drops to an account created by the
+set-up; gradings running side by side each hold their own account through a
+lock, so they share neither a process limit nor files nor signals. Without
+root the worker runs as the current user and the run records a warning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import os
+import pwd
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+#: The dedicated accounts created by the Gradescope set-up (``setup.sh``): ``kvgrader``
+#: and ``kvgrader1`` ... ``kvgrader7``, one per grading running at the same time.
+WORKER_USER = "kvgrader"
+POOL_SIZE = 8
+#: Root-only folder of the locks that give each running grading its own account.
+LOCK_DIR = Path("/run/kvgrader") if Path("/run").is_dir() else Path("/var/lock/kvgrader")
+#: Used when running as root on a machine without the dedicated account.
+FALLBACK_USER = "nobody"
+
+
+@dataclass(frozen=True)
+class WorkerIdentity:
+    """The account the worker runs as, and why."""
+
+    uid: int
+    gid: int
+    name: str
+    dropped: bool  # True when the worker runs as a different, unprivileged user
+    warning: str = ""
+    lock_fd: int = -1  # held while a grading uses a pool account (see claim_identity)
+
+
+def _interpreter_usable_by(uid: int, gid: int) -> bool:
+    """Whether ``uid`` can start this interpreter (a pyenv under /root is not readable)."""
+    try:
+        result = subprocess.run(
+            [sys.executable, "-E", "-s", "-c", "import numpy"],
+            user=uid,
+            group=gid,
+            extra_groups=[],
+            cwd="/",
+            env={"PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return result.returncode == 0
+
+
+def resolve_identity(preferred: str = WORKER_USER) -> WorkerIdentity:
+    """Pick the worker's account: unprivileged when we are root, else ourselves."""
+    me = pwd.getpwuid(os.getuid())
+    if os.getuid() != 0:
+        return WorkerIdentity(
+            os.getuid(),
+            os.getgid(),
+            me.pw_name,
+            dropped=False,
+            warning=(
+                f"the grader is not running as root, so student code runs as {me.pw_name!r} "
+                "and can read whatever that user can read"
+            ),
+        )
+    for name in (preferred, FALLBACK_USER):
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            continue
+        if _interpreter_usable_by(entry.pw_uid, entry.pw_gid):
+            note = "" if name == preferred else f"user {preferred!r} does not exist; using {name!r}"
+            return WorkerIdentity(entry.pw_uid, entry.pw_gid, name, dropped=True, warning=note)
+    return WorkerIdentity(
+        0,
+        0,
+        me.pw_name,
+        dropped=False,
+        warning=(
+            f"no unprivileged user ({preferred!r} or {FALLBACK_USER!r}) can run {sys.executable}; "
+            "student code runs as root"
+        ),
+    )
+
+
+def pool_names(preferred: str = WORKER_USER, size: int = POOL_SIZE) -> list[str]:
+    """The accounts of the worker pool, in the order they are tried."""
+    return [preferred, *(f"{preferred}{i}" for i in range(1, size))]
+
+
+def claim_identity(preferred: str = WORKER_USER, size: int = POOL_SIZE) -> WorkerIdentity:
+    """An account no other running grading uses, held by a lock until
+    :meth:`Sandbox.cleanup`. Gradings side by side (``batch --jobs``) then have
+    their own user: their own process limit, no signals or files across them.
+    Without a free pool account the first one is shared, with a warning."""
+    if os.geteuid() != 0:
+        return resolve_identity(preferred)
+    LOCK_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for name in pool_names(preferred, size):
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            continue
+        fd = os.open(LOCK_DIR / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        identity = resolve_identity(name)
+        if identity.name == name:
+            return dataclasses.replace(identity, lock_fd=fd)
+        os.close(fd)
+    identity = resolve_identity(preferred)
+    note = "every worker account is in use: this grading shares its worker user"
+    return dataclasses.replace(identity, warning="; ".join(filter(None, [identity.warning, note])))
