@@ -308,7 +308,7 @@ class WorkerClient:
             try:
                 write_message(
                     self._to_worker,
-                    {**header, "id": rid, "timed": timed},
+                    {**header, "id": rid},  # timed or not: the worker cannot tell
                     arrays,
                     deadline=time.monotonic() + limit,
                 )

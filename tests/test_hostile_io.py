@@ -8,6 +8,7 @@ thread) on a grader without the matching defence.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -367,3 +368,47 @@ def test_the_view_keeps_the_interpreter_only_when_it_lies_in_a_hidden_folder(
     elsewhere = plan_for(box, [checkout], Path(sys.prefix))
     assert elsewhere.keep == (str(box),) or Path(sys.prefix).is_relative_to(checkout)
     assert dict(plan.scratch)["/tmp"] == "256m"
+
+
+# ------------------------------------------------------- the worker's own modules
+
+
+def test_submission_files_named_like_the_workers_modules_change_nothing(tmp_path: Path) -> None:
+    submission = patched_solution(tmp_path / "submission", "question1.py", [])
+    for name in ("adapter_part1.py", "protocol.py", "values.py"):
+        (submission / name).write_text("raise RuntimeError('the worker imported me')\n")
+    graded = run_grade(submission, tmp_path / "out", parts=["part1"], limits=FAST_LIMITS)
+    assert graded.data["score"] == 20
+
+
+def test_timed_requests_look_like_any_other(tmp_path: Path, monkeypatch) -> None:
+    import grader.client as client_module
+
+    sent: list[dict] = []
+    real = client_module.write_message
+
+    def spy(fd, header, arrays=None, **kwargs):
+        sent.append(dict(header))
+        return real(fd, header, arrays, **kwargs)
+
+    monkeypatch.setattr(client_module, "write_message", spy)
+    sandbox = Sandbox.create()
+    try:
+        shutil.copy(SOLUTION / "question1.py", sandbox.submission_dir / "question1.py")
+        sandbox.hand_over()
+        client = WorkerClient(
+            part="part1",
+            module_file="question1.py",
+            submission_dir=str(sandbox.submission_dir),
+            sandbox=sandbox,
+            limits=FAST_LIMITS,
+        )
+        call = {"op": "call", "func": "attention_flops", "args": [], "kwargs": {}}
+        for timed in (True, False):  # whether the call succeeds does not matter here
+            with contextlib.suppress(SubmissionError):
+                client.request(call, what="attention_flops", timed=timed)
+        client.stop()
+    finally:
+        sandbox.cleanup()
+    assert len(sent) == 2 and sent[0].keys() == sent[1].keys()
+    assert "timed" not in sent[0]

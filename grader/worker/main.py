@@ -78,7 +78,7 @@ def _cuda() -> Any:
 
 
 def before_timed() -> None:
-    """Start a timed request with an idle GPU and fresh peak-memory statistics."""
+    """Start a request with an idle GPU and fresh peak-memory statistics."""
     cuda = _cuda()
     if cuda is not None:
         cuda.synchronize()
@@ -86,8 +86,8 @@ def before_timed() -> None:
 
 
 def after_timed() -> dict[str, Any]:
-    """Finish a timed request: wait for queued GPU work, so that the parent's clock
-    covers it, and report the request's CUDA peak memory."""
+    """Finish a request: wait for queued GPU work, so that the parent's clock covers
+    it, and report the request's CUDA peak memory."""
     cuda = _cuda()
     if cuda is None:
         return {}
@@ -117,13 +117,12 @@ def serve(adapter: Any, in_fd: int, out_fd: int, submission: Path) -> None:
         except EOFError:
             return
         rid = request.get("id")
-        timed = bool(request.get("timed"))
         try:
-            if timed:
-                before_timed()
+            # Every request is handled as a timed one: nothing tells the submission
+            # which requests the parent times.
+            before_timed()
             header, out_arrays = adapter.handle(request, arrays)
-            if timed:
-                header = {**header, **after_timed()}
+            header = {**header, **after_timed()}
             reply, blobs = {"ok": True, **header, "id": rid}, out_arrays
         except BaseException as exc:  # SystemExit and KeyboardInterrupt included
             reply, blobs = (
@@ -144,7 +143,9 @@ def main() -> None:
     args = parser.parse_args()
 
     submission = Path(args.submission).resolve()
-    sys.path.insert(0, str(submission))
+    # After the worker's own folder: a submission file named like one of the worker's
+    # modules (adapter_part2.py, protocol.py, values.py) can never replace it.
+    sys.path.insert(1, str(submission))
     os.chdir(submission)
     try:
         adapter = load_adapter(args.part)
