@@ -10,7 +10,6 @@ import numpy as np
 
 from grader.cases_part2 import (
     ATOL,
-    BENCH_MODEL,
     HIDDEN_MODEL,
     HIDDEN_SEED,
     PUBLIC_MODEL,
@@ -184,7 +183,7 @@ def build(
         "part": "part2",
         "version": 1,
         "atol": ATOL,
-        "models": {"public": model_entry(PUBLIC_MODEL), "bench": model_entry(BENCH_MODEL)},
+        "models": {"public": model_entry(PUBLIC_MODEL)},
         "course_cases": "part2/test_cases.json",
         "chunk_plans": [chunk_plan(len(c["input_ids"][0])) for c in cases],
         "generate": probe,
