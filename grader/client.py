@@ -262,6 +262,13 @@ class WorkerClient:
                 os.close(fd)
         self._proc, self._to_worker, self._from_worker = None, -1, -1
 
+    def kill(self) -> None:
+        """Kill the worker's processes from another thread (the watchdog): a request
+        waiting on it sees the channel close and fails at once; :meth:`stop` tidies up."""
+        proc = self._proc
+        if proc is not None:
+            kill_tree(proc.pid)
+
     @property
     def running(self) -> bool:
         """Whether a worker process is up (state kept in it, such as loaded models, survives)."""
@@ -290,6 +297,10 @@ class WorkerClient:
         :mod:`grader.timing`). The clock never includes starting the worker.
         """
         key = key if key is not None else what.split("(")[0]
+        if self.sandbox.expired.is_set():
+            raise SubmissionError(
+                f"{what} was not run: the grading ran past its time budget.", kind="timeout"
+            )
         if key in self._timed_out:
             raise SubmissionError(
                 f"{what} was not run: it already ran past the time limit in an earlier check.",

@@ -88,6 +88,11 @@ class GradingContext:
             self._cases[part] = load_cases(part, self.cases_root)
         return self._cases[part]
 
+    def kill_workers(self) -> None:
+        """Kill every worker's processes now, from any thread (see :meth:`WorkerClient.kill`)."""
+        for client in list(self._workers.values()):
+            client.kill()
+
     def close(self) -> None:
         """Stop every worker (and everything they started)."""
         for client in self._workers.values():

@@ -14,6 +14,7 @@ import io
 import json
 import os
 import sys
+import threading
 import time
 import traceback
 import unittest
@@ -106,6 +107,48 @@ def summary(results: GradingResults, notes: list[str]) -> str:
     return "\n".join(lines)
 
 
+class Watchdog:
+    """The whole grading's deadline, kept by a thread the submission cannot block.
+
+    When it passes, every worker of the run is killed: whatever check is waiting
+    on one fails at once, the rest fail fast, and the results are written as
+    usual. If the grader still has not finished ``grace_s`` later, the thread
+    writes a valid results file itself and ends the process.
+    """
+
+    def __init__(self, seconds: float, stop_workers, results_path: Path, max_score: float,
+                 grace_s: float = 60.0) -> None:  # fmt: skip
+        self.expired = threading.Event()
+        self.done = threading.Event()
+        self._args = (stop_workers, results_path, max_score, seconds, grace_s)
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def start(self) -> None:
+        self._timer.start()
+
+    def finish(self) -> None:
+        self.done.set()
+        self._timer.cancel()
+
+    def _expire(self) -> None:
+        stop_workers, results_path, max_score, seconds, grace_s = self._args
+        self.expired.set()
+        with contextlib.suppress(Exception):
+            stop_workers()
+        if self.done.wait(grace_s):
+            return
+        write_results(
+            fallback_results(
+                f"The grading did not finish within {seconds:.0f} s and was stopped. "
+                "This is not your fault if your code is quick; please tell the course staff.",
+                max_score=max_score,
+            ),
+            results_path,
+        )
+        os._exit(1)
+
+
 def grade(
     submission: Path,
     *,
@@ -131,6 +174,7 @@ def grade(
     crash = ""
     sandbox: Sandbox | None = None
     ctx: GradingContext | None = None
+    watchdog: Watchdog | None = None
     total = sum(part_total(p) for p in parts if p in PARTS)
     try:
         with contextlib.suppress(OSError):
@@ -141,6 +185,18 @@ def grade(
                 max_score=total,
             )
         sandbox = Sandbox.create(identity)
+        run_limits = limits or Limits()
+        watchdog = Watchdog(
+            run_limits.grading_timeout_s,
+            lambda: (
+                sandbox.expired.set(),
+                ctx and ctx.kill_workers(),
+                kill_user_processes(sandbox.identity),
+            ),
+            results_path,
+            total,
+        )
+        watchdog.start()
         protect_hidden(Path(cases_root) / "hidden", sandbox.identity)
         protect_hidden(SOLUTION_DIR, sandbox.identity)
         isolation = network_isolation()
@@ -179,6 +235,11 @@ def grade(
                 f"Benchmark checks ({', '.join(benchmarks)}) were timed on {device} and judged "
                 f"with the {device} threshold profile."
             )
+        if sandbox.expired.is_set():
+            notes.append(
+                f"The grading ran past its {run_limits.grading_timeout_s:.0f} s budget: the "
+                "check running then was stopped and the ones after it were not run."
+            )
         results.output = summary(results, notes)
         results.extra_data = {
             "device": device,
@@ -193,6 +254,8 @@ def grade(
         crash = traceback.format_exc()
         print(crash, file=sys.stderr)
     finally:
+        if watchdog is not None:
+            watchdog.finish()
         if ctx is not None:
             ctx.close()
         if sandbox is not None:

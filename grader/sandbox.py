@@ -19,6 +19,7 @@ import secrets
 import shutil
 import subprocess
 import tempfile
+import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,6 +54,9 @@ class Limits:
 
     request_timeout_s: float = 20.0  # wall clock for one request
     startup_timeout_s: float = 60.0  # wall clock for importing the submission
+    # Wall clock for the whole grading, under Gradescope's default 10 minutes: past it
+    # the watchdog stops the workers, so the remaining checks fail fast (runner.py).
+    grading_timeout_s: float = 480.0
     memory_bytes: int = 6 * GIB  # address-space limit (RLIMIT_AS)
     max_processes: int = 512  # processes + threads of the worker user (RLIMIT_NPROC)
     max_file_bytes: int = 64 * MIB  # largest file the worker may write (RLIMIT_FSIZE)
@@ -187,6 +191,7 @@ class Sandbox:
     identity: WorkerIdentity
     warnings: list[str] = field(default_factory=list)
     hidden: list[Path] = field(default_factory=list)  # folders the worker must not see
+    expired: threading.Event = field(default_factory=threading.Event)  # the run's deadline
 
     @property
     def worker_dir(self) -> Path:

@@ -412,3 +412,23 @@ def test_timed_requests_look_like_any_other(tmp_path: Path, monkeypatch) -> None
         sandbox.cleanup()
     assert len(sent) == 2 and sent[0].keys() == sent[1].keys()
     assert "timed" not in sent[0]
+
+
+# ------------------------------------------------------------------- the watchdog
+
+
+def test_the_whole_grading_has_a_deadline(tmp_path: Path) -> None:
+    """Every call sleeps just under the request timeout: the run's budget stops it."""
+    slow = patched_solution(
+        tmp_path / "submission",
+        "question1.py",
+        [in_param_count("    import time\n    time.sleep(2.5)")],
+    )
+    limits = Limits(request_timeout_s=3.0, startup_timeout_s=8.0, grading_timeout_s=4.0)
+    started = time.monotonic()
+    graded = finishes_within(120, run_grade, slow, tmp_path / "out", parts=["part1"], limits=limits)
+    assert time.monotonic() - started < 60
+    assert "ran past its 4 s budget" in graded.data["output"]
+    assert graded.data["score"] < 20
+    stopped = [t for t in graded.data["tests"] if "ran past its time budget" in t.get("output", "")]
+    assert stopped and all(t["score"] == 0 for t in stopped)
