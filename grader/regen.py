@@ -171,12 +171,16 @@ def write_cases(out: Path, solution: Path = SOLUTION) -> list[Path]:
     return written
 
 
-def check(cases_root: Path = TEST_CASES, solution: Path = SOLUTION) -> list[str]:
+def check(
+    cases_root: Path = TEST_CASES, solution: Path = SOLUTION, fresh: Path | None = None
+) -> list[str]:
     """Problems with the committed cases: drift from the solution, or from the manifest.
 
     Regenerated files are compared with the committed ones by meaning
     (:mod:`grader.case_compare`), so cases committed on one CPU are still up to
     date on another, while a changed solution or case builder is reported.
+    ``fresh`` is a folder already written by :func:`write_cases` from ``solution``
+    (so several checks can share one regeneration).
     """
     problems = []
     manifest_path = cases_root / MANIFEST
@@ -190,20 +194,28 @@ def check(cases_root: Path = TEST_CASES, solution: Path = SOLUTION) -> list[str]
         elif sha256(path) != digest:
             problems.append(f"{rel}: changed since the manifest was written")
     with tempfile.TemporaryDirectory() as tmp:
-        fresh = Path(tmp)
-        try:
-            write_cases(fresh, solution)
-        except Exception as exc:
-            return [*problems, f"cannot regenerate the cases: {exc}"]
-        for path in sorted(p for p in fresh.rglob("*") if p.is_file()):
-            rel = path.relative_to(fresh).as_posix()
-            committed = cases_root / rel
-            if rel == MANIFEST:
-                continue  # its checksums follow the bytes; the files are compared by meaning
-            if not committed.is_file():
-                problems.append(f"{rel}: not committed")
-                continue
-            difference = compare_files(rel, path.read_bytes(), committed.read_bytes())
-            if difference:
-                problems.append(f"{rel}: differs from what solution/ generates ({difference})")
+        if fresh is None:
+            fresh = Path(tmp)
+            try:
+                write_cases(fresh, solution)
+            except Exception as exc:
+                return [*problems, f"cannot regenerate the cases: {exc}"]
+        problems += drift(cases_root, fresh)
+    return problems
+
+
+def drift(cases_root: Path, fresh: Path) -> list[str]:
+    """Every file of ``fresh`` that is missing from ``cases_root`` or means something else."""
+    problems = []
+    for path in sorted(p for p in fresh.rglob("*") if p.is_file()):
+        rel = path.relative_to(fresh).as_posix()
+        committed = cases_root / rel
+        if rel == MANIFEST:
+            continue  # its checksums follow the bytes; the files are compared by meaning
+        if not committed.is_file():
+            problems.append(f"{rel}: not committed")
+            continue
+        difference = compare_files(rel, path.read_bytes(), committed.read_bytes())
+        if difference:
+            problems.append(f"{rel}: differs from what solution/ generates ({difference})")
     return problems

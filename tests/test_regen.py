@@ -14,8 +14,16 @@ from grader.context import TEST_CASES, load_cases
 from tests.conftest import SOLUTION, patched_solution
 
 
-def test_committed_cases_match_the_solution() -> None:
-    assert regen.check() == []
+@pytest.fixture(scope="module")
+def fresh_cases(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The cases as solution/ generates them now, written once for every test here."""
+    out = tmp_path_factory.mktemp("fresh")
+    regen.write_cases(out)
+    return out
+
+
+def test_committed_cases_match_the_solution(fresh_cases: Path) -> None:
+    assert regen.check(fresh=fresh_cases) == []
 
 
 def _nudge(value: object, factor: float) -> object:
@@ -31,7 +39,7 @@ def _nudge(value: object, factor: float) -> object:
     return value * factor if isinstance(value, float) else value
 
 
-def test_cases_from_another_cpu_are_not_stale(tmp_path: Path) -> None:
+def test_cases_from_another_cpu_are_not_stale(tmp_path: Path, fresh_cases: Path) -> None:
     """Committed floats off by 1e-4 relative (float32 arrays by 1e-6), as another CPU
     leaves them, are still up to date; the manifest follows the nudged bytes."""
     cases = tmp_path / "cases"
@@ -47,16 +55,15 @@ def test_cases_from_another_cpu_are_not_stale(tmp_path: Path) -> None:
             manifest["files"][rel] = regen.sha256(path)
     (cases / regen.MANIFEST).write_text(json.dumps(manifest))
     assert nudged >= 5
-    assert regen.check(cases, SOLUTION) == []
+    assert regen.check(cases, SOLUTION, fresh=fresh_cases) == []
 
 
-def test_generation_is_deterministic(tmp_path: Path) -> None:
-    regen.write_cases(tmp_path / "a")
+def test_generation_is_deterministic(tmp_path: Path, fresh_cases: Path) -> None:
     regen.write_cases(tmp_path / "b")
-    files = [p for p in (tmp_path / "a").rglob("*") if p.is_file()]
+    files = [p for p in fresh_cases.rglob("*") if p.is_file()]
     assert any(p.suffix == ".pt" for p in files)
     for path in files:
-        assert path.read_bytes() == (tmp_path / "b" / path.relative_to(tmp_path / "a")).read_bytes()
+        assert path.read_bytes() == (tmp_path / "b" / path.relative_to(fresh_cases)).read_bytes()
 
 
 def test_drift_from_the_solution_is_reported(tmp_path: Path) -> None:
@@ -75,13 +82,14 @@ def test_a_mutant_that_no_longer_applies_is_reported(tmp_path: Path) -> None:
     assert any("no_norm_weights" in p and "cannot regenerate" in p for p in problems)
 
 
-def test_tampering_with_a_case_file_is_reported(tmp_path: Path) -> None:
+def test_tampering_with_a_case_file_is_reported(tmp_path: Path, fresh_cases: Path) -> None:
     cases = tmp_path / "cases"
     shutil.copytree(TEST_CASES, cases)
     path = cases / "public" / "part1.json"
     path.write_text(path.read_text().replace("8030261248", "8030261249"))
-    problems = regen.check(cases, SOLUTION)
+    problems = regen.check(cases, SOLUTION, fresh=fresh_cases)
     assert any("changed since the manifest" in p for p in problems)
+    assert any("public/part1.json: differs" in p for p in problems)  # and by meaning
 
 
 def test_schema_rejects_a_malformed_case_file() -> None:
