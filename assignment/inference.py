@@ -117,7 +117,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--temperature", type=float, default=0.6, help="0 means greedy")
     parser.add_argument("--top-p", type=float, default=0.9)
     parser.add_argument("--kv-caching", choices=["on", "off", "both"], default="both")
-    parser.add_argument("--seed", type=int, default=None, help="seed sampling (same per mode)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of sampling (same per mode)")
     return parser.parse_args(argv)
 
 
@@ -133,8 +133,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("--device cuda but no GPU is visible", file=sys.stderr)
         return 2
     modes = {"on": [True], "off": [False], "both": [True, False]}[args.kv_caching]
+    texts = {}
     for kv_caching in modes:
-        run_prompts(
+        texts[kv_caching] = run_prompts(
             ckpt_dir,
             tokenizer_path,
             kv_caching,
@@ -145,7 +146,35 @@ def main(argv: Sequence[str] | None = None) -> int:
             seed=args.seed,
             max_seq_len=args.max_seq_len,
         )
-    return 0
+    if len(texts) < 2:
+        return 0
+    verdict, agree = compare_modes(texts[True], texts[False], greedy=args.temperature == 0)
+    print(verdict)
+    return 0 if agree or args.temperature != 0 else 1
+
+
+def compare_modes(cached: list[str], free: list[str], *, greedy: bool) -> tuple[str, bool]:
+    """Whether the two modes continued every prompt the same way, said in a sentence.
+
+    Greedy texts must be identical (a difference means the two paths compute different
+    logits); sampled ones, drawn with the same seed, normally are, but a rounding
+    difference can move one sample and everything after it.
+    """
+    differ = [i + 1 for i, (a, b) in enumerate(zip(cached, free, strict=True)) if a != b]
+    if not differ:
+        return f"AGREE: both modes gave the same text for all {len(cached)} prompts.", True
+    which = ", ".join(map(str, differ))
+    if greedy:
+        return (
+            f"DIFFER: with --temperature 0 both modes must give the same text, but prompt(s) "
+            f"{which} differ: the cached and the cache-free paths compute different logits.",
+            False,
+        )
+    return (
+        f"DIFFER on prompt(s) {which}. Sampling can diverge after one rounding difference; "
+        "run with --temperature 0, where the two modes must agree exactly.",
+        False,
+    )
 
 
 if __name__ == "__main__":

@@ -236,9 +236,32 @@ def load_model(config: ModelConfig, state_dict_path: Path) -> DecoderOnlyTransfo
     model = DecoderOnlyTransformer(
         config.vocab_size, config.d_model, config.d_ff, config.num_layers, config.max_seq_len
     )
-    model.load_state_dict(torch.load(state_dict_path, map_location="cpu", weights_only=True))
+    state = torch.load(state_dict_path, map_location="cpu", weights_only=True)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise RuntimeError(key_mismatch(missing, unexpected))
     print(f"Successfully loaded model state dictionary from {state_dict_path}")
     return model.eval()
+
+
+def key_mismatch(missing: list[str], unexpected: list[str]) -> str:
+    """What is wrong when the course's state dict and the model's parameters differ, in
+    a few lines instead of torch's list of every key (a blank skeleton lacks them all)."""
+
+    def some(keys: list[str]) -> str:
+        return ", ".join(keys[:4]) + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
+
+    lines = ["the state dict's keys do not match the model's parameters."]
+    if unexpected:
+        lines.append(f"  In the file but not in your model ({len(unexpected)}): {some(unexpected)}")
+    if missing:
+        lines.append(f"  In your model but not in the file ({len(missing)}): {some(missing)}")
+    lines.append(
+        "  Create every submodule in the __init__ methods (the TODOs) under the names the "
+        "handout gives: W_q, W_k, W_v, W_o, fc1, fc2, norm1, norm2, token_embedding, "
+        "pos_embedding, norm, output_projection."
+    )
+    return "\n".join(lines)
 
 
 def load_test_cases(path: Path) -> list[dict[str, torch.Tensor]]:

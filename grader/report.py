@@ -2,22 +2,40 @@
 
 from __future__ import annotations
 
-from grader.results import GradingResults
+from grader.results import GradingResults, TestResult
+
+
+def is_bonus(t: TestResult) -> bool:
+    """Extra credit: a check whose maximum is 0 (its points come on top of the part's)."""
+    return "bonus" in t.tags or (t.max_score == 0 and t.score > 0)
+
+
+def _score(regular: float, bonus: float, max_score: float) -> str:
+    """ "16 / 20 + 4 bonus": the regular points apart from the extra credit, so that a
+    bonus never hides a failed check behind a full-looking total."""
+    text = f"{regular:g} / {max_score:g}"
+    return f"{text} + {bonus:g} bonus" if bonus else text
 
 
 def score_table(results: GradingResults, *, width: int = 72) -> str:
     """One line per check, grouped by part, with part totals and the overall score."""
     lines = []
-    by_part = results.by_part()
-    for part, (score, max_score) in by_part.items():
-        lines.append(f"{part}  {score:g} / {max_score:g}")
-        for t in results.tests:
-            if t.part != part:
-                continue
+    totals = [0.0, 0.0, 0.0]  # regular, bonus, maximum
+    for part in results.by_part():
+        tests = [t for t in results.tests if t.part == part]
+        bonus = sum(t.score for t in tests if is_bonus(t))
+        regular = sum(t.score for t in tests if not is_bonus(t))
+        max_score = sum(t.max_score for t in tests)
+        totals = [totals[0] + regular, totals[1] + bonus, totals[2] + max_score]
+        lines.append(f"{part}  {_score(regular, bonus, max_score)}")
+        for t in tests:
             mark = "PASS" if t.status == "passed" else "FAIL"
             name = t.name if len(t.name) <= width - 22 else t.name[: width - 25] + "..."
-            lines.append(f"  {mark}  {name:<{width - 22}} {t.score:>5g} / {t.max_score:<4g}")
-    lines.append(f"TOTAL  {results.score:g} / {results.max_score:g}")
+            points = f"{t.score:>5g} / {t.max_score:<4g}"
+            if is_bonus(t):
+                points = f"{t.score:>5g} bonus"
+            lines.append(f"  {mark}  {name:<{width - 22}} {points}")
+    lines.append(f"TOTAL  {_score(*totals)}")
     return "\n".join(lines)
 
 

@@ -20,6 +20,7 @@ Run ``python question1.py`` to print the answer table and save the two plots.
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -216,17 +217,31 @@ def format_table(table: dict[str, float], tp: int = TP_DEGREE) -> str:
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+    """Print the answer table and write the two plots; a step whose function is still a
+    TODO is reported in one line (which function) and the others still run."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out-dir", default=".", help="where to save the two plots")
-    args = parser.parse_args()
-    print(format_table(answer_table()))
+    args = parser.parse_args(argv)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    plot_prefill_ai(out / "prefill_ai.png")
-    plot_decode_ai(out / "decode_ai.png")
-    print(f"plots written to {out / 'prefill_ai.png'} and {out / 'decode_ai.png'}")
+    steps = [
+        ("the answer table", lambda: print(format_table(answer_table()))),
+        ("prefill_ai.png", lambda: plot_prefill_ai(out / "prefill_ai.png")),
+        ("decode_ai.png", lambda: plot_decode_ai(out / "decode_ai.png")),
+    ]
+    missing = 0
+    for what, step in steps:
+        try:
+            step()
+        except NotImplementedError as exc:
+            missing += 1
+            print(f"{what}: skipped, {exc or 'a function'} is not implemented yet (a TODO).")
+        else:
+            if what.endswith(".png"):
+                print(f"plot written to {out / what}")
+    return 1 if missing else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

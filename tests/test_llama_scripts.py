@@ -180,6 +180,22 @@ def test_inference_script_greedy_modes_agree() -> None:
     assert len(texts_on) == 4 and texts_on == texts_off
 
 
+def test_inference_script_says_whether_the_modes_agreed() -> None:
+    args = ["--device", "cpu", "--max-gen-len", "6", "--temperature", "0"]
+    out = run_script("inference.py", *args).stdout
+    assert "AGREE: both modes gave the same text for all 4 prompts." in out
+
+
+def test_compare_modes_names_the_prompts_that_differ() -> None:
+    with llama_on_path(SOLUTION):
+        inference = import_path(SOLUTION / "inference.py", "part3_inference_under_test")
+    verdict, agree = inference.compare_modes(["a", "b", "c"], ["a", "x", "c"], greedy=True)
+    assert not agree and "prompt(s) 2 differ" in verdict and "--temperature 0" in verdict
+    verdict, agree = inference.compare_modes(["a", "b"], ["a", "y"], greedy=False)
+    assert not agree and "DIFFER on prompt(s) 2" in verdict
+    assert inference.compare_modes(["a"], ["a"], greedy=False)[1]
+
+
 def test_benchmark_sweep_writes_results(tmp_path: Path) -> None:
     proc = run_script(
         "benchmark_inference.py",

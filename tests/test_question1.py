@@ -78,3 +78,27 @@ def test_handout_states_every_answer_table_key() -> None:
     part1 = handout[: handout.index("## Part 2")]
     stated = set(re.findall(r"^\| `([a-z_]+)` \| .+ \| .+ \|$", part1, flags=re.M))
     assert stated == set(q1.answer_table())
+
+
+def test_blank_skeleton_script_names_each_todo_instead_of_a_traceback(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import ASSIGNMENT
+
+    proc = subprocess.run(
+        [sys.executable, str(ASSIGNMENT / "question1.py"), "--out-dir", str(tmp_path / "plots")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert "answer_table is not implemented yet" in proc.stdout
+    assert "plot_prefill_ai is not implemented yet" in proc.stdout
+    assert "plot_decode_ai is not implemented yet" in proc.stdout
+
+
+def test_reference_script_writes_the_table_and_both_plots(tmp_path) -> None:
+    assert q1.main(["--out-dir", str(tmp_path)]) == 0
+    assert (tmp_path / "prefill_ai.png").is_file() and (tmp_path / "decode_ai.png").is_file()

@@ -474,3 +474,13 @@ def test_skeleton_harness_fails_with_a_message(tmp_path: Path) -> None:
     output = proc.stdout + proc.stderr
     assert "Error loading model state dictionary" in output
     assert "Pass rate: 100.00%" not in output
+
+
+def test_blank_skeleton_harness_says_the_submodules_are_missing(tmp_path: Path) -> None:
+    """Not torch's list of every unexpected key: a count, a few names and what to do."""
+    proc = run_harness(SKELETON_FILE, tmp_path)
+    assert proc.returncode == 1
+    assert "Unexpected key(s)" not in proc.stdout
+    assert "In the file but not in your model (30)" in proc.stdout
+    assert "Create every submodule in the __init__ methods" in proc.stdout
+    assert len(proc.stdout.splitlines()) <= 5

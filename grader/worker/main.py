@@ -34,7 +34,7 @@ def _display_name(filename: str, submission: Path | None) -> str:
 
 def describe_exception(exc: BaseException, submission: Path | None = None) -> dict[str, Any]:
     """The exception's type, message, the line of the submission it came from, and a
-    traceback with the worker's own frames removed."""
+    traceback of the submission's own frames (the worker's and libraries' left out)."""
     frames = [
         f
         for f in traceback.extract_tb(exc.__traceback__)
@@ -53,9 +53,11 @@ def describe_exception(exc: BaseException, submission: Path | None = None) -> di
         )
     if isinstance(exc, SyntaxError) and exc.filename:
         where = f"{_display_name(exc.filename, submission)}, line {exc.lineno}"
+    # "Traceback (your code)": the submission's frames only (torch's and other libraries'
+    # frames say nothing a student can act on); all frames when none is the submission's.
     shown = [
         traceback.FrameSummary(_display_name(f.filename, submission), f.lineno, f.name, line=f.line)
-        for f in frames[-8:]
+        for f in (own or frames)[-8:]
     ]
     return {
         "type": type(exc).__name__,
