@@ -1,5 +1,7 @@
-"""Part 4 data: the small GPT-2 models the lab is graded on, hidden prompts, and the
-reference's tokens and per-step logits (built by ``regen`` through the adapter)."""
+"""Part 4 data: the small GPT-2 models the lab is graded on, public and hidden prompts,
+the reference's tokens and per-step logits (built by ``regen`` through the adapter), and
+``theoretical_kv_bytes`` inputs. Checks 4.2-4.4 run every case they find: the public
+ones in a student's self-check, public and hidden ones on Gradescope."""
 
 from __future__ import annotations
 
@@ -22,19 +24,28 @@ HIDDEN_MODEL = {
     "seed": 505,
 }
 SEED = 2718
+PUBLIC_SEED = 1414  # the public cases' own stream, so the hidden ones do not change
 
 
-def generation_cases(reference: ModuleType, rng: np.random.Generator) -> list[dict[str, Any]]:
-    """Hidden prompts with the reference's tokens and the logits of every cached step."""
+def generation_cases(
+    reference: ModuleType,
+    rng: np.random.Generator,
+    shapes: tuple[tuple[str, dict[str, Any], int, int], ...] = (
+        ("lab", LAB_MODEL, 2, 8),
+        ("hidden", HIDDEN_MODEL, 1, 12),
+    ),
+    prefix: str = "",
+) -> list[dict[str, Any]]:
+    """Random prompts with the reference's tokens and the logits of every cached step."""
     cases = []
-    for name, spec, batch, length in (("lab", LAB_MODEL, 2, 8), ("hidden", HIDDEN_MODEL, 1, 12)):
+    for name, spec, batch, length in shapes:
         model = adapter.build(spec["config"], spec["seed"])
         ids = rng.integers(0, spec["config"]["vocab_size"], size=(batch, length))
         out = adapter.run_generate(reference, model, ids, NEW_TOKENS, cached=True)
         cases.append(
             {
                 "check": "4.2",
-                "label": f"{name} model, batch {batch}, {length}-token prompt",
+                "label": f"{prefix}{name} model, batch {batch}, {length}-token prompt",
                 "model": name,
                 "ids": ids.tolist(),
                 "tokens": out["tokens"].tolist(),
@@ -44,9 +55,12 @@ def generation_cases(reference: ModuleType, rng: np.random.Generator) -> list[di
     return cases
 
 
-def theory_cases(reference: ModuleType, rng: np.random.Generator) -> list[dict[str, Any]]:
+def theory_cases(
+    reference: ModuleType, rng: np.random.Generator, n: int = 8
+) -> list[dict[str, Any]]:
+    """Random ``(L, D, n_layers, bytes)`` with the reference's byte count."""
     cases = []
-    for _ in range(8):
+    for _ in range(n):
         args = [
             int(rng.integers(1, 8193)),  # L
             int(rng.choice([64, 768, 2048, 4096])),  # D
@@ -65,7 +79,8 @@ def build(reference: ModuleType, mutants: dict[str, ModuleType], diagnoses: dict
     hidden = {
         "part": "part4",
         "version": 1,
-        "cases": generation_cases(reference, rng) + theory_cases(reference, rng),
+        "cases": generation_cases(reference, rng, prefix="hidden prompt, ")
+        + theory_cases(reference, rng),
     }
     public = {
         "part": "part4",
@@ -75,12 +90,22 @@ def build(reference: ModuleType, mutants: dict[str, ModuleType], diagnoses: dict
         "models": {"lab": LAB_MODEL, "hidden": HIDDEN_MODEL},
         "diagnoses": diagnoses,
         "signatures": signatures(reference, mutants),
-        "cases": [],
+        "cases": public_cases(reference),
     }
     return {
         "public/part4.json": ("part4_cases", public),
         "hidden/part4.json": ("part4_cases", hidden),
     }
+
+
+def public_cases(reference: ModuleType) -> list[dict[str, Any]]:
+    """The self-check's counterparts of the hidden cases: other prompts on the same two
+    models and other ``theoretical_kv_bytes`` inputs, judged with the same messages."""
+    rng = np.random.default_rng(PUBLIC_SEED)
+    shapes = (("lab", LAB_MODEL, 1, 6), ("hidden", HIDDEN_MODEL, 2, 5))
+    return generation_cases(reference, rng, shapes, prefix="public prompt, ") + theory_cases(
+        reference, rng, n=4
+    )
 
 
 def signatures(reference: ModuleType, mutants: dict[str, ModuleType]) -> dict[str, dict]:
