@@ -144,6 +144,24 @@ def probes(obs: Observer, tokens: np.ndarray) -> dict[str, Any]:
         return first if again == first else {"repeat_differs": True}
 
     out["second_call"] = _catch(second)
+
+    def switches() -> dict[str, Any]:  # as check 3.8 does after its second-call probe
+        fresh, tokenizer = adapter.build_from_checkpoint(obs.pkg, settings("fresh", True, obs.ckpt))
+        cached, plain = {**GENERATE, "kv_caching": True}, {**GENERATE, "kv_caching": False}
+        for prompts in (COURSE_PROMPTS, SECOND_PROMPTS, SECOND_PROMPTS):
+            _catch(lambda p=prompts: adapter.run_generate(fresh, tokenizer, p, cached))
+        switch, _ = adapter.build_from_checkpoint(obs.pkg, settings("switch", False, obs.ckpt))
+
+        def texts(model: Any, prompts: list[str], run: dict[str, Any]) -> Any:
+            return _catch(lambda: adapter.run_generate(model, tokenizer, prompts, run)["texts"])
+
+        return {
+            "after": texts(fresh, SECOND_PROMPTS, plain),
+            "on": texts(switch, COURSE_PROMPTS, cached),
+            "back": texts(switch, SECOND_PROMPTS, plain),
+        }
+
+    out["mode_switch"] = _catch(switches)
     out["top_p"] = _catch(lambda: top_p_sets(obs.pkg))
     return out
 

@@ -14,6 +14,17 @@ from grader.checks.base import GradedTestCase, likely_cause, with_output
 from grader.checks.logits import compare, logits_problem, same_error_kind
 from grader.client import Reply, SubmissionError
 
+#: Check 3.8's mode switches: what goes wrong when a run's text differs.
+SWITCH_PROBLEMS = {
+    "after": "generate(kv_caching=False) after cached calls on the same model gave other "
+    "text than a fresh model: the cache-free path used what the earlier calls left in the cache.",
+    "on": "On a model built with kv_caching=False, generate(kv_caching=True) gave other text "
+    "than a model built with the cache: switching the mode must switch every attention layer "
+    "(set_kv_caching).",
+    "back": "Switched back to kv_caching=False, the same model gave other text than a fresh "
+    "cache-free model.",
+}
+
 
 class Part3Base(GradedTestCase):
     """Machinery of the Part 3 checks (no checks of its own)."""
@@ -71,14 +82,14 @@ class Part3Base(GradedTestCase):
         extra = {"ckpt_dir": ckpt, "tokenizer_path": f"{ckpt}/tokenizer.model"}
         if name == "bench":
             extra.update(max_seq_len=320, max_batch_size=16)
-        # "fresh": the public model once more, built for check 3.8 alone.
+        # "fresh" and "switch": the public model once more, built for check 3.8 alone.
         header = {"op": "build", **self.settings(name, cache), **extra}
         worker.request(header, what=what, timeout=max(self.ctx.limits.request_timeout_s, 60))
 
     def call(
         self, header: dict[str, Any], arrays: dict[str, np.ndarray], what: str, **kw: Any
     ) -> Reply:
-        self.ensure(header["model"], header["kv_caching"])
+        self.ensure(header["model"], header.get("built_with", header["kv_caching"]))
         return self.ctx.worker(self.part).request(header, arrays, what=what, **kw)
 
     # -------------------------------------------------------------- forward
@@ -113,13 +124,23 @@ class Part3Base(GradedTestCase):
 
     # ------------------------------------------------------------- generate
 
-    def generate(self, prompts: list[str], cache: bool, model: str = "public", **kw: Any) -> Reply:
+    def generate(
+        self,
+        prompts: list[str],
+        cache: bool,
+        model: str = "public",
+        built_with: bool | None = None,
+        **kw: Any,
+    ) -> Reply:
+        """``Llama.generate(kv_caching=cache)`` on ``model``, built with ``built_with``
+        (default: the same ``kv_caching``, so no switch happens)."""
         gen = self.meta()["generate"]
         header = {
             "op": "generate",
             "model": model,
             "tokenizer": "public",
             "kv_caching": cache,
+            "built_with": cache if built_with is None else built_with,
             "prompts": prompts,
             "max_gen_len": kw.pop("max_gen_len", gen["max_gen_len"]),
             "temperature": kw.pop("temperature", gen["temperature"]),
@@ -169,6 +190,31 @@ class Part3Base(GradedTestCase):
         except SubmissionError as exc:
             observed = {"error": exc.signature}
         return self.name_mistakes(mode, observed)
+
+    # ------------------------------------------------------------ mode switches
+
+    def check_mode_switches(self, gen: dict[str, Any]) -> None:
+        """``Llama.generate(kv_caching=...)`` switches the model it is called on: a
+        cache-free call after cached ones, and a cached call on a model built without
+        the cache, give what a model built for that mode gives."""
+        meta = self.meta()
+        runs = {  # name -> (prompts, kv_caching, built with, expected texts)
+            "after": (gen["second_prompts"], False, True, meta["expected_second"]),
+            "on": (gen["prompts"], True, False, meta["expected_texts"]),
+            "back": (gen["second_prompts"], False, False, meta["expected_second"]),
+        }
+        observed: dict[str, Any] = {}
+        for name, (prompts, cache, built, _) in runs.items():
+            model = "fresh" if built else "switch"
+            try:
+                reply = self.generate(prompts, cache, model=model, built_with=built)
+                observed[name] = self.texts(reply)
+            except SubmissionError as exc:
+                observed[name] = {"error": exc.signature}
+        problems = [SWITCH_PROBLEMS[n] for n, run in runs.items() if observed[n] != run[3]]
+        if problems:
+            problems.append(self.name_mistakes("mode_switch", observed))
+            self.fail("\n".join(p for p in problems if p))
 
 
 def describe(mode: str) -> str:

@@ -168,7 +168,10 @@ def cache_shapes(model: Any) -> list[list[Any]]:
 
 
 def _key(request: dict[str, Any]) -> str:
-    return f"{request['model']}:{'cache' if request['kv_caching'] else 'nocache'}"
+    """The model a request uses: its name and the ``kv_caching`` it was built with
+    (``built_with``, when a generate call asks for the other mode)."""
+    built = request.get("built_with", request["kv_caching"])
+    return f"{request['model']}:{'cache' if built else 'nocache'}"
 
 
 def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict, dict]:
