@@ -222,8 +222,10 @@ def test_selfcheck_runs_the_public_checks_with_the_autograders_messages(
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "2.2" in proc.stdout and "2.6" not in proc.stdout  # hidden checks left out
+    assert "FAIL  2.2 " in proc.stdout and "  2.6 " not in proc.stdout.split("TOTAL")[0]
     assert "0 / " in proc.stdout
+    assert "2.6   <- 2.2" in proc.stdout  # the hidden check and its public counterpart
+    assert "3.4 " not in proc.stdout  # only the parts asked for
 
 
 def test_selfcheck_feedback_equals_the_autograders(student_zip: Path, tmp_path: Path) -> None:
