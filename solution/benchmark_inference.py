@@ -8,6 +8,11 @@ reports' Markdown table and a plot. Usage (from this folder)::
     python benchmark_inference.py                       # tiny checkpoint, batch 1, 8, 16
     python benchmark_inference.py --ckpt-dir ~/.llama/checkpoints/Llama3.2-1B --device cuda
     python benchmark_inference.py --single --batch-size 8 --kv-caching off
+
+On a CPU it uses one thread unless ``--threads`` says otherwise: the tiny checkpoint's
+matrices are too small to gain from more, and on a busy laptop extra threads only add
+noise. Every figure is the median of ``--repeats`` timed runs; when the runs of the two
+modes overlap (their spread is too large to tell which is faster), the table says so.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import statistics
 import sys
 import threading
 import time
@@ -115,12 +121,26 @@ def exact_length_prompt(tokenizer: Any, input_len: int, text: str = STORY) -> st
     raise ValueError(f"could not build a prompt of exactly {input_len} tokens")
 
 
+def spread(times: Sequence[float]) -> float:
+    """(max - min) / median of repeated timings: 0 for one run."""
+    return (max(times) - min(times)) / statistics.median(times) if len(times) > 1 else 0.0
+
+
+def set_cpu_threads(threads: int | None, device: str | None) -> None:
+    """Pin torch's CPU threads (default one); nothing on CUDA, where the GPU does the work."""
+    if (device or ("cuda" if torch.cuda.is_available() else "cpu")) == "cpu":
+        torch.set_num_threads(max(1, threads or 1))
+        print(f"CPU threads: {torch.get_num_threads()} (--threads to change)")
+
+
 def _print_record(record: dict[str, Any]) -> None:
     print(f"Batch size: {record['batch_size']}")
     print(f"Input length: {record['input_len']} tokens")
     print(f"Output length: {record['output_len']} tokens")
     print(f"KV caching: {'on' if record['kv_caching'] else 'off'} ({record['device']})")
-    print(f"Inference time: {record['inference_time']:.2f} seconds")
+    times = record.get("inference_times", [record["inference_time"]])
+    runs = f" (median of {len(times)} runs, spread {spread(times):.0%})" if len(times) > 1 else ""
+    print(f"Inference time: {record['inference_time']:.2f} seconds{runs}")
     print(f"Tokens per second: {record['tokens_per_second']:.2f}")
     print(f"Model weights memory usage: {record['model_memory_mb']:.2f} MB")
     print(f"Peak memory usage: {record['peak_memory_mb']:.2f} MB")
@@ -141,6 +161,7 @@ def benchmark_inference(
     temperature: float = 0.0,
     seed: int = 0,
     warmup: bool = True,
+    repeats: int = 1,
 ) -> dict[str, Any]:
     """Generate ``output_len`` tokens for ``batch_size`` copies of an ``input_len``-token
     prompt (BOS included), print the course record and return it as a dict.
@@ -150,7 +171,9 @@ def benchmark_inference(
     preallocated cache is sized for this run. Decoding is greedy by default, so both modes
     produce the same text. ``tokens_per_second`` is batch_size * output_len / time.
     ``warmup`` first generates two tokens for a short prompt, so one-time start-up costs
-    (kernel and thread-pool initialisation) are not timed.
+    (kernel and thread-pool initialisation) are not timed. With ``repeats`` > 1 the
+    generation is timed that many times (each from the same seed): ``inference_time`` is
+    the median and ``inference_times`` lists them all.
 
     Peak memory: on CUDA, ``torch.cuda.max_memory_allocated`` over the call (weights,
     cache and activations). On CPU there is no allocator counter, so it is the memory of
@@ -182,14 +205,18 @@ def benchmark_inference(
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     held_mb = resident_tensor_mb(model)
+    times = []
     with rss_peak_sampler() as rss:
-        start = time.perf_counter()
-        results = model.generate(
-            tokenizer, prompts, max_gen_len=output_len, temperature=temperature, **kwargs
-        )
-        if on_cuda:
-            torch.cuda.synchronize()
-        elapsed = time.perf_counter() - start
+        for _ in range(max(1, repeats)):
+            torch.manual_seed(seed)
+            start = time.perf_counter()
+            results = model.generate(
+                tokenizer, prompts, max_gen_len=output_len, temperature=temperature, **kwargs
+            )
+            if on_cuda:
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+    elapsed = statistics.median(times)
     if on_cuda:
         peak_mb = torch.cuda.max_memory_allocated() / MB
     else:
@@ -202,6 +229,7 @@ def benchmark_inference(
         "kv_caching": kv_caching,
         "device": device,
         "inference_time": elapsed,
+        "inference_times": times,
         "tokens_per_second": batch_size * output_len / elapsed,
         "model_memory_mb": model_memory_mb(model),
         "peak_memory_mb": peak_mb,
@@ -232,9 +260,38 @@ def write_table(records: list[dict[str, Any]], path: Path) -> str:
             for b in sizes
         ]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", *verdict(records)]
     text = "\n".join(lines) + "\n"
     path.write_text(text)
     return text
+
+
+def verdict(records: list[dict[str, Any]]) -> list[str]:
+    """Whether the cache won at every batch size, and where the timed runs of the two modes
+    overlap (the slowest cached run no faster than the fastest cache-free one): there the
+    spread is too large to conclude anything."""
+    lines = []
+    runs = {
+        b: {r["kv_caching"]: r.get("inference_times", [r["inference_time"]]) for r in records
+            if r["batch_size"] == b}
+        for b in sorted({r["batch_size"] for r in records})
+    }  # fmt: skip
+    both = {b: t for b, t in runs.items() if len(t) == 2}
+    overlap = [b for b, t in both.items() if max(t[True]) >= min(t[False])]
+    if overlap:
+        lines.append(
+            f"WARNING: at batch size {', '.join(map(str, overlap))} the timed runs of the two "
+            "modes overlap: too noisy to conclude. Close other programs and run again "
+            "(more --repeats)."
+        )
+    slower = [
+        b for b, t in both.items() if not statistics.median(t[True]) < statistics.median(t[False])
+    ]
+    if slower:
+        lines.append(f"The cache was NOT faster at batch size {', '.join(map(str, slower))}.")
+    else:
+        lines.append("The cache was faster at every batch size.")
+    return lines
 
 
 def write_plot(records: list[dict[str, Any]], path: Path) -> None:
@@ -272,6 +329,7 @@ def sweep(
     ckpt_dir: str | Path | None = None,
     device: str | None = None,
     out_dir: str | Path = ".",
+    repeats: int = 3,
 ) -> list[dict[str, Any]]:
     """Benchmark both modes at every batch size (a freshly built model per run, so one run's
     cache or activations never count in another's peak) and write
@@ -283,7 +341,11 @@ def sweep(
         print(f"\n=== {'KV Caching' if caching else 'No KV Caching'} ===")
         for batch_size in batch_sizes:
             where = {"ckpt_dir": ckpt_dir, "device": device}
-            records.append(benchmark_inference(batch_size, input_len, output_len, caching, **where))
+            records.append(
+                benchmark_inference(
+                    batch_size, input_len, output_len, caching, repeats=repeats, **where
+                )
+            )
             print()
             gc.collect()
             if torch.cuda.is_available():
@@ -306,17 +368,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--single", action="store_true", help="one run, no files written")
     parser.add_argument("--batch-size", type=int, default=1, help="with --single")
     parser.add_argument("--kv-caching", choices=["on", "off"], default="on", help="with --single")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per setting (median)")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("--device cuda but no GPU is visible", file=sys.stderr)
         return 2
+    set_cpu_threads(args.threads, args.device)
     where = {"ckpt_dir": args.ckpt_dir, "device": args.device}
     if args.single:
         caching = args.kv_caching == "on"
-        benchmark_inference(args.batch_size, args.input_len, args.output_len, caching, **where)
+        benchmark_inference(
+            args.batch_size, args.input_len, args.output_len, caching, repeats=args.repeats, **where
+        )
     else:
         sizes = [int(b) for b in args.batch_sizes.split(",") if b.strip()]
-        sweep(sizes, args.input_len, args.output_len, out_dir=args.out_dir, **where)
+        sweep(
+            sizes, args.input_len, args.output_len, out_dir=args.out_dir, repeats=args.repeats,
+            **where,
+        )  # fmt: skip
     return 0
 
 

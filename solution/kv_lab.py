@@ -29,7 +29,7 @@ from transformers import DynamicCache, GPT2Config, GPT2LMHeadModel
 # distilgpt2's shape: 6 layers, hidden size 768, 12 heads of 64, GPT-2's vocabulary.
 DISTILGPT2 = dict(n_layer=6, n_embd=768, n_head=12, n_positions=1024, vocab_size=50257)
 L_VALUES = (32, 64, 128, 256)  # the lab's sequence lengths
-QUICK_L_VALUES = (4, 8, 16)  # --quick: seconds on a CPU
+QUICK_L_VALUES = (4, 8, 16)  # --quick: a check that everything runs
 INT8_NEW_TOKENS = 64  # greedy tokens compared with and without the int8 cache
 
 # ----------------------------------------------------------------------------- Task 1
@@ -329,16 +329,66 @@ def plot_memory(memory: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def repeated_latency(
+    model: torch.nn.Module, L_values: tuple[int, ...], rounds: int, device: str
+) -> tuple[dict[str, list], list[str]]:
+    """``measure_latency`` run ``rounds`` times (one timed run each): the median of every
+    figure, and the L values where the runs of the two modes overlap (the slowest cached
+    run no faster than the fastest cache-free one), too noisy to compare them."""
+    runs = [
+        measure_latency(model, L_values, warmup=int(i == 0), repeats=1, device=device)
+        for i in range(rounds)
+    ]
+    latency: dict[str, list] = {"L": list(runs[0]["L"])}
+    for key in ("no_cache_ms_per_token", "cache_ms_per_token"):
+        latency[key] = [
+            statistics.median(run[key][j] for run in runs) for j in range(len(latency["L"]))
+        ]
+    noisy = [
+        f"L = {L}"
+        for j, L in enumerate(latency["L"])
+        if max(r["cache_ms_per_token"][j] for r in runs)
+        >= min(r["no_cache_ms_per_token"][j] for r in runs)
+    ]
+    return latency, noisy
+
+
+def latency_verdict(latency: dict[str, list], noisy: list[str]) -> list[str]:
+    """Whether the cache won at every L, and which figures were too noisy to say."""
+    lines = []
+    if noisy:
+        lines.append(
+            f"WARNING: at {', '.join(noisy)} the timed runs of the two modes overlap: too "
+            "noisy to conclude. Close other programs and run again."
+        )
+    rows = zip(
+        latency["L"], latency["no_cache_ms_per_token"], latency["cache_ms_per_token"], strict=True
+    )
+    lost = [str(L) for L, slow, fast in rows if not fast < slow]
+    if lost:
+        lines.append(f"The cache was NOT faster at L = {', '.join(lost)}.")
+    else:
+        lines.append("The cache was faster at every L.")
+    return lines
+
+
 def report(
-    out_dir: Path, device: str = "cpu", L_values: tuple[int, ...] = L_VALUES, quick: bool = False
+    out_dir: Path,
+    device: str = "cpu",
+    L_values: tuple[int, ...] = L_VALUES,
+    quick: bool = False,
+    rounds: int = 3,
 ) -> Path:
-    """Run Tasks 1-5 and write report.md, latency.png and memory.png to ``out_dir``."""
+    """Run Tasks 1-5 and write report.md, latency.png and memory.png to ``out_dir``.
+
+    Each latency figure is the median of ``rounds`` calls of ``measure_latency``; the
+    report says when their spread is too large to conclude."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     L_values = QUICK_L_VALUES if quick else tuple(L_values)
     model = load_model(device=device)
     summary = model_config_summary(model)
-    latency = measure_latency(model, L_values, repeats=1 if quick else 3, device=device)
+    latency, noisy = repeated_latency(model, L_values, rounds, device)
     memory = memory_table(model, L_values, device)
     plot_latency(latency, out_dir / "latency.png")
     plot_memory(memory, out_dir / "memory.png")
@@ -369,6 +419,10 @@ def report(
     )
     for L, a, b in rows:
         lines.append(f"| {L} | {a:.2f} | {b:.2f} | {a / b:.1f}x |")
+    verdict = latency_verdict(latency, noisy)
+    threads = f", {torch.get_num_threads()} CPU thread(s)" if device == "cpu" else ""
+    lines += ["", f"Median of {rounds} runs per figure{threads}. " + " ".join(verdict)]
+    print("\n".join(lines[lines.index("## Tasks 2 and 3: latency") :]))
     per_token = theoretical_kv_bytes(1, summary["hidden_size"], summary["n_layers"], 4)
     lines += [
         "",
@@ -405,8 +459,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--report", type=Path, default=Path("kv_lab_report"), help="output folder")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--quick", action="store_true", help="small L values: seconds on a CPU")
+    parser.add_argument("--quick", action="store_true", help="small L values: a quick run")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
     args = parser.parse_args()
+    if args.device == "cpu":
+        # One thread: at batch 1 the matrices are small, and on a busy laptop more threads
+        # mostly add noise (and slow the cache-free path less than the cached one).
+        torch.set_num_threads(max(1, args.threads))
     print(f"wrote {report(args.report, device=args.device, quick=args.quick)}")
 
 

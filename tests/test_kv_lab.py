@@ -345,3 +345,39 @@ def test_report_command_runs_offline_on_the_random_fallback(tmp_path: Path) -> N
     assert "| n_layers | 6 |" in text and "36,864 bytes per token" in text
     for png in ("latency.png", "memory.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_latency_verdict_says_the_cache_won_or_where_it_lost() -> None:
+    latency = {"L": [4, 8], "no_cache_ms_per_token": [10.0, 20.0], "cache_ms_per_token": [5.0, 5.0]}
+    assert kv.latency_verdict(latency, []) == ["The cache was faster at every L."]
+    latency["cache_ms_per_token"][1] = 25.0
+    lines = kv.latency_verdict(latency, ["L = 8"])
+    assert lines[0].startswith("WARNING: at L = 8 the timed runs of the two modes overlap")
+    assert lines[1] == "The cache was NOT faster at L = 8."
+
+
+def test_repeated_latency_takes_medians_and_flags_overlapping_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Three rounds: the median of each figure; L = 8 overlaps (a cached run of 30 ms
+    against a cache-free run of 25 ms), L = 4 does not."""
+    rounds = iter([
+        {"L": [4, 8], "no_cache_ms_per_token": [10.0, 25.0], "cache_ms_per_token": [2.0, 30.0]},
+        {"L": [4, 8], "no_cache_ms_per_token": [12.0, 40.0], "cache_ms_per_token": [3.0, 5.0]},
+        {"L": [4, 8], "no_cache_ms_per_token": [11.0, 41.0], "cache_ms_per_token": [4.0, 6.0]},
+    ])  # fmt: skip
+    calls = []
+
+    def fake(model, L_values, warmup=1, repeats=3, device="cpu"):
+        calls.append((warmup, repeats))
+        return next(rounds)
+
+    monkeypatch.setattr(kv, "measure_latency", fake)
+    latency, noisy = kv.repeated_latency(None, (4, 8), rounds=3, device="cpu")
+    assert latency == {
+        "L": [4, 8],
+        "no_cache_ms_per_token": [11.0, 40.0],
+        "cache_ms_per_token": [3.0, 6.0],
+    }
+    assert noisy == ["L = 8"]
+    assert calls == [(1, 1), (0, 1), (0, 1)]  # one warm-up, then one timed run per round

@@ -241,3 +241,31 @@ def test_benchmark_single_run(tmp_path: Path) -> None:
     )
     assert "Batch size: 3" in proc.stdout and "KV caching: off" in proc.stdout
     assert not (tmp_path / "benchmark_results.json").exists()
+
+
+def test_table_says_the_cache_won_and_warns_when_runs_overlap(bench: ModuleType) -> None:
+    records = fake_records()
+    assert bench.verdict(records) == ["The cache was faster at every batch size."]
+    for r in records:  # batch 8: the slowest cached run as slow as the fastest cache-free one
+        slow = r["batch_size"] == 8 and r["kv_caching"]
+        r["inference_times"] = [r["inference_time"], 8.0 if slow else r["inference_time"]]
+    lines = bench.verdict(records)
+    assert lines[0].startswith("WARNING: at batch size 8 the timed runs of the two modes overlap")
+    assert lines[1] == "The cache was faster at every batch size."  # medians still win
+
+
+def test_table_says_where_the_cache_lost(bench: ModuleType) -> None:
+    records = fake_records()
+    for r in records:
+        if r["batch_size"] == 1 and r["kv_caching"]:
+            r["inference_time"] = 2.0
+    assert bench.verdict(records)[-1] == "The cache was NOT faster at batch size 1."
+
+
+def test_repeats_time_several_runs_and_keep_the_median(
+    bench: ModuleType, capsys: pytest.CaptureFixture
+) -> None:
+    record = bench.benchmark_inference(2, 12, 3, True, ckpt_dir=TINY_CKPT, repeats=3)
+    assert len(record["inference_times"]) == 3
+    assert record["inference_time"] == sorted(record["inference_times"])[1]
+    assert "(median of 3 runs, spread" in capsys.readouterr().out
