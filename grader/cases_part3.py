@@ -132,3 +132,68 @@ def plans(length: int) -> dict[str, list[list[int]]]:
         "cached": [[0, k]] + [[t, 1] for t in range(k, length)],
         "chunked": chunk,
     }
+
+
+# -------------------------------------------------------- sampling at a temperature
+
+#: generate's sampling probe: the first token of one prompt, drawn SAMPLE_CALLS x
+#: SAMPLE_ROWS times (seeds 0, 1, ...) at SAMPLE_TEMPERATURE with top_p = SAMPLE_TOP_P.
+SAMPLE_PROMPT = "Simply put, the theory of relativity states that "
+SAMPLE_TEMPERATURE = 0.6
+SAMPLE_TOP_P = 0.9
+SAMPLE_ROWS, SAMPLE_CALLS = 16, 32
+SAMPLE_SIGMAS = 6.0  # half-width of the accepted band for the top text's frequency
+
+
+def nucleus_distribution(logits: np.ndarray, temperature: float, top_p: float) -> np.ndarray:
+    """Meta's sampling distribution: softmax(logits / T), cut to the smallest set of
+    tokens whose probabilities reach ``top_p`` (the crossing token kept), renormalised."""
+    z = logits.astype(np.float64) / temperature
+    p = np.exp(z - z.max())
+    p /= p.sum()
+    order = np.argsort(-p, kind="stable")
+    kept = p[order].copy()
+    kept[(np.cumsum(kept) - kept) > top_p] = 0.0
+    out = np.zeros_like(p)
+    out[order] = kept / kept.sum()
+    return out
+
+
+def text_distribution(probs: np.ndarray, text_of: list[str]) -> dict[str, float]:
+    """Probabilities by generated text (ids that read the same are merged)."""
+    out: dict[str, float] = {}
+    for token in np.flatnonzero(probs):
+        out[text_of[token]] = out.get(text_of[token], 0.0) + float(probs[token])
+    return out
+
+
+def sampling_case(logits: np.ndarray, text_of: list[str]) -> dict[str, Any]:
+    """What check 3.10 expects of ``generate(temperature=0.6, top_p=0.9)``: the texts
+    the first token may read, and a band for the frequency of the likeliest one.
+
+    A sampler that ignores the temperature, or is always greedy, must fall outside
+    the band or draw a text outside the nucleus; regen refuses a probe where it would not.
+    """
+    n = SAMPLE_ROWS * SAMPLE_CALLS
+    want = text_distribution(
+        nucleus_distribution(logits, SAMPLE_TEMPERATURE, SAMPLE_TOP_P), text_of
+    )
+    top = max(want, key=want.get)
+    p = want[top]
+    band = SAMPLE_SIGMAS * float(np.sqrt(p * (1 - p) / n))
+    plain = text_distribution(nucleus_distribution(logits, 1.0, SAMPLE_TOP_P), text_of)
+    outside = sum(v for k, v in plain.items() if k not in want)
+    assert abs(plain.get(top, 0.0) - p) > 2 * band or outside > 0.2, "probe cannot tell T"
+    assert 1.0 - p > 2 * band, "probe cannot tell a greedy sampler"
+    return {
+        "prompt": SAMPLE_PROMPT,
+        "temperature": SAMPLE_TEMPERATURE,
+        "top_p": SAMPLE_TOP_P,
+        "rows": SAMPLE_ROWS,
+        "calls": SAMPLE_CALLS,
+        "nucleus": sorted(want),
+        "top_text": top,
+        "top_probability": p,
+        "band": band,
+        "top_probability_at_1": plain.get(top, 0.0),
+    }

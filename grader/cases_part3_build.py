@@ -21,11 +21,13 @@ from grader.cases_part3 import (
     COURSE_PROMPTS,
     MODELS,
     N_RANKS,
+    SAMPLE_PROMPT,
     TOP_P,
     TOP_P_PROBS,
     checkpoint_files,
     make_weights,
     plans,
+    sampling_case,
 )
 from grader.worker import adapter_part3 as adapter
 
@@ -166,6 +168,15 @@ def probes(obs: Observer, tokens: np.ndarray) -> dict[str, Any]:
     return out
 
 
+def sampling_probe(ref: Observer) -> dict[str, Any]:
+    """Check 3.10's temperature probe, from the reference's logits for its prompt."""
+    tok = ref.tokenizer
+    ids = np.array([tok.encode(SAMPLE_PROMPT, bos=True, eos=False)], dtype=np.int64)
+    logits = ref.forward("public", ids, "no_cache")[0, -1]  # (vocab,)
+    text_of = ["" if i in tok.stop_tokens else tok.decode([i]) for i in range(logits.shape[0])]
+    return sampling_case(logits, text_of)
+
+
 def top_p_sets(pkg: dict[str, ModuleType]) -> list[list[int]]:
     """The tokens ``sample_top_p`` ever draws for each row of the probe distribution."""
     draws = adapter.run_sample_top_p(pkg, np.array(TOP_P_PROBS, dtype=np.float32), TOP_P, 400)
@@ -208,6 +219,7 @@ def build(
         hidden_texts = {
             c: ref.generate("hidden", HIDDEN_PROMPTS, c)["texts"] for c in (True, False)
         }
+        sampling = sampling_probe(ref)
     assert hidden_texts[True] == hidden_texts[False], "reference: cached and cache-free differ"
     public = {
         "part": "part3",
@@ -220,6 +232,7 @@ def build(
         "expected_texts": expected["generate_cached"],
         "expected_second": expected["second_call"],
         "probe_tokens": probe_tokens.tolist(),
+        "sampling": sampling,
         "benchmark_prompts": {str(n): benchmark_prompt(ref.tokenizer, n) for n in (64, 128, 256)},
         "diagnoses": diagnoses,
         "signatures": signatures,

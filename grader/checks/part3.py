@@ -148,10 +148,6 @@ class Part3ForwardChecks(Part3Base):
 
 
 class Part3GenerateChecks(Part3Base):
-    def texts(self, reply: Any) -> list[str]:
-        texts = reply.header.get("texts")
-        return texts if isinstance(texts, list) else []
-
     @check("3.5")
     def test_greedy_generation(self) -> None:
         """3.5 greedy generate: the reference's text with and without the cache (ragged batch)"""
@@ -261,7 +257,7 @@ class Part3GenerateChecks(Part3Base):
 
     @check("3.10")
     def test_sample_top_p(self) -> None:
-        """3.10 sample_top_p draws only from the smallest set of tokens reaching p"""
+        """3.10 sampling: top-p keeps exactly the nucleus, generate applies the temperature"""
         probs = np.array(TOP_P_PROBS, dtype=np.float32)
         header = {"op": "sample_top_p", "model": "public", "kv_caching": True}
         try:
@@ -283,6 +279,7 @@ class Part3GenerateChecks(Part3Base):
                     f"draw exactly from tokens {allowed}; in 400 draws it drew {seen[row]}. "
                     + self.name_mistakes("top_p", seen)
                 )
+        self.check_temperature()
 
 
 class Part3Benchmark(Part3Base):

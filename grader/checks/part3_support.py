@@ -144,8 +144,8 @@ class Part3Base(GradedTestCase):
             "prompts": prompts,
             "max_gen_len": kw.pop("max_gen_len", gen["max_gen_len"]),
             "temperature": kw.pop("temperature", gen["temperature"]),
-            "top_p": gen["top_p"],
-            "seed": gen["seed"],
+            "top_p": kw.pop("top_p", gen["top_p"]),
+            "seed": kw.pop("seed", gen["seed"]),
             "record_logits": kw.pop("record_logits", True),
         }
         if model != "public":  # other models share the public checkpoint's tokenizer
@@ -190,6 +190,59 @@ class Part3Base(GradedTestCase):
         except SubmissionError as exc:
             observed = {"error": exc.signature}
         return self.name_mistakes(mode, observed)
+
+    def texts(self, reply: Any) -> list[str]:
+        texts = reply.header.get("texts")
+        return texts if isinstance(texts, list) else []
+
+    def check_temperature(self) -> None:
+        """``generate`` samples the first token from softmax(logits / T) cut to the
+        nucleus: drawn many times, every text lies in the reference's nucleus and the
+        likeliest one comes up as often as its probability says (within a band of
+        six standard deviations, so a correct sampler with any seeding passes)."""
+        probe = self.meta()["sampling"]
+        drawn: list[str] = []
+        for seed in range(probe["calls"]):
+            reply = self.generate_or_fail(
+                [probe["prompt"]] * probe["rows"],
+                True,
+                model="bench",
+                max_gen_len=1,
+                temperature=probe["temperature"],
+                top_p=probe["top_p"],
+                seed=seed,
+                record_logits=False,
+            )
+            drawn += [t for t in self.texts(reply) if isinstance(t, str)]
+        n = probe["rows"] * probe["calls"]
+        top, p, band = probe["top_text"], probe["top_probability"], probe["band"]
+        outside = sorted({t for t in drawn if t not in probe["nucleus"]})
+        freq = drawn.count(top) / n
+        if len(drawn) == n and not outside and abs(freq - p) <= band:
+            return
+        setting = f"temperature={probe['temperature']}, top_p={probe['top_p']}"
+        lines = [
+            f"generate({setting}) was asked {n} times for one token after "
+            f"{probe['prompt']!r} (seeds 0 to {probe['calls'] - 1}, {probe['rows']} rows each)."
+        ]
+        if len(drawn) != n:
+            lines.append(f"It returned {len(drawn)} texts.")
+        if outside:
+            lines.append(
+                f"{len(outside)} of the texts it drew lie outside the top-p nucleus of "
+                f"softmax(logits / {probe['temperature']}), e.g. {outside[:3]}."
+            )
+        lines.append(
+            f"The likeliest token ({top!r}, probability {p:.2f}) came up {freq:.2f} of the "
+            f"time (accepted: {max(0.0, p - band):.2f} to {min(1.0, p + band):.2f})."
+        )
+        names = []
+        if drawn and freq == 1.0:
+            names.append("always_greedy")
+        elif abs(freq - probe["top_probability_at_1"]) <= band:
+            names.append("temperature_ignored")
+        lines.append(likely_cause(names, self.meta()["diagnoses"]))
+        self.fail("\n".join(line for line in lines if line))
 
     # ------------------------------------------------------------ mode switches
 
