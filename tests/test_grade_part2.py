@@ -200,3 +200,27 @@ def test_harness_verdicts_match_the_public_checks(name: str | None, tmp_path: Pa
     assert local["no cache"] == 10 - passed(graded, "2.2")
     assert local["with cache"] == 10 - passed(graded, "2.3")
     assert local["one token at a time"] == 10 - passed(graded, "2.4")
+
+
+def test_a_cached_generate_that_never_feeds_the_prompt(tmp_path: Path) -> None:
+    """The prefill gets only the prompt's last token: 2.9 counts the tokens forward saw."""
+    skip_prompt = (
+        "                logits, past_kv = self.prefill(tokens)",
+        "                logits, past_kv = self.prefill(tokens[:, -1:])",
+    )
+    graded = grade_edit(tmp_path, [skip_prompt])
+    assert graded.score("2.9") == 0
+    assert "the whole prompt must go through forward once" in graded.output("2.9")
+    assert graded.score("2.2") == graded.test("2.2")["max_score"]  # forward itself is right
+
+
+def test_a_prefill_one_token_at_a_time_is_a_reasonable_reading(tmp_path: Path) -> None:
+    """Feeding the prompt token by token through the cache sees every token once."""
+    sequential = (
+        "                logits, past_kv = self.prefill(tokens)",
+        "                for i in range(tokens.shape[1]):\n"
+        "                    one = tokens[:, i : i + 1]\n"
+        "                    logits, past_kv = self.decode_one_token(one, past_kv)",
+    )
+    graded = grade_edit(tmp_path, [sequential])
+    assert graded.score("2.9") == graded.test("2.9")["max_score"], graded.output("2.9")

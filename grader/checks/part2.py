@@ -101,7 +101,21 @@ class Part2GenerateChecks(Part2Base):
                 "generate(use_cache=True) never called the model's forward (the grader counts "
                 "the tokens each forward call receives); call self(...) or self.forward(...)."
             )
-        elif any(x != 1 for x in lengths[1:]) or sum(lengths) > prompt_len + n:
+        elif not prompt_len + n - 1 <= sum(lengths) <= prompt_len + n:
+            # Every prompt token and every new token but the last goes through forward
+            # once (a last, unused call is tolerated): a prefill that skips part of the
+            # prompt feeds fewer, one that re-feeds the sequence more.
+            problems.append(
+                f"With use_cache=True, forward received {lengths} tokens per call, "
+                f"{sum(lengths)} in all, for a prompt of {prompt_len} tokens and {n} new "
+                f"tokens: the whole prompt must go through forward once (the prefill), then "
+                f"each new token once ({prompt_len + n - 1} tokens in all)."
+            )
+            names = self.mistakes_by_call_lengths(lengths, cached, plain)
+            cause = likely_cause(names, self.meta()["diagnoses"])
+            if cause:
+                problems.append(cause)
+        elif any(x != 1 for x in lengths[1:]):
             problems.append(
                 f"With use_cache=True, forward received {lengths} tokens per call for a "
                 f"prompt of {prompt_len} tokens and {n} new tokens. After the first call (the "
