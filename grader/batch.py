@@ -17,6 +17,7 @@ that died is graded again by the next run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -49,6 +50,7 @@ from grader.batch_report import (
     pass_rates,
     write_outputs,
 )
+from grader.identity import RUN_RECORD_ENV
 from grader.parts import parse_parts
 from grader.points import part_total
 from grader.processes import kill_matching, kill_tree
@@ -136,6 +138,15 @@ def _kill_tree(proc: subprocess.Popen, folder: Path) -> None:
         kill_tree(proc.pid)
         proc.wait()
     kill_matching(lambda p: any(str(folder) in a for a in p.info["cmdline"] or []), ["cmdline"])
+    record = folder / "identity.json"  # written by the grader: its worker's uid and run gid
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        who = json.loads(record.read_text())
+        uid, gid = int(who["uid"]), int(who["gid"])
+        if uid != 0:  # processes that left the sandbox (chdir, setsid) keep uid and gid
+            kill_matching(
+                lambda p: p.info["uids"].real == uid and p.info["gids"].real == gid,
+                ["uids", "gids"],
+            )
 
 
 def grade_one(
@@ -155,6 +166,7 @@ def grade_one(
     results.parent.mkdir(parents=True, exist_ok=True)
     results.unlink(missing_ok=True)  # never mistake a stale file for this run's
     cmd = [python, "-m", "grader", "grade", str(submission), "--results", str(results)]
+    cmd += ["--hide", str(submission.parent)]  # the export: other students' files and names
     cmd += ["--parts", ",".join(parts), "--device", device] + (["--tags", tags] if tags else [])
     # The grader's sandboxes go in a folder of ours, removed even when the grader is killed;
     # 0o711 lets the unprivileged worker user reach its sandbox inside.
@@ -166,7 +178,7 @@ def grade_one(
             proc = subprocess.Popen(
                 cmd,
                 cwd=PROJECT_ROOT,
-                env={**os.environ, "TMPDIR": str(tmp)},
+                env={**os.environ, "TMPDIR": str(tmp), RUN_RECORD_ENV: str(tmp / "identity.json")},
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

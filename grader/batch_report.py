@@ -133,6 +133,15 @@ Run the same command again: these submissions are submitted again, the others ar
 """
 
 
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def safe_cell(text: str) -> str:
+    """A text cell a spreadsheet shows as text: one starting like a formula (a student
+    named ``=HYPERLINK(...)``) gets a leading apostrophe (OWASP's CSV-injection advice)."""
+    return "'" + text if text.startswith(FORMULA_START) else text
+
+
 def write_outputs(summary: BatchSummary) -> None:
     """``scores.csv``, ``submitters.json``, ``summary.json``, ``summary.md`` and
     ``score_histogram.png``."""
@@ -145,12 +154,12 @@ def write_outputs(summary: BatchSummary) -> None:
         )
         for r in rows:
             people = [
-                "; ".join(getattr(p, k) for p in r.submitters) for k in ("name", "email", "sid")
+                safe_cell("; ".join(getattr(p, k) for p in r.submitters))
+                for k in ("name", "email", "sid")
             ]
             scores = ["" if r.parts[p] is None else f"{r.parts[p]:g}" for p in PARTS]
-            writer.writerow(
-                [r.submission_id, *people, *scores, f"{r.total:g}", f"{r.max_score:g}", r.status]
-            )
+            totals = [f"{r.total:g}", f"{r.max_score:g}", r.status]
+            writer.writerow([safe_cell(r.submission_id), *people, *scores, *totals])
     people = {r.submission_id: [asdict(p) for p in r.submitters] for r in rows}
     (out / "submitters.json").write_text(json.dumps(people, indent=2) + "\n")
     top = max((r.max_score for r in rows), default=0.0)

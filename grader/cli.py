@@ -21,6 +21,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
         device=args.device,
         public_only=args.public_only,
         tags=frozenset(t.strip() for t in args.tags.split(",") if t.strip()) or None,
+        hide=tuple(Path(h) for h in args.hide),
     )
     if results is None:
         print(f"grading failed; a fallback results file was written to {args.results}")
@@ -202,6 +203,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_parts_option(g)
     add_device_option(g)
     g.add_argument("--tags", default="", help="only checks with one of these tags, e.g. benchmark")
+    g.add_argument(
+        "--hide",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder the submission's code must not see (repeatable; batch hides its export)",
+    )
     g.add_argument("--table", action="store_true", help="print a score table")
     g.add_argument("--details", action="store_true", help="with --table: print failed feedback")
     g.add_argument(

@@ -25,6 +25,9 @@ POOL_SIZE = 8
 LOCK_DIR = Path("/run/kvgrader") if Path("/run").is_dir() else Path("/var/lock/kvgrader")
 #: Used when running as root on a machine without the dedicated account.
 FALLBACK_USER = "nobody"
+#: Set by ``batch``: where a grading writes its worker's uid and run gid, so that the
+#: batch can sweep the worker's processes even after killing that grading.
+RUN_RECORD_ENV = "KVGRADER_RUN_RECORD"
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from gradescope_utils.autograder_utils.json_test_runner import JSONTestRunner
 
 from grader.checks.base import GradedTestCase
 from grader.context import PROJECT_ROOT, TEST_CASES, GradingContext
+from grader.identity import RUN_RECORD_ENV
 from grader.mounts import mount_isolation
 from grader.parts import PARTS
 from grader.points import part_total
@@ -107,6 +108,15 @@ def summary(results: GradingResults, notes: list[str]) -> str:
     return "\n".join(lines)
 
 
+def record_identity(sandbox: Sandbox) -> None:
+    """Write the worker's uid and run gid where a supervising batch asked for them."""
+    target = os.environ.get(RUN_RECORD_ENV)
+    if target and sandbox.identity.dropped:
+        Path(target).write_text(
+            json.dumps({"uid": sandbox.identity.uid, "gid": sandbox.identity.gid})
+        )
+
+
 class Watchdog:
     """The whole grading's deadline, kept by a thread the submission cannot block.
 
@@ -185,6 +195,7 @@ def grade(
                 max_score=total,
             )
         sandbox = Sandbox.create(identity)
+        record_identity(sandbox)
         run_limits = limits or Limits()
         watchdog = Watchdog(
             run_limits.grading_timeout_s,

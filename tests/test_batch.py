@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -438,3 +439,75 @@ def test_a_grader_that_writes_no_results_is_an_error_with_a_fallback(tmp_path: P
     assert "exited (1) without a valid results file" in data["output"]
     # An error is still a valid file, so the next run keeps it.
     assert batch.main(export_dir=export, out_dir=out, progress=False).counts["skipped"] == 1
+
+
+def test_cells_that_look_like_formulas_are_written_as_text(tmp_path: Path) -> None:
+    from grader.batch_report import safe_cell
+
+    assert safe_cell('=HYPERLINK("http://x")') == '\'=HYPERLINK("http://x")'
+    assert safe_cell("+1") == "'+1" and safe_cell("@SUM(A1)") == "'@SUM(A1)"
+    assert safe_cell("Ada Lovelace") == "Ada Lovelace"
+    student = {"name": "=cmd|' /C calc'!A0", "sid": "-5", "email": "e@example.edu"}
+    export = build_export(tmp_path / "export", [Entry("submission_1", "blank", [student])])
+    batch.main(export_dir=export, out_dir=tmp_path / "out", parts=["part1"], progress=False)
+    with open(tmp_path / "out" / "scores.csv", newline="") as f:
+        row = next(iter(csv.DictReader(f)))
+    assert row["names"] == "'=cmd|' /C calc'!A0" and row["sids"] == "'-5"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the sweep by worker account needs a root grader")
+def test_a_batch_timeout_sweeps_a_daemon_that_left_the_sandbox(tmp_path: Path) -> None:
+    """The daemon changed its folder and session; only its account and run gid betray it."""
+    export = build_export(tmp_path / "export", [Entry("submission_9", "solution")])
+    target = export / "submission_9" / "question1.py"
+    text = target.read_text()
+    anchor = "    d, kv_dim = spec.d_model"
+    daemon = (
+        "    import subprocess, time\n"
+        "    DOUBLE_FORK = ('import os, time; os.fork() and os._exit(0); '\n"
+        "                   'os.setsid(); time.sleep(301.5)')\n"
+        "    subprocess.Popen(['python3', '-c', DOUBLE_FORK],\n"
+        "                     cwd='/', start_new_session=True)\n"
+        "    time.sleep(120)\n"
+    )
+    target.write_text(text.replace(anchor, daemon + anchor, 1))
+    summary = batch.main(
+        export_dir=export, out_dir=tmp_path / "out", parts=["part1"], timeout_s=20, progress=False
+    )
+    assert summary.counts["timeout"] == 1
+    left = [
+        p.pid
+        for p in psutil.process_iter(["cmdline"])
+        if "time.sleep(301.5)" in " ".join(p.info["cmdline"] or [])
+    ]
+    assert left == []
+
+
+def _private_view() -> bool:
+    from grader.mounts import mount_isolation
+
+    return os.geteuid() == 0 and not mount_isolation()
+
+
+@pytest.mark.skipif(not _private_view(), reason="needs root and a private mount namespace")
+def test_a_submission_cannot_see_the_rest_of_the_export(tmp_path: Path) -> None:
+    """Other students' folders and the export's names and emails are covered (the export
+    lies outside /tmp here, which the worker's private view replaces anyway)."""
+    outside = Path(tempfile.mkdtemp(prefix="kvexport-", dir="/"))
+    outside.chmod(0o755)  # readable by everyone, as a TA's download folder often is
+    try:
+        _grade_peeking_submission(outside / "export", tmp_path)
+    finally:
+        shutil.rmtree(outside)
+
+
+def _grade_peeking_submission(export_dir: Path, tmp_path: Path) -> None:
+    export = build_export(export_dir, [Entry("submission_3", "solution")])
+    target = export / "submission_3" / "question1.py"
+    anchor = "    d, kv_dim = spec.d_model"
+    peek = f"    import os\n    assert os.listdir({str(export)!r}) == [], 'the export is visible'\n"
+    target.write_text(target.read_text().replace(anchor, peek + anchor, 1))
+    batch.main(export_dir=export, out_dir=tmp_path / "out", parts=["part1"], progress=False)
+    data = json.loads((tmp_path / "out" / "results" / "submission_3" / "results.json").read_text())
+    first = next(t for t in data["tests"] if t["number"] == "1.1")
+    assert first["score"] == first["max_score"], first.get("output")
