@@ -67,6 +67,18 @@ def finishes_within(seconds: float, func, *args, **kwargs):
     return box.get("value")
 
 
+def part1_client(sandbox: Sandbox, limits: Limits) -> WorkerClient:
+    """A Part 1 worker on the question1.py already in ``sandbox``'s submission folder."""
+    sandbox.hand_over()
+    return WorkerClient(
+        part="part1",
+        module_file="question1.py",
+        submission_dir=str(sandbox.submission_dir),
+        sandbox=sandbox,
+        limits=limits,
+    )
+
+
 # ------------------------------------------------------------- blocking the parent
 
 
@@ -115,14 +127,7 @@ def test_a_worker_that_stops_reading_requests_costs_one_timeout(tmp_path: Path) 
     sandbox = Sandbox.create()
     try:
         (sandbox.submission_dir / "question1.py").write_text(stop_reading)
-        sandbox.hand_over()
-        client = WorkerClient(
-            part="part1",
-            module_file="question1.py",
-            submission_dir=str(sandbox.submission_dir),
-            sandbox=sandbox,
-            limits=Limits(request_timeout_s=2.0, startup_timeout_s=30.0),
-        )
+        client = part1_client(sandbox, Limits(request_timeout_s=2.0, startup_timeout_s=30.0))
         big = {"blob": np.zeros(1 << 18)}  # 2 MiB: far more than the shrunken pipe holds
         with pytest.raises(SubmissionError) as info:
             finishes_within(60, client.request, {"op": "call"}, big, what="param_count(spec)")
@@ -395,14 +400,7 @@ def test_timed_requests_look_like_any_other(tmp_path: Path, monkeypatch) -> None
     sandbox = Sandbox.create()
     try:
         shutil.copy(SOLUTION / "question1.py", sandbox.submission_dir / "question1.py")
-        sandbox.hand_over()
-        client = WorkerClient(
-            part="part1",
-            module_file="question1.py",
-            submission_dir=str(sandbox.submission_dir),
-            sandbox=sandbox,
-            limits=FAST_LIMITS,
-        )
+        client = part1_client(sandbox, FAST_LIMITS)
         call = {"op": "call", "func": "attention_flops", "args": [], "kwargs": {}}
         for timed in (True, False):  # whether the call succeeds does not matter here
             with contextlib.suppress(SubmissionError):
