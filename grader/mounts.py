@@ -76,16 +76,17 @@ def apply(plan: MountPlan) -> None:
     for folder, size in plan.scratch:
         if os.path.isdir(folder):
             _mount("tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=1777")
+    covered = []  # a hidden folder inside a scratch folder is gone already
     for folder in plan.hide:
         if os.path.isdir(folder):
             _mount("tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+            covered.append(folder)
     for path, fd in handles:
         os.makedirs(path, exist_ok=True)  # inside a fresh tmpfs, when covered
         _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC, None)
         os.close(fd)
-    for folder in plan.hide:  # read-only once the kept folders are bound inside
-        if os.path.isdir(folder):
-            _mount("none", folder, None, READ_ONLY_AGAIN, None)
+    for folder in covered:  # read-only once the kept folders are bound inside
+        _mount("none", folder, None, READ_ONLY_AGAIN, None)
 
 
 @functools.cache

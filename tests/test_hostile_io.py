@@ -430,3 +430,36 @@ def test_the_whole_grading_has_a_deadline(tmp_path: Path) -> None:
     assert graded.data["score"] < 20
     stopped = [t for t in graded.data["tests"] if "ran past its time budget" in t.get("output", "")]
     assert stopped and all(t["score"] == 0 for t in stopped)
+
+
+@PRIVATE_VIEW
+def test_a_checkout_inside_tmp_keeps_its_interpreter_and_the_sandbox(tmp_path: Path) -> None:
+    """A fresh clone under /tmp: /tmp's scratch tmpfs covers the checkout already."""
+    from grader.mounts import apply, plan_for
+
+    checkout, box = tmp_path / "checkout", tmp_path / "kvgrade-box"
+    (checkout / ".venv").mkdir(parents=True)
+    (checkout / ".venv" / "marker").write_text("venv")
+    (checkout / "secret").write_text("solution")
+    box.mkdir()
+    plan = plan_for(box, [checkout], checkout / ".venv")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child builds the view and reports what it sees
+        os.close(r)
+        try:
+            apply(plan)
+            seen = {
+                "checkout": sorted(os.listdir(checkout)),
+                "venv": (checkout / ".venv" / "marker").read_text(),
+                "box": box.is_dir(),
+            }
+        except OSError as exc:
+            seen = {"error": str(exc)}
+        os.write(w, json.dumps(seen).encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        seen = json.loads(f.read())
+    os.waitpid(pid, 0)
+    assert seen == {"checkout": [".venv"], "venv": "venv", "box": True}
