@@ -119,9 +119,14 @@ class MutantVerdict:
 
 
 def run_mutants(
-    parts: list[str], *, limits=None, names: list[str] | None = None
+    parts: list[str],
+    *,
+    limits=None,
+    names: list[str] | None = None,
+    benchmarks: bool = True,
 ) -> list[MutantVerdict]:
-    """Grade every mutant and correct variant of ``parts`` (or only those in ``names``)."""
+    """Grade every mutant and correct variant of ``parts`` (or only those in ``names``);
+    without the timed benchmark checks when ``benchmarks`` is False."""
     from grader.runner import grade
 
     verdicts = []
@@ -130,7 +135,11 @@ def run_mutants(
         root = mutant.materialise()
         try:
             results = grade(
-                root, results_path=root / "results.json", parts=[mutant.part], limits=limits
+                root,
+                results_path=root / "results.json",
+                parts=[mutant.part],
+                limits=limits,
+                skip_tags=frozenset() if benchmarks else frozenset({"benchmark"}),
             )
         finally:
             shutil.rmtree(root, ignore_errors=True)

@@ -66,10 +66,12 @@ def build_suite(
     parts: list[str],
     public_only: bool = False,
     tags: frozenset[str] | None = None,
+    skip_tags: frozenset[str] = frozenset(),
 ) -> unittest.TestSuite:
     """The checks of ``parts``, each class bound to this run's context (without the
     hidden-case checks when ``public_only``: a student's self-check; only those
-    carrying one of ``tags`` when given, e.g. ``{"benchmark"}`` for calibration)."""
+    carrying one of ``tags`` when given, e.g. ``{"benchmark"}`` for calibration; never
+    those carrying one of ``skip_tags``)."""
     loader = unittest.TestLoader()
     suite = unittest.TestSuite()
     for part in parts:
@@ -80,7 +82,7 @@ def build_suite(
                 marks = set(getattr(method, "__tags__", ()))
                 if public_only and "hidden" in marks:
                     continue
-                if tags is not None and not marks & tags:
+                if (tags is not None and not marks & tags) or marks & skip_tags:
                     continue
                 suite.addTest(test)
     return suite
@@ -171,6 +173,7 @@ def grade(
     public_only: bool = False,
     tags: frozenset[str] | None = None,
     hide: tuple[Path, ...] = (),
+    skip_tags: frozenset[str] = frozenset(),
 ) -> GradingResults | None:
     """Grade ``submission`` and write ``results_path``; return the results (None on a crash).
 
@@ -233,7 +236,7 @@ def grade(
             # each other, turning milliseconds into seconds.
             threads=int(os.environ.get("KVGRADER_THREADS", "1")),
         )
-        results = run_suite(build_suite(ctx, parts, public_only, tags))
+        results = run_suite(build_suite(ctx, parts, public_only, tags, skip_tags))
         benchmarks = {num: rec.summary() for num, rec in sorted(ctx.benchmarks.items())}
         notes = [
             f"{PARTS[p].main_file} was not found in your submission, so {p} scores 0."

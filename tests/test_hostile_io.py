@@ -289,18 +289,23 @@ def test_a_thousand_folders_deep_upload_is_refused(tmp_path: Path) -> None:
     shutil.copytree(SOLUTION, submission, ignore=shutil.ignore_patterns("__pycache__"))
     deep = submission.joinpath(*["d"] * 1100)
     subprocess.run(["mkdir", "-p", str(deep)], check=True)
-    (deep / "x.txt").write_text("deep")
-    graded = run_grade(submission, tmp_path / "out", parts=["part1"], limits=FAST_LIMITS)
-    assert graded.data["score"] == 20  # graded as usual
-    assert "folders nested deeper than" in graded.data["output"]
-    subprocess.run(["rm", "-rf", str(submission)], check=True)
+    try:
+        (deep / "x.txt").write_text("deep")
+        graded = run_grade(submission, tmp_path / "out", parts=["part1"], limits=FAST_LIMITS)
+        assert graded.data["score"] == 20  # graded as usual
+        assert "folders nested deeper than" in graded.data["output"]
+    finally:  # pytest's own clean-up of tmp_path recurses and cannot remove it
+        subprocess.run(["rm", "-rf", str(submission)], check=True)
 
 
 def test_a_thousand_folders_deep_tree_left_by_the_worker_is_removed(tmp_path: Path) -> None:
     top = tmp_path / "sandbox"
     subprocess.run(["mkdir", "-p", str(top.joinpath(*["d"] * 1100))], check=True)
-    remove_tree(top)
-    assert not top.exists()
+    try:
+        remove_tree(top)
+        assert not top.exists()
+    finally:
+        subprocess.run(["rm", "-rf", str(top)], check=True)
 
 
 # ------------------------------------------------------------ the worker's view
