@@ -202,7 +202,8 @@ class WorkerClient:
         isolate = self.limits.isolate_network and not network_isolation()
         mounts = None
         if identity.dropped and self.sandbox.hidden and not mount_isolation():
-            mounts = plan_for(self.sandbox.root, self.sandbox.hidden, Path(sys.prefix))
+            interpreter = [Path(sys.prefix), Path(sys.base_prefix)]
+            mounts = plan_for(self.sandbox.root, self.sandbox.hidden, interpreter)
         try:
             self._proc = subprocess.Popen(
                 command,

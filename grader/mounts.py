@@ -110,12 +110,16 @@ def mount_isolation() -> str:
         os.rmdir(probe)
 
 
-def plan_for(sandbox_root: Path, hide: list[Path], interpreter_prefix: Path) -> MountPlan:
+def plan_for(sandbox_root: Path, hide: list[Path], interpreter: list[Path]) -> MountPlan:
     """The view of a worker whose sandbox is ``sandbox_root``: ``hide`` covered (the
-    checkout, an export), the interpreter's environment kept if it lies inside one."""
+    checkout, an export), and the interpreter's folders (``sys.prefix``,
+    ``sys.base_prefix``) bound back wherever they lie inside a covered folder or a
+    scratch folder (a clone under /tmp runs its venv from there)."""
     hidden = [p.resolve() for p in hide if p.is_dir()]
-    prefix = interpreter_prefix.resolve()
+    covered = [*hidden, *(Path(folder) for folder in SCRATCH)]
     keep = [sandbox_root.resolve()]
-    if any(prefix.is_relative_to(h) for h in hidden):
-        keep.append(prefix)
+    for prefix in interpreter:
+        prefix = prefix.resolve()
+        if prefix not in keep and any(prefix.is_relative_to(c) for c in covered):
+            keep.append(prefix)
     return MountPlan(hide=tuple(map(str, hidden)), keep=tuple(map(str, keep)))
