@@ -28,29 +28,22 @@ def test_the_readme_names_the_ta_commands() -> None:
     assert {"grade", "test", "dist", "run-local", "batch", "lock"} <= set(MAKE_TARGETS)
 
 
+def in_plain_shell(*command: str) -> subprocess.CompletedProcess:
+    """``command`` run from the checkout with only a system PATH (no venv activated)."""
+    return subprocess.run(
+        list(command), cwd=ROOT, env=PLAIN_SHELL, capture_output=True, text=True, timeout=120
+    )
+
+
 @pytest.mark.parametrize("subcommand", SUBCOMMANDS)
 def test_kvgrader_subcommand_runs_from_a_plain_shell(subcommand: str) -> None:
-    proc = subprocess.run(
-        [str(KVGRADER), subcommand, "--help"],
-        cwd=ROOT,
-        env=PLAIN_SHELL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = in_plain_shell(str(KVGRADER), subcommand, "--help")
     assert proc.returncode == 0, proc.stderr
 
 
 @pytest.mark.parametrize("target", MAKE_TARGETS)
 def test_make_target_exists(target: str) -> None:
-    proc = subprocess.run(
-        ["make", "-n", target, "EXPORT=export"],
-        cwd=ROOT,
-        env=PLAIN_SHELL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = in_plain_shell("make", "-n", target, "EXPORT=export")
     assert proc.returncode == 0, proc.stderr
 
 
