@@ -18,6 +18,7 @@ import threading
 import time
 import traceback
 import unittest
+from collections.abc import Callable
 from pathlib import Path
 
 from gradescope_utils.autograder_utils.json_test_runner import JSONTestRunner
@@ -122,17 +123,23 @@ def record_identity(sandbox: Sandbox) -> None:
 class Watchdog:
     """The whole grading's deadline, kept by a thread the submission cannot block.
 
-    When it passes, every worker of the run is killed: whatever check is waiting
-    on one fails at once, the rest fail fast, and the results are written as
-    usual. If the grader still has not finished ``grace_s`` later, the thread
-    writes a valid results file itself and ends the process.
+    When it passes, ``on_expire`` stops the run's workers: whatever check is
+    waiting on one fails at once, the rest fail fast, and the results are
+    written as usual. If the grader still has not finished ``grace_s`` later,
+    the thread writes a valid results file itself and ends the process.
     """
 
-    def __init__(self, seconds: float, stop_workers, results_path: Path, max_score: float,
-                 grace_s: float = 60.0) -> None:  # fmt: skip
-        self.expired = threading.Event()
+    def __init__(
+        self,
+        seconds: float,
+        on_expire: Callable[[], None],
+        results_path: Path,
+        max_score: float,
+        grace_s: float = 60.0,
+    ) -> None:
+        self.seconds, self.grace_s = seconds, grace_s
+        self.on_expire, self.results_path, self.max_score = on_expire, results_path, max_score
         self.done = threading.Event()
-        self._args = (stop_workers, results_path, max_score, seconds, grace_s)
         self._timer = threading.Timer(seconds, self._expire)
         self._timer.daemon = True
 
@@ -144,19 +151,17 @@ class Watchdog:
         self._timer.cancel()
 
     def _expire(self) -> None:
-        stop_workers, results_path, max_score, seconds, grace_s = self._args
-        self.expired.set()
         with contextlib.suppress(Exception):
-            stop_workers()
-        if self.done.wait(grace_s):
+            self.on_expire()
+        if self.done.wait(self.grace_s):
             return
         write_results(
             fallback_results(
-                f"The grading did not finish within {seconds:.0f} s and was stopped. "
+                f"The grading did not finish within {self.seconds:.0f} s and was stopped. "
                 "This is not your fault if your code is quick; please tell the course staff.",
-                max_score=max_score,
+                max_score=self.max_score,
             ),
-            results_path,
+            self.results_path,
         )
         os._exit(1)
 
@@ -199,22 +204,20 @@ def grade(
             )
         sandbox = Sandbox.create(identity)
         record_identity(sandbox)
-        run_limits = limits or Limits()
-        watchdog = Watchdog(
-            run_limits.grading_timeout_s,
-            lambda: (
-                sandbox.expired.set(),
-                ctx and ctx.kill_workers(),
-                kill_user_processes(sandbox.identity),
-            ),
-            results_path,
-            total,
-        )
+        limits = limits or Limits()
+
+        def stop_workers() -> None:  # the deadline passed: nothing more of the submission runs
+            sandbox.expired.set()
+            if ctx is not None:
+                ctx.kill_workers()
+            kill_user_processes(sandbox.identity)
+
+        watchdog = Watchdog(limits.grading_timeout_s, stop_workers, results_path, total)
         watchdog.start()
         protect_hidden(Path(cases_root) / "hidden", sandbox.identity)
         protect_hidden(SOLUTION_DIR, sandbox.identity)
         isolation = network_isolation()
-        if (limits or Limits()).isolate_network and isolation:
+        if limits.isolate_network and isolation:
             sandbox.warnings.append(f"the worker keeps the network: {isolation}")
         # The grader's own files (a checkout's .git holds the solution) and whatever the
         # caller names (a batch's export) are covered in the worker's view.
@@ -227,7 +230,7 @@ def grade(
         device = resolve_device(device)
         ctx = GradingContext(
             sandbox=sandbox,
-            limits=limits or Limits(),
+            limits=limits,
             device=device,
             bases=bases,
             cases_root=cases_root,
@@ -251,7 +254,7 @@ def grade(
             )
         if sandbox.expired.is_set():
             notes.append(
-                f"The grading ran past its {run_limits.grading_timeout_s:.0f} s budget: the "
+                f"The grading ran past its {limits.grading_timeout_s:.0f} s budget: the "
                 "check running then was stopped and the ones after it were not run."
             )
         results.output = summary(results, notes)

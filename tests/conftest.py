@@ -4,6 +4,7 @@ session), and a factory that writes a patched copy of the solution and grades it
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -66,6 +67,18 @@ def solution_graded(tmp_path_factory: pytest.TempPathFactory) -> Graded:
 @pytest.fixture(scope="session")
 def blank_graded(tmp_path_factory: pytest.TempPathFactory) -> Graded:
     return run_grade(ASSIGNMENT, tmp_path_factory.mktemp("blank"))
+
+
+def _private_view_available() -> bool:
+    from grader.mounts import mount_isolation
+
+    return os.geteuid() == 0 and not mount_isolation()
+
+
+#: Tests of the worker's private view of the files (grader/mounts.py).
+PRIVATE_VIEW = pytest.mark.skipif(
+    not _private_view_available(), reason="needs root and a private mount namespace"
+)
 
 
 def refused(output: str) -> bool:

@@ -30,7 +30,7 @@ from grader.batch import (
 from grader.cluster import ClusterOptions
 from grader.parts import PARTS
 from grader.results import validate_results
-from tests.conftest import ROOT, SOLUTION
+from tests.conftest import PRIVATE_VIEW, ROOT, SOLUTION
 from tests.export_factory import Entry, build_export, metadata_yaml, plan_export
 
 NO_COUNTS = dict.fromkeys(batch.STATUSES, 0)
@@ -483,13 +483,7 @@ def test_a_batch_timeout_sweeps_a_daemon_that_left_the_sandbox(tmp_path: Path) -
     assert left == []
 
 
-def _private_view() -> bool:
-    from grader.mounts import mount_isolation
-
-    return os.geteuid() == 0 and not mount_isolation()
-
-
-@pytest.mark.skipif(not _private_view(), reason="needs root and a private mount namespace")
+@PRIVATE_VIEW
 def test_a_submission_cannot_see_the_rest_of_the_export(tmp_path: Path) -> None:
     """Other students' folders and the export's names and emails are covered (the export
     lies outside /tmp here, which the worker's private view replaces anyway)."""

@@ -41,7 +41,14 @@ from grader.worker.protocol import (
     read_message,
     write_message,
 )
-from tests.conftest import FAST_LIMITS, SOLUTION, in_param_count, patched_solution, run_grade
+from tests.conftest import (
+    FAST_LIMITS,
+    PRIVATE_VIEW,
+    SOLUTION,
+    in_param_count,
+    patched_solution,
+    run_grade,
+)
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="needs a root grader")
 F_SETPIPE_SZ = 1031
@@ -308,17 +315,6 @@ def test_a_thousand_folders_deep_tree_left_by_the_worker_is_removed(tmp_path: Pa
 
 
 # ------------------------------------------------------------ the worker's view
-
-
-def _private_view_available() -> bool:
-    from grader.mounts import mount_isolation
-
-    return os.geteuid() == 0 and not mount_isolation()
-
-
-PRIVATE_VIEW = pytest.mark.skipif(
-    not _private_view_available(), reason="needs root and a private mount namespace"
-)
 
 
 @PRIVATE_VIEW
