@@ -214,7 +214,7 @@ class WorkerClient:
                 cwd=self.submission_dir,
                 env=self.sandbox.environment(self.device, self.threads),
                 start_new_session=True,
-                preexec_fn=limit_setter(self.limits, identity, isolate, mounts),
+                preexec_fn=limit_setter(self.limits, identity, isolate, mounts, self.device),
             )
         finally:
             os.close(req_r)

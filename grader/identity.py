@@ -107,11 +107,13 @@ def claim_identity(preferred: str = WORKER_USER, size: int = POOL_SIZE) -> Worke
     if os.geteuid() != 0:
         return resolve_identity(preferred)
     LOCK_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+    pool_exists = False
     for name in pool_names(preferred, size):
         try:
             pwd.getpwnam(name)
         except KeyError:
             continue
+        pool_exists = True
         fd = os.open(LOCK_DIR / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -123,5 +125,7 @@ def claim_identity(preferred: str = WORKER_USER, size: int = POOL_SIZE) -> Worke
             return dataclasses.replace(identity, lock_fd=fd)
         os.close(fd)
     identity = resolve_identity(preferred)
+    if not pool_exists:  # resolve_identity's warning already says which account is used
+        return identity
     note = "every worker account is in use: this grading shares its worker user"
     return dataclasses.replace(identity, warning="; ".join(filter(None, [identity.warning, note])))

@@ -57,7 +57,10 @@ class Limits:
     # Wall clock for the whole grading, under Gradescope's default 10 minutes: past it
     # the watchdog stops the workers, so the remaining checks fail fast (runner.py).
     grading_timeout_s: float = 480.0
-    memory_bytes: int = 6 * GIB  # address-space limit (RLIMIT_AS)
+    # Memory of the worker: address space (RLIMIT_AS) on CPU; on a GPU the data segment
+    # (RLIMIT_DATA), because CUDA reserves ~18 GB of address space when it starts and
+    # fails under an address-space limit, while RLIMIT_DATA still bounds host memory.
+    memory_bytes: int = 6 * GIB
     max_processes: int = 512  # processes + threads of the worker user (RLIMIT_NPROC)
     max_file_bytes: int = 64 * MIB  # largest file the worker may write (RLIMIT_FSIZE)
     max_output_bytes: int = 64 * KIB  # captured stdout/stderr kept per worker
@@ -111,11 +114,17 @@ def network_isolation() -> str:
     return "" if code == 0 else f"unshare(CLONE_NEWNET) failed: {os.strerror(code)}"
 
 
+def memory_limit(device: str) -> int:
+    """The rlimit that bounds a worker's memory on ``device`` (see ``Limits.memory_bytes``)."""
+    return resource.RLIMIT_DATA if device == "cuda" else resource.RLIMIT_AS
+
+
 def limit_setter(
     limits: Limits,
     identity: WorkerIdentity,
     isolate_network: bool = False,
     mounts: MountPlan | None = None,
+    device: str = "cpu",
 ) -> Callable[[], None]:
     """A ``preexec_fn``, run in the child before the worker starts: resource limits, a
     network namespace and a private view of the file system (as root, when asked), no
@@ -126,7 +135,8 @@ def limit_setter(
     """
 
     def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
+        memory = memory_limit(device)
+        resource.setrlimit(memory, (limits.memory_bytes, limits.memory_bytes))
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.max_file_bytes, limits.max_file_bytes))
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from grader.sandbox import PROJECT_GRADESCOPE, Sandbox, resolve_identity
+from grader.identity import claim_identity
+from grader.sandbox import PROJECT_GRADESCOPE, Limits, Sandbox, limit_setter, resolve_identity
 from tests.conftest import in_param_count, refused
 
 ROOT_ONLY = os.geteuid() == 0
@@ -121,3 +123,64 @@ def test_gradings_side_by_side_get_their_own_worker_account(tmp_path: Path) -> N
         os.close(fd)
     setup = (PROJECT_GRADESCOPE / "setup.sh").read_text()
     assert f'create_worker_user.sh" kvgrader {POOL_SIZE}' in setup
+
+
+def _limits_of_worker(device: str) -> dict[str, str]:
+    """The soft limits a worker started for ``device`` runs under, from /proc."""
+    proc = subprocess.run(
+        ["cat", "/proc/self/limits"],
+        preexec_fn=limit_setter(Limits(), resolve_identity(), device=device),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    rows = {}
+    for line in proc.stdout.splitlines()[1:]:
+        name, soft = line[:26].strip(), line[26:47].strip()
+        rows[name] = soft
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("device", "bounded", "free"),
+    [("cpu", "Max address space", "Max data size"), ("cuda", "Max data size", "Max address space")],
+)
+def test_worker_memory_is_bounded_by_a_limit_cuda_can_start_under(
+    device: str, bounded: str, free: str
+) -> None:
+    """CUDA reserves about 18 GB of address space when it starts (measured on an H100:
+    VmSize 17.9 GB, VmData 1.4 GB) and fails under a 6 GiB RLIMIT_AS, so a GPU worker's
+    memory is bounded by its data segment instead; a CPU worker keeps the stricter
+    address-space limit."""
+    limits = _limits_of_worker(device)
+    assert limits[bounded] == str(Limits().memory_bytes)
+    assert limits[free] != str(Limits().memory_bytes)
+
+
+def test_a_data_limited_worker_cannot_allocate_past_its_limit() -> None:
+    """RLIMIT_DATA bounds host memory as RLIMIT_AS did: a 1 GiB anonymous mapping fails
+    under a 256 MiB data limit."""
+    code = (
+        "import mmap\n"
+        "try:\n    mmap.mmap(-1, 1 << 30, flags=mmap.MAP_PRIVATE)\n"
+        "except OSError:\n    print('refused')"
+    )
+    limits = Limits(memory_bytes=256 * 1024 * 1024)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        preexec_fn=limit_setter(limits, resolve_identity(), device="cuda"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.stdout.strip() == "refused", proc.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the account pool is used by a root grader only")
+def test_without_a_pool_the_warning_names_the_fallback_not_a_busy_pool() -> None:
+    """A machine without the pool's accounts (a GPU node where setup.sh never ran) is
+    told which account runs the worker, not that every account is in use."""
+    identity = claim_identity("kvgrader-absent", size=2)
+    assert "does not exist" in identity.warning
+    assert "in use" not in identity.warning
