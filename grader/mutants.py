@@ -34,6 +34,12 @@ class Mutant:
     edits: tuple[tuple[str, str], ...]
     diagnosis: str = ""  # completes "Likely cause: your code ..."; empty for variants
     variant: bool = False  # a correct variant: must keep full marks
+    combines: tuple[str, ...] = ()  # several mistakes at once: their names, each to be named
+
+    @property
+    def diagnoses(self) -> tuple[str, ...]:
+        """The texts the feedback must contain for this mistake to count as named."""
+        return (self.diagnosis,) if not self.combines else tuple(self.diagnosis.split("\n"))
 
     def apply(self, source: str) -> str:
         """The mutated text of ``self.file``."""
@@ -81,8 +87,30 @@ def _entry(tag: str, item: dict, variant: bool) -> Mutant:
     )
 
 
-def load_mutants(part: str | None = None, *, variants: bool = False) -> list[Mutant]:
-    """The library's mistakes (of one part, if given); with ``variants``, its correct rewrites."""
+def _combined(item: dict, tag: str, singles: dict[str, Mutant]) -> Mutant:
+    """Several known mistakes at once: every edit of each, every diagnosis to be named."""
+    parts = [singles[name] for name in item["combines"]]
+    if len(parts) < 2 or len({m.file for m in parts}) != 1:
+        raise ValueError(f"mutant {item['name']!r} must combine mistakes of one file")
+    return Mutant(
+        name=item["name"],
+        part=tag,
+        file=parts[0].file,
+        edits=tuple(e for m in parts for e in m.edits),
+        diagnosis="\n".join(m.diagnosis for m in parts),
+        combines=tuple(item["combines"]),
+    )
+
+
+def load_mutants(
+    part: str | None = None, *, variants: bool = False, combined: bool = True
+) -> list[Mutant]:
+    """The library's mistakes (of one part, if given); with ``variants``, its correct rewrites.
+
+    Entries with ``combines`` put several mistakes into one submission (their names must
+    all appear in its feedback); ``combined=False`` leaves them out, as the diagnosis
+    catalogue records single mistakes only.
+    """
     library = resources.files("grader").joinpath("mutant_library")
     found = []
     for entry in sorted(library.iterdir(), key=lambda e: e.name):
@@ -92,8 +120,16 @@ def load_mutants(part: str | None = None, *, variants: bool = False) -> list[Mut
         if part and tag != part:
             continue
         data = tomllib.loads(entry.read_text())
-        key = "variant" if variants else "mutant"
-        found += [_entry(tag, item, variants) for item in data.get(key, [])]
+        if variants:
+            found += [_entry(tag, item, True) for item in data.get("variant", [])]
+            continue
+        items = data.get("mutant", [])
+        singles = {i["name"]: _entry(tag, i, False) for i in items if "combines" not in i}
+        for item in items:
+            if "combines" not in item:
+                found.append(singles[item["name"]])
+            elif combined:
+                found.append(_combined(item, tag, singles))
     return found
 
 
@@ -145,6 +181,6 @@ def run_mutants(
             shutil.rmtree(root, ignore_errors=True)
         assert results is not None, f"grading mutant {mutant.name} crashed"
         feedback = "\n".join(t.output for t in results.tests if t.status == "failed")
-        named = bool(mutant.diagnosis) and mutant.diagnosis in feedback
+        named = bool(mutant.diagnosis) and all(d in feedback for d in mutant.diagnoses)
         verdicts.append(MutantVerdict(mutant, results.score, results.max_score, named))
     return verdicts

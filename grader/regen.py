@@ -24,7 +24,7 @@ from typing import Any
 
 import jsonschema
 
-from grader import cases_part1
+from grader import cases_part1, skeleton
 from grader.case_compare import compare_files
 from grader.context import TEST_CASES
 from grader.mutants import SOLUTION, load_mutants
@@ -57,7 +57,7 @@ def reference_and_mutants(
     reference = import_path(solution / main_file, f"_reference_{stem}")
     mutants: dict[str, ModuleType] = {}
     diagnoses: dict[str, str] = {}
-    for mutant in load_mutants(part):
+    for mutant in load_mutants(part, combined=False):  # the catalogue holds single mistakes
         root = mutant.materialise(solution)
         try:
             mutants[mutant.name] = import_path(root / mutant.file, f"_mutant_{mutant.name}")
@@ -88,9 +88,10 @@ def build_part3(solution: Path = SOLUTION) -> CaseFiles:
 
     roots: dict[str, Path] = {}
     try:
-        for mutant in load_mutants("part3"):
+        singles = load_mutants("part3", combined=False)  # the catalogue holds single mistakes
+        for mutant in singles:
             roots[mutant.name] = mutant.materialise(solution)
-        diagnoses = {m.name: m.diagnosis for m in load_mutants("part3")}
+        diagnoses = {m.name: m.diagnosis for m in singles}
         # The tokenizer announces every load on stdout, as Meta's does: keep regen quiet.
         with contextlib.redirect_stdout(io.StringIO()):
             return cases_part3_build.build(solution, roots, diagnoses)
@@ -172,7 +173,10 @@ def write_cases(out: Path, solution: Path = SOLUTION) -> list[Path]:
 
 
 def check(
-    cases_root: Path = TEST_CASES, solution: Path = SOLUTION, fresh: Path | None = None
+    cases_root: Path = TEST_CASES,
+    solution: Path = SOLUTION,
+    fresh: Path | None = None,
+    assignment: Path | None = None,
 ) -> list[str]:
     """Problems with the committed cases: drift from the solution, or from the manifest.
 
@@ -180,12 +184,13 @@ def check(
     (:mod:`grader.case_compare`), so cases committed on one CPU are still up to
     date on another, while a changed solution or case builder is reported.
     ``fresh`` is a folder already written by :func:`write_cases` from ``solution``
-    (so several checks can share one regeneration).
+    (so several checks can share one regeneration). The skeletons in ``assignment``
+    (default ``assignment/``) are generated from ``solution`` too and checked first.
     """
-    problems = []
+    problems = skeleton.check(assignment, solution)
     manifest_path = cases_root / MANIFEST
     if not manifest_path.is_file():
-        return [f"{manifest_path} is missing: run `python -m grader regen`"]
+        return [*problems, f"{manifest_path} is missing: run `python -m grader regen`"]
     manifest = json.loads(manifest_path.read_text())
     for rel, digest in manifest["files"].items():
         path = cases_root / rel

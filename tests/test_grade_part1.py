@@ -36,13 +36,35 @@ def test_blank_skeleton_scores_zero_with_every_check_present(blank_graded) -> No
     assert "not implemented yet" in blank_graded.output("1.1")
 
 
-def test_feedback_shows_expected_value_on_public_checks(grade_patched) -> None:
+def test_feedback_shows_what_was_compared_never_the_answer(grade_patched) -> None:
+    """Every Part 1 value is a write-up answer: the feedback shows the student's value and
+    how it was compared, public checks included, never the expected one."""
     graded = grade_patched(
         [("return embedding + spec.n_layers", "return 1 + embedding + spec.n_layers")]
     )
     assert graded.score("1.1") == 0
-    assert "expected 8,030,261,248" in graded.output("1.1")
-    assert "returned 8,030,261,249" in graded.output("1.1")
+    assert "returned 8,030,261,249, which is wrong (compared exactly)" in graded.output("1.1")
+    assert "8,030,261,248" not in graded.output("1.1")
+    assert "8,030,261,248" not in graded.output("1.10")  # total_params there
+
+
+def test_answer_table_feedback_names_the_wrong_cells_without_the_answers(grade_patched) -> None:
+    """A table whose max batch sizes are one too high: the wrong cells and the student's
+    own values are shown; the expected table (the write-up's answers) is not."""
+    graded = grade_patched(
+        [
+            (
+                '"max_batch_size": max_batch_size(spec, gpu_mem_bytes, context_len),',
+                '"max_batch_size": 1 + max_batch_size(spec, gpu_mem_bytes, context_len),',
+            )
+        ]
+    )
+    output = graded.output("1.10")
+    assert graded.score("1.10") == 0
+    assert "wrong entries: max_batch_size = 521 (compared exactly)" in output
+    assert "the other 7 entries are right" in output
+    assert "520" not in output and "1,160" not in output and "1160" not in output
+    assert "expected" not in output
 
 
 def test_hidden_checks_give_partial_credit_without_revealing_answers(grade_patched) -> None:

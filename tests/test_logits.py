@@ -33,7 +33,7 @@ def test_logits_problem_catches_type_shape_and_nan() -> None:
     assert "tensor of logits" in logits_problem(None, (2, 5, 12))
     bad = good.copy()
     bad[0, 2, 0] = np.nan
-    assert "position 2" in logits_problem(bad, (2, 5, 12))
+    assert "batch row 1, position 3 of 5" in logits_problem(bad, (2, 5, 12))  # counted from 1
 
 
 def test_mistakes_are_matched_by_logits_error_or_nondeterminism() -> None:
@@ -84,3 +84,97 @@ def test_error_kinds_match_across_python_wordings() -> None:
     assert same_error_kind(sized, sized)
     assert not same_error_kind(sized.replace("(7)", "(9)"), sized)
     assert not same_error_kind("", sized)
+
+
+SHAPE_ERROR = "RuntimeError: The size of tensor a (7) must match the size of tensor b (4) at non-singleton dimension 3"  # noqa: E501
+
+
+def test_an_error_signature_and_observed_logits_never_crash_the_naming() -> None:
+    """Check 3.3's probe: the catalogue holds errors for some mistakes and logits for
+    others, the submission gave logits. Naming must not raise (NumPy's "truth value of
+    an array is ambiguous" once replaced the whole message) and finds the logits match."""
+    from types import SimpleNamespace
+
+    from grader.checks.logits import signature_matches
+    from grader.checks.part3_support import Part3Base
+
+    got = logits(5)
+    catalogue = {
+        "mask_not_offset": {"error": SHAPE_ERROR},
+        "rope_from_zero": {"logits": fingerprint(got)},
+        "other_logits": {"logits": fingerprint(logits(6))},
+        "texts": ["a", "b"],
+    }
+    assert [n for n, s in catalogue.items() if signature_matches(s, got)] == ["rope_from_zero"]
+    assert not signature_matches({"error": SHAPE_ERROR}, got)
+    assert not signature_matches(["a", "b"], got)
+    assert signature_matches({"error": SHAPE_ERROR}, {"error": SHAPE_ERROR})
+    stub = SimpleNamespace(
+        signatures=lambda probe: catalogue,
+        meta=lambda: {"diagnoses": {"rope_from_zero": "rotates from 0"}},
+    )
+    assert (
+        Part3Base.name_mistakes(stub, "chunked", got) == "Likely cause: your code rotates from 0."
+    )
+    broken = SimpleNamespace(signatures=lambda probe: 1 / 0, meta=dict)
+    assert Part3Base.name_mistakes(broken, "chunked", got) == ""
+
+
+def test_one_shared_error_does_not_name_a_mistake_that_leaves_another_probe_right() -> None:
+    """Attention over the new keys only and a mask without the start_pos columns raise
+    the same shape error in chunks; one token at a time only the first is wrong."""
+    from grader.checks.logits import explain
+
+    new_keys_only = logits(7)
+    catalogue = {
+        "cached": {"attends_new_keys_only": {"logits": fingerprint(new_keys_only)}},
+        "chunked": {
+            "mask_not_offset": {"error": SHAPE_ERROR},
+            "attends_new_keys_only": {"error": SHAPE_ERROR},
+        },
+    }
+    # Wrong one token at a time (logits of an unknown mistake) and the shape error in chunks.
+    unknown = {"cached": logits(8), "chunked": {"error": SHAPE_ERROR}}
+    assert explain(unknown, catalogue, set()) == ([], False)
+    seen = {"cached": new_keys_only, "chunked": {"error": SHAPE_ERROR}}
+    assert explain(seen, catalogue, set()) == (["attends_new_keys_only"], False)
+    # Right one token at a time: only the mask explains it.
+    assert explain({"chunked": {"error": SHAPE_ERROR}}, catalogue, {"cached"}) == (
+        ["mask_not_offset"],
+        False,
+    )
+
+
+def test_two_mistakes_at_once_are_both_named() -> None:
+    """Positions and mask not offset: the plain probe matches neither mistake, while a
+    probe where only one of them shows (no position embeddings, or no attention values)
+    matches that one."""
+    from grader.checks.logits import explain, several_causes
+
+    positions, mask, both = logits(9), logits(10), logits(11)
+    catalogue = {
+        "sequential": {
+            "positions_not_offset": {"logits": fingerprint(positions)},
+            "mask_not_offset": {"logits": fingerprint(mask)},
+            "no_causal_mask": {"logits": fingerprint(logits(12))},
+        },
+        "sequential@no_positions": {
+            "mask_not_offset": {"logits": fingerprint(mask + 1)},
+            "no_causal_mask": {"logits": fingerprint(logits(13))},
+        },
+        "sequential@no_attention": {"positions_not_offset": {"logits": fingerprint(positions + 1)}},
+    }
+    seen = {
+        "sequential": both,
+        "sequential@no_positions": mask + 1,
+        "sequential@no_attention": positions + 1,
+    }
+    names, several = explain(seen, catalogue, set())
+    assert (sorted(names), several) == (["mask_not_offset", "positions_not_offset"], True)
+    text = several_causes(names, {"mask_not_offset": "MASK", "positions_not_offset": "POS"})
+    assert "Several known mistakes" in text and "MASK" in text and "POS" in text
+    # One mistake alone is named alone; logits equal to one mistake's rule out a blend.
+    alone = {"sequential": mask, "sequential@no_positions": mask + 1}
+    assert explain(alone, catalogue, {"sequential@no_attention"}) == (["mask_not_offset"], False)
+    blended = {**seen, "sequential": positions}
+    assert explain(blended, catalogue, set()) == ([], False)

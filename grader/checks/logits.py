@@ -35,10 +35,16 @@ def logits_problem(value: Any, shape: tuple[int, ...]) -> str:
     if not np.isfinite(value).all():
         bad = np.argwhere(~np.isfinite(value))[0]
         return (
-            f"logits contain NaN or inf (first at batch {bad[0]}, position {bad[1]}); "
+            f"logits contain NaN or inf (first in batch row {bad[0] + 1}, "
+            f"{position(int(bad[1]), value.shape[1])}); "
             "a row of the attention scores may be masked entirely."
         )
     return ""
+
+
+def position(index: int, length: int | None = None) -> str:
+    """A 0-based sequence index as students count it: "position 2 of 8" is the second."""
+    return f"position {index + 1}" + (f" of {length}" if length is not None else "")
 
 
 def compare(got: np.ndarray, expected: np.ndarray, atol: float) -> Comparison:
@@ -93,3 +99,93 @@ def matching_mistakes(
         if nondeterministic or same_error or same_logits:
             names.append(name)
     return names
+
+
+def signature_matches(sig: Any, observed: Any) -> bool:
+    """Whether one probe's ``observed`` outcome equals a catalogued mistake's ``sig``.
+
+    Observations are logits (an array), ``{"error": "Type: message"}`` or plain JSON
+    (texts, call lists); a signature is ``{"logits": fingerprint}``, ``{"error": ...}``
+    or plain JSON. Any mix is compared without raising: an array is never compared
+    with ``==`` (NumPy would answer with an array, whose truth value is ambiguous).
+    """
+    if isinstance(observed, np.ndarray):
+        return (
+            isinstance(sig, dict)
+            and isinstance(sig.get("logits"), list)
+            and observed.ndim == 3
+            and fingerprints_match(fingerprint(observed), sig["logits"])
+        )
+    if isinstance(sig, dict) and ("logits" in sig or "error" in sig):
+        if "error" not in sig or not isinstance(observed, dict):
+            return False
+        return same_error_kind(observed.get("error"), sig["error"])
+    try:
+        return bool(sig == observed)
+    except Exception:  # an observation of an unexpected type: no match
+        return False
+
+
+def explain(
+    observed: dict[str, Any], catalogue: dict[str, dict[str, Any]], correct: set[str]
+) -> tuple[list[str], bool]:
+    """The catalogued mistakes that explain what the probes showed: (names, several).
+
+    ``observed`` maps each wrong probe to what it showed, ``correct`` names the probes
+    that gave the reference's result, ``catalogue`` maps each probe to the signatures of
+    the mistakes that change it (a mistake absent there leaves that probe right).
+
+    One mistake explains the probes when it matches every wrong probe and changes no
+    right one; its name comes back with ``several`` False. Otherwise a pair of mistakes
+    is looked for (``several`` True), each matching some probe: a wrong probe that one
+    of them alone changes must show that one's signature, a probe that neither changes
+    must be right, and logits equal to one mistake's signature rule out the other there
+    (two mistakes that change the same logits blend them). An error raised by one of
+    them may hide the other. One error shown the same way by two mistakes (a shape
+    error in a chunked probe) is therefore never enough to tell them apart.
+    """
+
+    def changes(name: str, probe: str) -> bool:
+        return name in catalogue.get(probe, {})
+
+    def matches(name: str, probe: str) -> bool:
+        return changes(name, probe) and signature_matches(catalogue[probe][name], observed[probe])
+
+    probes = [*observed, *correct]
+    names = sorted({n for p in probes for n in catalogue.get(p, {})})
+    single = [
+        n
+        for n in names
+        if all(matches(n, p) for p in observed) and not any(changes(n, p) for p in correct)
+    ]
+    if single or not observed:
+        return single, False
+
+    def pair_fits(a: str, b: str) -> bool:
+        if not any(matches(a, p) for p in observed) or not any(matches(b, p) for p in observed):
+            return False
+        if any(changes(a, p) or changes(b, p) for p in correct):
+            return False
+        for p, seen in observed.items():
+            by = [n for n in (a, b) if changes(n, p)]
+            if not by:
+                return False  # wrong, though neither mistake changes it
+            if len(by) == 1 and not matches(by[0], p):
+                return False
+            if len(by) == 2 and isinstance(seen, np.ndarray) and (matches(a, p) or matches(b, p)):
+                return False  # both change these logits: they cannot equal one's alone
+        return True
+
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1 :] if pair_fits(a, b)]
+    if len(pairs) != 1:  # none, or several pairs fit equally: nothing certain to say
+        return [], False
+    return list(pairs[0]), True
+
+
+def several_causes(names: list[str], diagnoses: dict[str, str]) -> str:
+    """ "Several known mistakes seem present at once: ..." ("" without a diagnosis)."""
+    causes = [diagnoses[n] for n in names if n in diagnoses]
+    if len(causes) < 2:
+        return ""
+    listed = "; and your code ".join(causes)
+    return f"Several known mistakes seem present at once. Likely causes: your code {listed}."

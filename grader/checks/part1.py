@@ -42,6 +42,28 @@ def fmt(value: Any) -> str:
     return repr(value)
 
 
+def compared(value: Any, rel_tol: float) -> str:
+    """How a value is compared, in words."""
+    return "exactly" if isinstance(value, int) else f"within a relative tolerance of {rel_tol:g}"
+
+
+def wrong_value(what: str, got: Any, expected: Any, rel_tol: float) -> str:
+    """What was compared and what the student returned, never the expected value.
+
+    Every Part 1 value is an answer of the write-up (parameter counts, cache sizes,
+    max batch sizes, intensities), public cases included: feedback says which value or
+    which table entries are wrong and shows the student's own numbers only.
+    """
+    if isinstance(expected, dict) and isinstance(got, dict):
+        wrong = [k for k in expected if not values_match(got[k], expected[k], rel_tol)]
+        yours = ", ".join(
+            f"{k} = {fmt(got[k])} (compared {compared(expected[k], rel_tol)})" for k in wrong
+        )
+        right = len(expected) - len(wrong)
+        return f"{what}: wrong entries: {yours}; the other {right} entries are right."
+    return f"{what} returned {fmt(got)}, which is wrong (compared {compared(expected, rel_tol)})."
+
+
 class Part1Checks(GradedTestCase):
     part = "part1"
 
@@ -69,14 +91,8 @@ class Part1Checks(GradedTestCase):
         rel_tol = self.ctx.cases(self.part)["rel_tol"]
         if same_value(got, expected, rel_tol):
             return True, "", ""
-        hidden = case["visibility"] == "hidden"
-        message = f"{what} returned {fmt(got)}"
-        message += ", which is wrong." if hidden else f"; expected {fmt(expected)}."
-        if isinstance(expected, dict) and isinstance(got, dict):
-            wrong = [k for k in expected if not values_match(got[k], expected[k], rel_tol)]
-            message += f" Wrong entries: {', '.join(wrong)}."
         cause = diagnose(got, case.get("mistakes", {}), self.diagnoses(), rel_tol)
-        return False, f"{message} {cause}".strip(), "value"
+        return False, f"{wrong_value(what, got, expected, rel_tol)} {cause}".strip(), "value"
 
     def decode(self, enc: Any, want: str, case: dict[str, Any], what: str) -> Any:
         if want != "table":

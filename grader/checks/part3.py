@@ -26,18 +26,21 @@ from grader.timing import BenchmarkRecord, Criterion, Ratio, Sample, Timing
 class Part3ForwardChecks(Part3Base):
     def run_cases(self, num: str, modes: tuple[str, ...], set_score: Any) -> None:
         outcome = Outcome()
+        wrong: list[str] = []
         for case in self.cases(num):
             for mode in modes:
                 outcome.total += 1
                 problem = self.check_case(case, mode)
                 if problem:
                     outcome.failures.append(problem)
+                    wrong += [] if mode in wrong else [mode]
                 else:
                     outcome.passed += 1
         set_score(round(points(num) * outcome.fraction, 4))
         print(f"{outcome.passed} of {outcome.total} cases correct.")
         if outcome.failures:
-            cause = self.diagnose_forward(modes[-1]) if num != "3.4" else ""
+            right = [m for m in modes if m not in wrong]
+            cause = self.diagnose_forward(wrong, right) if num != "3.4" else ""
             extra = len(outcome.failures) - 3
             more = f"\n(and {extra} more failing cases)" if extra > 0 else ""
             self.fail("\n".join([*outcome.failures[:3], cause]).strip() + more)

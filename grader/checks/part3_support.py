@@ -8,10 +8,17 @@ from typing import Any
 
 import numpy as np
 
-from grader.cases_part2 import decode_array, fingerprint, fingerprints_match
+from grader.cases_part2 import decode_array
 from grader.cases_part3 import make_weights, plans
 from grader.checks.base import GradedTestCase, likely_cause, with_output
-from grader.checks.logits import compare, logits_problem, same_error_kind
+from grader.checks.logits import (
+    compare,
+    explain,
+    logits_problem,
+    position,
+    several_causes,
+    signature_matches,
+)
 from grader.client import Reply, SubmissionError
 
 #: Check 3.8's mode switches: what goes wrong when a run's text differs.
@@ -119,7 +126,8 @@ class Part3Base(GradedTestCase):
         where = positions[result.first_bad or 0]
         return (
             f"{case['label']}, {describe(mode)}: logits differ from the reference's by up to "
-            f"{result.max_error:.3g} (tolerance {self.atol():g}); first wrong position {where}."
+            f"{result.max_error:.3g} (tolerance {self.atol():g}); "
+            f"first wrong {position(where, tokens.shape[1])}."
         )
 
     # ------------------------------------------------------------- generate
@@ -165,31 +173,47 @@ class Part3Base(GradedTestCase):
         return self.meta().get("signatures", {}).get(probe, {})
 
     def name_mistakes(self, probe: str, observed: Any) -> str:
-        """ "Likely cause: ..." when ``observed`` equals a catalogued mutant's signature."""
-        names = []
-        for name, sig in self.signatures(probe).items():
-            if isinstance(sig, dict) and "logits" in sig and isinstance(observed, np.ndarray):
-                if observed.ndim == 3 and fingerprints_match(fingerprint(observed), sig["logits"]):
-                    names.append(name)
-            elif isinstance(sig, dict) and "error" in sig and isinstance(observed, dict):
-                if same_error_kind(observed.get("error"), sig["error"]):
-                    names.append(name)
-            elif sig == observed:
-                names.append(name)
-        return likely_cause(names, self.meta()["diagnoses"])
+        """ "Likely cause: ..." when ``observed`` equals a catalogued mutant's signature.
+
+        Naming is a hint added to a message that stands on its own: whatever the
+        observation holds, this never raises ("" when nothing can be said).
+        """
+        try:
+            sigs = self.signatures(probe)
+            names = [n for n, sig in sigs.items() if signature_matches(sig, observed)]
+            return likely_cause(names, self.meta()["diagnoses"])
+        except Exception:
+            return ""
 
     def cause_of_error(self, exc: SubmissionError, cache: bool) -> str:
         probe = "generate_cached" if cache else "generate_no_cache"
         cause = self.name_mistakes(probe, {"error": exc.signature}) if exc.signature else ""
         return f"\n{cause}" if cause else ""
 
-    def diagnose_forward(self, mode: str) -> str:
+    def diagnose_forward(self, wrong: list[str], right: list[str]) -> str:
+        """Name the mistakes that explain the forward modes seen ``wrong`` and ``right``.
+
+        Each wrong mode is probed once more on the probe tokens; a mistake is named
+        only when it explains every mode, not the error type of one probe alone (a
+        mask without the start_pos columns and attention that ignores the cached keys
+        raise the same shape error in chunks, but only the second is wrong one token
+        at a time). Never raises ("" when nothing can be said).
+        """
         tokens = np.array(self.meta()["probe_tokens"], dtype=np.int64)
+        observed: dict[str, Any] = {}
+        for mode in wrong:
+            try:
+                observed[mode] = self.forward("public", tokens, mode)
+            except SubmissionError as exc:
+                observed[mode] = {"error": exc.signature}
         try:
-            observed: Any = self.forward("public", tokens, mode)
-        except SubmissionError as exc:
-            observed = {"error": exc.signature}
-        return self.name_mistakes(mode, observed)
+            catalogue = {m: self.signatures(m) for m in [*wrong, *right]}
+            names, several = explain(observed, catalogue, set(right))
+            if several:
+                return several_causes(names, self.meta()["diagnoses"])
+            return likely_cause(names, self.meta()["diagnoses"])
+        except Exception:
+            return ""
 
     def texts(self, reply: Any) -> list[str]:
         texts = reply.header.get("texts")
