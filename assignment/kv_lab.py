@@ -1,8 +1,4 @@
-"""Part 4: the KV-cache lab on a distilgpt2-shaped model (student skeleton).
-
-Every function whose body raises NotImplementedError is yours (TODO 1-5, the steps are
-in its comments); keep its name and signature, the autograder calls it. load_model,
-the helpers, report() and the command line are provided.
+"""Part 4: the KV-cache lab on a distilgpt2-shaped model.
 
 Greedy decoding through Hugging Face ``transformers``, once re-reading the whole
 sequence every step and once through the KV cache; the latency of both against
@@ -19,12 +15,16 @@ weights.
     python kv_lab.py --report OUT_DIR [--device cpu|cuda] [--quick]
 """
 
+# Every function whose body raises NotImplementedError is yours (TODO 1-5, the steps are
+# in its comments); keep its name and signature, the autograder calls it. load_model,
+# the helpers, report() and the command line are provided.
+
 from __future__ import annotations
 
 import argparse
 import statistics
 import sys
-import time  # noqa: F401  (measure_latency)
+import time
 from pathlib import Path
 
 import torch

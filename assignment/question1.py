@@ -1,7 +1,4 @@
-"""Part 1: KV-cache, batch-size and arithmetic-intensity calculator (skeleton).
-
-Fill in every function marked TODO; keep the names and signatures, the grader
-calls them.
+"""Part 1: KV-cache, batch-size and arithmetic-intensity calculator.
 
 Pure functions over a model spec. Conventions (pinned by the handout so that one
 answer is right):
@@ -19,6 +16,9 @@ answer is right):
 
 Run ``python question1.py`` to print the answer table and save the two plots.
 """
+
+# Fill in every function marked TODO; keep the names and signatures, the grader
+# calls them.
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""Part 2: a tiny decoder-only transformer with a KV cache (skeleton).
-
-Fill in every TODO; keep the class, attribute and method names and the
-signatures, the autograder calls them and loads a state dict into them.
+"""Part 2: a tiny decoder-only transformer with a KV cache.
 
 The model is the handout's: single-head attention, a ReLU feed-forward block,
 pre-LN decoder layers with residual connections, learned positional
@@ -14,6 +11,9 @@ Below the model is the harness students run:
     python transformer_skeleton.py --mode kv_evaluate   # logits with the cache
     python transformer_skeleton.py --mode benchmark     # latency with and without it
 """
+
+# Fill in every TODO; keep the class, attribute and method names and the
+# signatures, the autograder calls them and loads a state dict into them.
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F  # noqa: F401  (you will need F.softmax and F.relu)
+import torch.nn.functional as F  # F.softmax, F.relu
 
 # One layer's cache: keys and values of every position so far, each (B, T_past, d_model).
 LayerCache = tuple[torch.Tensor, torch.Tensor]

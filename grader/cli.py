@@ -37,14 +37,23 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
 
 def cmd_regen(args: argparse.Namespace) -> int:
-    from grader import regen
+    """assignment/ from solution/'s markers, then test_cases/; ``--check`` only compares."""
+    from grader import regen, skeleton
 
     if args.check:
-        problems = regen.check()
+        problems = regen.check()  # the skeletons in assignment/ included
         for problem in problems:
             print(f"stale: {problem}")
-        print("test cases are up to date" if not problems else "run `python -m grader regen`")
+        up_to_date = "assignment/ and test cases are up to date"
+        print(up_to_date if not problems else "run `python -m grader regen`")
         return 1 if problems else 0
+    try:
+        skeletons = skeleton.write()
+    except skeleton.MarkerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for path in skeletons:
+        print(f"wrote {path.relative_to(skeleton.PROJECT_ROOT)}")
     written = regen.write_cases(regen.TEST_CASES)
     for path in written:
         print(f"wrote {path.relative_to(regen.TEST_CASES.parent)}")
@@ -74,6 +83,8 @@ def cmd_mutants(args: argparse.Namespace) -> int:
 def cmd_build(args: argparse.Namespace) -> int:
     from grader.build import StaleCases, build_autograder, build_student
 
+    if args.what == "skeleton":
+        return build_skeleton(Path(args.out) if args.out else None)
     builder = build_autograder if args.what == "autograder" else build_student
     out = Path(args.out or f"dist/{args.what}.zip")
     try:
@@ -83,6 +94,23 @@ def cmd_build(args: argparse.Namespace) -> int:
         print("run `python -m grader regen` first", file=sys.stderr)
         return 1
     print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB)")
+    return 0
+
+
+def build_skeleton(out: Path | None) -> int:
+    """Write the student skeletons (default ``assignment/``) from solution/'s markers."""
+    from grader import skeleton
+
+    out = out or skeleton.ASSIGNMENT
+    try:
+        changed = skeleton.write(out)
+    except skeleton.MarkerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for path in changed:
+        print(f"wrote {path}")
+    if not changed:
+        print(f"{out} is up to date")
     return 0
 
 
@@ -217,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.set_defaults(func=cmd_grade)
 
-    r = sub.add_parser("regen", help="regenerate test_cases/ from solution/")
+    r = sub.add_parser("regen", help="regenerate assignment/ and test_cases/ from solution/")
     r.add_argument("--check", action="store_true", help="only report drift; exit 1 if stale")
     r.set_defaults(func=cmd_regen)
 
@@ -226,9 +254,13 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--only", default="", help="comma-separated mutant names (default: all)")
     m.set_defaults(func=cmd_mutants)
 
-    b = sub.add_parser("build", help="build the Gradescope autograder zip or the student zip")
-    b.add_argument("what", choices=["autograder", "student"])
-    b.add_argument("--out", default="", help="zip path (default dist/<what>.zip)")
+    b = sub.add_parser(
+        "build", help="build the Gradescope autograder zip, the student zip or the skeletons"
+    )
+    b.add_argument("what", choices=["autograder", "student", "skeleton"])
+    b.add_argument(
+        "--out", default="", help="zip path (default dist/<what>.zip); skeleton: assignment/"
+    )
     b.add_argument("--skip-case-check", action="store_true", help=argparse.SUPPRESS)
     b.set_defaults(func=cmd_build)
 

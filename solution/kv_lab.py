@@ -1,4 +1,4 @@
-"""Part 4: the KV-cache lab on a distilgpt2-shaped model (reference solution).
+"""Part 4: the KV-cache lab on a distilgpt2-shaped model.
 
 Greedy decoding through Hugging Face ``transformers``, once re-reading the whole
 sequence every step and once through the KV cache; the latency of both against
@@ -14,6 +14,12 @@ weights.
 
     python kv_lab.py --report OUT_DIR [--device cpu|cuda] [--quick]
 """
+
+# BEGIN PROMPT
+# # Every function whose body raises NotImplementedError is yours (TODO 1-5, the steps are
+# # in its comments); keep its name and signature, the autograder calls it. load_model,
+# # the helpers, report() and the command line are provided.
+# END PROMPT
 
 from __future__ import annotations
 
@@ -61,6 +67,7 @@ def load_model(name: str = "distilgpt2", device: str = "cpu") -> torch.nn.Module
 
 def model_config_summary(model: torch.nn.Module) -> dict[str, int]:
     """The sizes that set the cost of decoding and the size of the cache (Task 1)."""
+    # BEGIN SOLUTION
     cfg = model.config
     return {
         "n_layers": int(cfg.n_layer),
@@ -69,6 +76,14 @@ def model_config_summary(model: torch.nn.Module) -> dict[str, int]:
         "vocab_size": int(cfg.vocab_size),
         "n_positions": int(cfg.n_positions),
     }
+    # END SOLUTION
+    # BEGIN PROMPT
+    # # 1. The sizes live in model.config (a GPT2Config): n_layer, n_embd, n_head,
+    # #    vocab_size and n_positions.
+    # # 2. Return them as Python ints under the keys n_layers, hidden_size, n_heads,
+    # #    vocab_size and n_positions.
+    # raise NotImplementedError("TODO 1: model_config_summary")
+    # END PROMPT
 
 
 # ------------------------------------------------------------------------ Tasks 2 and 3
@@ -81,12 +96,22 @@ def generate_no_cache(model: torch.nn.Module, input_ids: torch.Tensor, L: int) -
     Step t attends over T + t tokens from scratch, so one step costs O(T + t) and the
     whole generation O((T + L)^2): nothing computed for earlier tokens is kept.
     """
+    # BEGIN SOLUTION
     ids = input_ids  # (B, T)
     for _ in range(L):
         logits = model(ids, use_cache=False).logits  # (B, T_so_far, V)
         next_id = logits[:, -1].argmax(dim=-1, keepdim=True)  # (B, 1)
         ids = torch.cat([ids, next_id], dim=1)
     return ids  # (B, T + L)
+    # END SOLUTION
+    # BEGIN PROMPT
+    # # 1. ids = input_ids; repeat L times:
+    # # 2.   logits = model(ids, use_cache=False).logits           # (B, T_so_far, V)
+    # # 3.   the next token is the argmax of the last position's logits, kept as (B, 1)
+    # # 4.   append it to ids with torch.cat along dim 1 (never modify input_ids in place)
+    # # 5. Return ids, (B, T + L). Each step must feed the WHOLE sequence so far.
+    # raise NotImplementedError("TODO 2: generate_no_cache")
+    # END PROMPT
 
 
 @torch.no_grad()
@@ -96,7 +121,20 @@ def generate_with_cache(model: torch.nn.Module, input_ids: torch.Tensor, L: int)
     The prompt goes through the model once (prefill) and fills the cache; every later
     step feeds only the newest token, whose query attends over the cached keys/values.
     """
+    # BEGIN SOLUTION
     return generate_with_cache_from(model, input_ids, None, L)
+    # END SOLUTION
+    # BEGIN PROMPT
+    # # 1. Either write the loop here, or write it once in generate_with_cache_from and
+    # #    call that with past_key_values=None.
+    # # 2. The first call feeds the whole prompt with use_cache=True and keeps
+    # #    out.past_key_values (the cache of every token fed so far).
+    # # 3. Every later call feeds ONLY the newest token, shape (B, 1), with
+    # #    past_key_values= the cache the previous call returned.
+    # # 4. Greedy: the argmax of the last position's logits. Return (B, T + L): exactly
+    # #    L calls to the model, one per generated token.
+    # raise NotImplementedError("TODO 3: generate_with_cache")
+    # END PROMPT
 
 
 @torch.no_grad()
@@ -112,6 +150,7 @@ def generate_with_cache_from(
     is empty), every later call the one token just chosen. The cache is the object the
     model returned: a ``DynamicCache``, extended in place. Used for the int8 comparison.
     """
+    # BEGIN SOLUTION
     past_len = 0 if past_key_values is None else past_key_values.get_seq_length()
     if past_len >= input_ids.shape[1]:
         raise ValueError("the cache must hold fewer tokens than input_ids (one at least to feed)")
@@ -123,6 +162,15 @@ def generate_with_cache_from(
         new = out.logits[:, -1].argmax(dim=-1, keepdim=True)  # (B, 1)
         ids = torch.cat([ids, new], dim=1)
     return ids  # (B, T + L)
+    # END SOLUTION
+    # BEGIN PROMPT
+    # # 1. past_len = the number of tokens the cache holds (0 for None; a DynamicCache
+    # #    has get_seq_length()).
+    # # 2. The first call feeds input_ids[:, past_len:], the tokens not cached yet.
+    # # 3. Then the loop of generate_with_cache: one new token per call, passing the
+    # #    cache returned by the previous call. Return (B, T + L).
+    # raise NotImplementedError("TODO 3: generate_with_cache_from")
+    # END PROMPT
 
 
 def cuda_sync(device: str | torch.device) -> None:
@@ -144,6 +192,7 @@ def measure_latency(
     Each figure is the median over ``repeats`` timed runs (after ``warmup`` untimed
     ones) of one whole generation divided by L. Both modes get the same seeded prompt.
     """
+    # BEGIN SOLUTION
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, model.config.vocab_size, (1, prompt_len), generator=gen)
     prompt = prompt.to(device)  # (1, prompt_len)
@@ -165,6 +214,18 @@ def measure_latency(
                     times.append(time.perf_counter() - start)
             result[key].append(statistics.median(times) * 1000 / L)
     return result
+    # END SOLUTION
+    # BEGIN PROMPT
+    # # 1. A seeded random prompt of prompt_len tokens on `device`, shape (1, prompt_len).
+    # # 2. For each L, for generate_no_cache and for generate_with_cache: run it
+    # #    warmup + repeats times; time each run with time.perf_counter(), calling
+    # #    cuda_sync(device) before starting and before stopping the clock; keep the
+    # #    runs after the warm-up.
+    # # 3. ms per token = median of the kept times (statistics.median) * 1000 / L.
+    # # 4. Return {"L": [...], "no_cache_ms_per_token": [...],
+    # #            "cache_ms_per_token": [...]}, one entry per L, in the order given.
+    # raise NotImplementedError("TODO 2/3: measure_latency")
+    # END PROMPT
 
 
 # ----------------------------------------------------------------------------- Task 4
@@ -172,7 +233,14 @@ def measure_latency(
 
 def theoretical_kv_bytes(L: int, D: int, n_layers: int, bytes_per_elem: int = 2) -> int:
     """Bytes of a KV cache of L tokens: K and V (2), each D wide, in every layer."""
+    # BEGIN SOLUTION
     return int(2 * L * D * n_layers * bytes_per_elem)
+    # END SOLUTION
+    # BEGIN PROMPT
+    # # 1. K and V (2) x L tokens x D values per token x n_layers x bytes_per_elem.
+    # # 2. Return a Python int.
+    # raise NotImplementedError("TODO 4: theoretical_kv_bytes")
+    # END PROMPT
 
 
 def kv_pairs(past_key_values) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -191,7 +259,15 @@ def kv_pairs(past_key_values) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 def measured_kv_bytes(past_key_values) -> int:
     """Bytes the cache really holds: numel · element_size of every key and value tensor."""
+    # BEGIN SOLUTION
     return sum(t.numel() * t.element_size() for k, v in kv_pairs(past_key_values) for t in (k, v))
+    # END SOLUTION
+    # BEGIN PROMPT
+    # # 1. kv_pairs(past_key_values) gives [(keys, values)] per layer for both formats.
+    # # 2. Sum tensor.numel() * tensor.element_size() over every key and value tensor.
+    # #    Read the sizes from the tensors: never assume fp16 or a shape.
+    # raise NotImplementedError("TODO 4: measured_kv_bytes")
+    # END PROMPT
 
 
 # ------------------------------------------------------------------------ Task 5 (bonus)
@@ -208,6 +284,7 @@ def quantize_kv_int8(past_key_values) -> dict:
     A bare ``.to(torch.uint8)`` cast is not a quantisation: it drops the fractions,
     wraps negatives around 256 and keeps no scale to undo either.
     """
+    # BEGIN SOLUTION
     pairs = kv_pairs(past_key_values)
     layers = []
     for k, v in pairs:
@@ -221,10 +298,22 @@ def quantize_kv_int8(past_key_values) -> dict:
         layers.append(entry)
     dtype = pairs[0][0].dtype if pairs else torch.float32
     return {"layers": layers, "dtype": str(dtype).removeprefix("torch.")}
+    # END SOLUTION
+    # BEGIN PROMPT
+    # # For each layer's keys and values x, (B, H, T, head_dim):
+    # # 1. absmax = max |x| over the last dimension (keepdim)      # (B, H, T, 1)
+    # # 2. scale = absmax / 127, stored in float16; use 1 where it is 0
+    # # 3. q = round(x / scale), clamped to [-127, 127], as torch.int8
+    # # 4. keep q and its scale per layer; also remember x's dtype for dequantize_kv_int8
+    # # Return a dict of int8 tensors and fp16 scales (see quantized_kv_bytes).
+    # # Not x.to(torch.uint8): that is not a quantisation (see above).
+    # raise NotImplementedError("TODO 5 (bonus): quantize_kv_int8")
+    # END PROMPT
 
 
 def dequantize_kv_int8(q: dict) -> DynamicCache:
     """A ``DynamicCache`` of q * scale in the original dtype, usable as past_key_values."""
+    # BEGIN SOLUTION
     dtype = getattr(torch, q["dtype"])
     cache = DynamicCache()
     for i, layer in enumerate(q["layers"]):
@@ -232,11 +321,25 @@ def dequantize_kv_int8(q: dict) -> DynamicCache:
         v = (layer["v"].float() * layer["v_scale"].float()).to(dtype)
         cache.update(k, v, i)
     return cache
+    # END SOLUTION
+    # BEGIN PROMPT
+    # # 1. cache = DynamicCache()
+    # # 2. for each layer i: k = q_k * k_scale and v = q_v * v_scale, computed in float32
+    # #    and cast back to the original dtype; then cache.update(k, v, i)
+    # # 3. Return the cache: the model must accept it as past_key_values.
+    # raise NotImplementedError("TODO 5 (bonus): dequantize_kv_int8")
+    # END PROMPT
 
 
 def quantized_kv_bytes(q: dict) -> int:
     """Bytes of the int8 cache: the int8 keys and values plus their fp16 scales."""
+    # BEGIN SOLUTION
     return sum(t.numel() * t.element_size() for layer in q["layers"] for t in layer.values())
+    # END SOLUTION
+    # BEGIN PROMPT
+    # # 1. Sum numel() * element_size() over every int8 tensor AND every scale in q.
+    # raise NotImplementedError("TODO 5 (bonus): quantized_kv_bytes")
+    # END PROMPT
 
 
 def kv_relative_error(reference, restored) -> float:

@@ -17,6 +17,11 @@ answer is right):
 Run ``python question1.py`` to print the answer table and save the two plots.
 """
 
+# BEGIN PROMPT
+# # Fill in every function marked TODO; keep the names and signatures, the grader
+# # calls them.
+# END PROMPT
+
 from __future__ import annotations
 
 import argparse
@@ -58,6 +63,7 @@ HEAD_DIM = 128
 
 def param_count(spec: ModelSpec) -> int:
     """Total number of parameters of a Llama-style decoder (see module docstring)."""
+    # BEGIN SOLUTION
     d, kv_dim = spec.d_model, spec.n_kv_heads * spec.head_dim
     attention = d * d + 2 * d * kv_dim + d * d  # W_q, W_k, W_v, W_o
     ffn = 3 * d * spec.d_ff  # gate, up, down (SwiGLU)
@@ -67,17 +73,35 @@ def param_count(spec: ModelSpec) -> int:
     output_head = 0 if spec.tied_embeddings else spec.vocab_size * d
     final_norm = d
     return embedding + spec.n_layers * per_layer + final_norm + output_head
+    # END SOLUTION
+    # BEGIN PROMPT
+    # # TODO: Count embedding, output head (unless tied), per-layer q/k/v/o (GQA shapes),
+    # # SwiGLU gate/up/down, the two RMSNorm weights per layer, and the final norm.
+    # raise NotImplementedError("param_count")
+    # END PROMPT
 
 
 def weight_bytes(spec: ModelSpec) -> int:
     """Bytes needed to hold the weights."""
+    # BEGIN SOLUTION
     return param_count(spec) * spec.bytes_per_param
+    # END SOLUTION
+    # BEGIN PROMPT
+    # # TODO: Parameters times bytes per parameter.
+    # raise NotImplementedError("weight_bytes")
+    # END PROMPT
 
 
 def kv_cache_bytes_per_request(spec: ModelSpec, context_len: int, bytes_per_elem: int = 2) -> int:
     """Bytes of K and V cached for one sequence of ``context_len`` tokens (GQA aware)."""
+    # BEGIN SOLUTION
     per_token_per_layer = 2 * spec.n_kv_heads * spec.head_dim  # K and V
     return per_token_per_layer * spec.n_layers * context_len * bytes_per_elem
+    # END SOLUTION
+    # BEGIN PROMPT
+    # # TODO: K and V, for every layer, every KV head, every position.
+    # raise NotImplementedError("kv_cache_bytes_per_request")
+    # END PROMPT
 
 
 def max_batch_size(spec: ModelSpec, gpu_mem_bytes: int, context_len: int, tp: int = 1) -> int:
@@ -87,40 +111,66 @@ def max_batch_size(spec: ModelSpec, gpu_mem_bytes: int, context_len: int, tp: in
     ``tp * gpu_mem_bytes`` to hold one copy of the weights plus ``batch`` caches.
     Returns 0 when the weights alone do not fit.
     """
+    # BEGIN SOLUTION
     free = tp * gpu_mem_bytes - weight_bytes(spec)
     per_request = kv_cache_bytes_per_request(spec, context_len, spec.bytes_per_param)
     return max(free // per_request, 0)
+    # END SOLUTION
+    # BEGIN PROMPT
+    # # TODO: Free memory of the whole TP group divided by one request's KV cache, floored.
+    # raise NotImplementedError("max_batch_size")
+    # END PROMPT
 
 
 # ------------------------------------------------------------------ arithmetic intensity
 
 
+# BEGIN SOLUTION
 def _check_phase(phase: str) -> None:
     if phase not in ("prefill", "decode"):
         raise ValueError(f"phase must be 'prefill' or 'decode', got {phase!r}")
 
 
+# END SOLUTION
 def attention_flops(N: int, d: int, phase: str) -> float:
     """FLOPs of single-head standard attention over a context of N tokens."""
+    # BEGIN SOLUTION
     _check_phase(phase)
     if phase == "prefill":
         return float(4 * N * N * d)  # QK^T (N x N x d) and PV (N x N x d), 2 FLOPs each
     return float(4 * N * d)  # one query row against N keys and N values
+    # END SOLUTION
+    # BEGIN PROMPT
+    # # TODO: Use the standard-attention algorithm of the handout (2 FLOPs per multiply-add).
+    # raise NotImplementedError("attention_flops")
+    # END PROMPT
 
 
 def attention_bytes(N: int, d: int, phase: str, bpe: int = 2) -> float:
     """HBM bytes moved by standard attention (S, P and O each written and read back)."""
+    # BEGIN SOLUTION
     _check_phase(phase)
     if phase == "prefill":
         # read Q, K, V (3Nd); write S, read S, write P, read P (4N^2); write O (Nd)
         return float((4 * N * N + 4 * N * d) * bpe)
     # read q and write o (2d); read K and V (2Nd); write/read S and P (4N)
     return float((2 * d + 2 * N * d + 4 * N) * bpe)
+    # END SOLUTION
+    # BEGIN PROMPT
+    # # TODO: Count every HBM read and write of Q, K, V, S, P and O, times bpe.
+    # raise NotImplementedError("attention_bytes")
+    # END PROMPT
 
 
 def arithmetic_intensity(N: int, d: int, phase: str, bpe: int = 2, batch: int = 1) -> float:
     """FLOPs per byte; a batch of independent requests scales both terms alike."""
+    # BEGIN SOLUTION
     return (batch * attention_flops(N, d, phase)) / (batch * attention_bytes(N, d, phase, bpe))
+    # END SOLUTION
+    # BEGIN PROMPT
+    # # TODO: FLOPs divided by bytes, for a batch of independent requests.
+    # raise NotImplementedError("arithmetic_intensity")
+    # END PROMPT
 
 
 # ---------------------------------------------------------------------------- answers
@@ -134,6 +184,7 @@ def answer_table(
     head_dim: int = HEAD_DIM,
 ) -> dict[str, float]:
     """The assignment's answer table, in the handout's units (GiB, billions)."""
+    # BEGIN SOLUTION
     gpu_mem_bytes = int(gpu_mem_gib * GIB)
     params = param_count(spec)
     return {
@@ -149,6 +200,14 @@ def answer_table(
         "ai_prefill": arithmetic_intensity(context_len, head_dim, "prefill"),
         "ai_decode": arithmetic_intensity(context_len, head_dim, "decode"),
     }
+    # END SOLUTION
+    # BEGIN PROMPT
+    # # TODO: Return a dict with these keys (see the handout's table for the units):
+    # #   total_params (int), total_params_billion, weight_gib, kv_cache_per_request_gib
+    # #   (GiB = 2**30 bytes), max_batch_size and max_batch_size_tp (ints, the latter over
+    # #   `tp` GPUs), ai_prefill and ai_decode (FLOPs/byte at N = context_len, d = head_dim).
+    # raise NotImplementedError("answer_table")
+    # END PROMPT
 
 
 # ------------------------------------------------------------------------------ plots
@@ -156,6 +215,7 @@ def answer_table(
 
 def plot_prefill_ai(path: str | Path) -> None:
     """Plot prefill arithmetic intensity against context length N (256..8192), d = 128."""
+    # BEGIN SOLUTION
     import matplotlib
 
     matplotlib.use("Agg")
@@ -173,10 +233,16 @@ def plot_prefill_ai(path: str | Path) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+    # END SOLUTION
+    # BEGIN PROMPT
+    # # TODO: Plot AI against N = 256..8192 (d = 128, fp16) and save a PNG at `path`.
+    # raise NotImplementedError("plot_prefill_ai")
+    # END PROMPT
 
 
 def plot_decode_ai(path: str | Path) -> None:
     """Plot decode arithmetic intensity against batch size (1..100), N = 1024, d = 128."""
+    # BEGIN SOLUTION
     import matplotlib
 
     matplotlib.use("Agg")
@@ -194,6 +260,11 @@ def plot_decode_ai(path: str | Path) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+    # END SOLUTION
+    # BEGIN PROMPT
+    # # TODO: Plot AI against batch size 1..100 (N = 1024, d = 128) and save a PNG at `path`.
+    # raise NotImplementedError("plot_decode_ai")
+    # END PROMPT
 
 
 # ------------------------------------------------------------------------------- main

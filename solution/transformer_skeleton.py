@@ -1,4 +1,4 @@
-"""Part 2: a tiny decoder-only transformer with a KV cache (reference solution).
+"""Part 2: a tiny decoder-only transformer with a KV cache.
 
 The model is the handout's: single-head attention, a ReLU feed-forward block,
 pre-LN decoder layers with residual connections, learned positional
@@ -11,6 +11,11 @@ Below the model is the harness students run:
     python transformer_skeleton.py --mode kv_evaluate   # logits with the cache
     python transformer_skeleton.py --mode benchmark     # latency with and without it
 """
+
+# BEGIN PROMPT
+# # Fill in every TODO; keep the class, attribute and method names and the
+# # signatures, the autograder calls them and loads a state dict into them.
+# END PROMPT
 
 from __future__ import annotations
 
@@ -26,7 +31,7 @@ from pathlib import Path
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
+import torch.nn.functional as F  # F.softmax, F.relu
 
 # One layer's cache: keys and values of every position so far, each (B, T_past, d_model).
 LayerCache = tuple[torch.Tensor, torch.Tensor]
@@ -38,23 +43,50 @@ def causal_mask(t_new: int, t_total: int, device: torch.device) -> torch.Tensor:
     The new tokens sit at absolute positions t_past .. t_total - 1, so new token i
     may see keys 0 .. t_past + i and nothing after.
     """
+    # BEGIN SOLUTION
     t_past = t_total - t_new
     ones = torch.ones(t_new, t_total, dtype=torch.bool, device=device)
     return torch.triu(ones, diagonal=t_past + 1)  # (T_new, T_total)
+    # END SOLUTION
+    # BEGIN PROMPT
+    # # TODO:
+    # #   1. t_past = t_total - t_new (the number of cached positions).
+    # #   2. Build a (t_new, t_total) boolean tensor on `device` that is True above the
+    # #      shifted diagonal: row i is True at columns t_past + i + 1 and later.
+    # #   Hint: torch.triu(torch.ones(..., dtype=torch.bool), diagonal=...). Without a
+    # #   cache t_past = 0 and this is the usual diagonal=1 mask; with one new token
+    # #   nothing is masked.
+    # raise NotImplementedError("causal_mask: build the (t_new, t_total) mask with torch.triu")
+    # END PROMPT
 
 
 class SingleHeadAttention(nn.Module):
+    """One attention head of width d_model (so d_k = d_model), with an optional KV cache."""
+
     def __init__(self, d_model: int) -> None:
         super().__init__()
         self.d_model = d_model
+        # BEGIN SOLUTION
         self.W_q = nn.Linear(d_model, d_model, bias=False)
         self.W_k = nn.Linear(d_model, d_model, bias=False)
         self.W_v = nn.Linear(d_model, d_model, bias=False)
         self.W_o = nn.Linear(d_model, d_model, bias=False)
+        # END SOLUTION
+        # BEGIN PROMPT
+        # # TODO: create the four projections, each d_model -> d_model:
+        # #   self.W_q, self.W_k, self.W_v, self.W_o: nn.Linear(d_model, d_model, bias=False)
+        # #   (the course's weights have no attention biases, W_o included)
+        # END PROMPT
 
     def forward(
         self, x: torch.Tensor, past_kv: LayerCache | None = None, use_cache: bool = False
     ) -> tuple[torch.Tensor, LayerCache | None]:
+        """Attend from the new tokens x (B, T_new, D) to every token so far.
+
+        Returns the output (B, T_new, D) and, when ``use_cache`` is True, the
+        layer's full cache (K, V), each (B, T_total, D); otherwise None.
+        """
+        # BEGIN SOLUTION
         q = self.W_q(x)  # (B, T_new, D)
         k = self.W_k(x)  # (B, T_new, D)
         v = self.W_v(x)  # (B, T_new, D)
@@ -68,38 +100,92 @@ class SingleHeadAttention(nn.Module):
         weights = F.softmax(scores, dim=-1)  # (B, T_new, T_total)
         context = weights @ v  # (B, T_new, D)
         return self.W_o(context), ((k, v) if use_cache else None)
+        # END SOLUTION
+        # BEGIN PROMPT
+        # # TODO:
+        # #   1. Compute q, k, v = W_q(x), W_k(x), W_v(x), each (B, T_new, D).
+        # #   2. If use_cache and past_kv is not None: concatenate the cached keys and
+        # #      values in front of the new ones along dim=1 (the sequence dimension),
+        # #      so k and v become (B, T_total, D).
+        # #   3. scores = q @ k^T / sqrt(d_model), shape (B, T_new, T_total).
+        # #   4. Set the scores where causal_mask(T_new, T_total, x.device) is True to
+        # #      -inf (hint: masked_fill).
+        # #   5. weights = softmax over the last dimension; context = weights @ v.
+        # #   6. Return W_o(context) and (k, v) if use_cache else None.
+        # raise NotImplementedError("SingleHeadAttention.forward: q/k/v, cache, mask, softmax, W_o")
+        # END PROMPT
 
 
 class FeedForward(nn.Module):
+    """Position-wise feed-forward block: Linear -> ReLU -> Linear."""
+
     def __init__(self, d_model: int, d_ff: int) -> None:
         super().__init__()
+        # BEGIN SOLUTION
         self.fc1 = nn.Linear(d_model, d_ff)
         self.fc2 = nn.Linear(d_ff, d_model)
+        # END SOLUTION
+        # BEGIN PROMPT
+        # # TODO: create
+        # #   self.fc1: nn.Linear(d_model, d_ff)
+        # #   self.fc2: nn.Linear(d_ff, d_model)
+        # END PROMPT
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, D) -> (B, T, d_ff) -> (B, T, D)."""
+        # BEGIN SOLUTION
         return self.fc2(F.relu(self.fc1(x)))  # (B, T, D) -> (B, T, d_ff) -> (B, T, D)
+        # END SOLUTION
+        # BEGIN PROMPT
+        # # TODO: fc2(relu(fc1(x))).
+        # raise NotImplementedError("FeedForward.forward: fc2(relu(fc1(x)))")
+        # END PROMPT
 
 
 class DecoderLayer(nn.Module):
+    """A pre-LN decoder layer: attention and feed-forward, each inside a residual."""
+
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.1) -> None:
         super().__init__()
+        # BEGIN SOLUTION
         self.attention = SingleHeadAttention(d_model)
         self.feed_forward = FeedForward(d_model, d_ff)
         self.norm1 = nn.LayerNorm(d_model)
         self.norm2 = nn.LayerNorm(d_model)
         self.dropout = nn.Dropout(dropout)
+        # END SOLUTION
+        # BEGIN PROMPT
+        # # TODO: create
+        # #   self.attention: SingleHeadAttention(d_model)
+        # #   self.feed_forward: FeedForward(d_model, d_ff)
+        # #   self.norm1, self.norm2: nn.LayerNorm(d_model)
+        # #   self.dropout: nn.Dropout(dropout)
+        # END PROMPT
 
     def forward(
         self, x: torch.Tensor, past_kv: LayerCache | None = None, use_cache: bool = False
     ) -> tuple[torch.Tensor, LayerCache | None]:
+        """Run x (B, T_new, D) through the layer; return it and the attention's cache."""
+        # BEGIN SOLUTION
         # Pre-LN: normalise the input of each sub-layer, add its output to the residual.
         attended, new_kv = self.attention(self.norm1(x), past_kv, use_cache)
         x = x + self.dropout(attended)  # (B, T_new, D)
         x = x + self.dropout(self.feed_forward(self.norm2(x)))  # (B, T_new, D)
         return x, new_kv
+        # END SOLUTION
+        # BEGIN PROMPT
+        # # TODO (pre-LN: normalise the input of each sub-layer, not its output):
+        # #   1. attended, new_kv = self.attention(norm1(x), past_kv, use_cache)
+        # #   2. x = x + dropout(attended)
+        # #   3. x = x + dropout(feed_forward(norm2(x)))
+        # #   4. Return x and new_kv.
+        # raise NotImplementedError("DecoderLayer.forward: two pre-LN residual sub-layers")
+        # END PROMPT
 
 
 class DecoderOnlyTransformer(nn.Module):
+    """Token + learned position embeddings, a stack of decoder layers, a final norm and head."""
+
     def __init__(
         self, vocab_size: int, d_model: int, d_ff: int, num_layers: int, max_seq_len: int
     ) -> None:
@@ -108,11 +194,21 @@ class DecoderOnlyTransformer(nn.Module):
         self.vocab_size = vocab_size
         self.num_layers = num_layers
         self.max_seq_len = max_seq_len
+        # BEGIN SOLUTION
         self.token_embedding = nn.Embedding(vocab_size, d_model)
         self.pos_embedding = nn.Embedding(max_seq_len, d_model)
         self.layers = nn.ModuleList([DecoderLayer(d_model, d_ff) for _ in range(num_layers)])
         self.norm = nn.LayerNorm(d_model)
         self.output_projection = nn.Linear(d_model, vocab_size)
+        # END SOLUTION
+        # BEGIN PROMPT
+        # # TODO: create
+        # #   self.token_embedding: nn.Embedding(vocab_size, d_model)
+        # #   self.pos_embedding: nn.Embedding(max_seq_len, d_model)  (learned positions)
+        # #   self.layers: nn.ModuleList of num_layers DecoderLayer(d_model, d_ff)
+        # #   self.norm: nn.LayerNorm(d_model)
+        # #   self.output_projection: nn.Linear(d_model, vocab_size)
+        # END PROMPT
 
     def forward(
         self,
@@ -121,6 +217,7 @@ class DecoderOnlyTransformer(nn.Module):
         use_cache: bool = False,
     ) -> tuple[torch.Tensor, list[LayerCache] | None]:
         """Logits for ``input_ids`` (B, T_new), which follow the tokens held in ``past_kv``."""
+        # BEGIN SOLUTION
         t_past = past_kv[0][0].shape[1] if (use_cache and past_kv) else 0
         t_new = input_ids.shape[1]
         positions = torch.arange(t_past, t_past + t_new, device=input_ids.device)  # (T_new,)
@@ -133,26 +230,60 @@ class DecoderOnlyTransformer(nn.Module):
                 new_past_kv.append(layer_kv)
         logits = self.output_projection(self.norm(x))  # (B, T_new, vocab)
         return logits, new_past_kv
+        # END SOLUTION
+        # BEGIN PROMPT
+        # # TODO:
+        # #   1. t_past = number of cached positions (past_kv[0][0].shape[1]) if use_cache
+        # #      and past_kv, else 0.
+        # #   2. positions = t_past .. t_past + T_new - 1 (the new tokens continue after
+        # #      the cached ones); x = token_embedding(input_ids) + pos_embedding(positions).
+        # #   3. Run x through every layer, giving layer i its own past_kv[i] (or None),
+        # #      and collect the (K, V) each layer returns into a new list when use_cache.
+        # #   4. logits = output_projection(norm(x)), shape (B, T_new, vocab).
+        # #   5. Return logits and the new list of caches (None when use_cache is False).
+        # raise NotImplementedError("DecoderOnlyTransformer.forward: embed, layers, norm, head")
+        # END PROMPT
 
     # ------------------------------------------------------------------ generation
 
     def prefill(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, list[LayerCache]]:
         """Run the whole prompt once; return the last position's logits and the cache."""
+        # BEGIN SOLUTION
         logits, past_kv = self.forward(input_ids, use_cache=True)
         return logits[:, -1, :], past_kv  # (B, vocab)
+        # END SOLUTION
+        # BEGIN PROMPT
+        # # TODO: one forward call over input_ids with use_cache=True; return the logits
+        # # of the last position (B, vocab) and the cache.
+        # raise NotImplementedError("prefill: one cached forward over the prompt")
+        # END PROMPT
 
     def decode_one_token(
         self, token: torch.Tensor, past_kv: list[LayerCache]
     ) -> tuple[torch.Tensor, list[LayerCache]]:
         """Feed one new token (B, 1) against the cache; return its logits and the longer cache."""
+        # BEGIN SOLUTION
         logits, past_kv = self.forward(token, past_kv=past_kv, use_cache=True)
         return logits[:, -1, :], past_kv  # (B, vocab)
+        # END SOLUTION
+        # BEGIN PROMPT
+        # # TODO: one forward call over token with past_kv and use_cache=True; return the
+        # # logits (B, vocab) and the updated cache.
+        # raise NotImplementedError("decode_one_token: one cached forward over the new token")
+        # END PROMPT
 
     @staticmethod
     def sample(logits: torch.Tensor, temperature: float) -> torch.Tensor:
         """Draw one token per row from softmax(logits / temperature): (B, vocab) -> (B, 1)."""
+        # BEGIN SOLUTION
         probs = F.softmax(logits / temperature, dim=-1)
         return torch.multinomial(probs, num_samples=1)
+        # END SOLUTION
+        # BEGIN PROMPT
+        # # TODO: divide by the temperature, softmax over the vocabulary, then
+        # # torch.multinomial(probs, num_samples=1).
+        # raise NotImplementedError("sample: softmax(logits / temperature) and torch.multinomial")
+        # END PROMPT
 
     @torch.no_grad()
     def generate(
@@ -167,6 +298,7 @@ class DecoderOnlyTransformer(nn.Module):
         With the cache, the prompt is processed once and every later step feeds
         only the newest token; without it, every step re-reads the whole sequence.
         """
+        # BEGIN SOLUTION
         tokens = input_ids
         past_kv: list[LayerCache] | None = None
         for step in range(max_new_tokens):
@@ -179,6 +311,19 @@ class DecoderOnlyTransformer(nn.Module):
             next_token = self.sample(logits, temperature)  # (B, 1)
             tokens = torch.cat([tokens, next_token], dim=1)  # (B, T + step + 1)
         return tokens
+        # END SOLUTION
+        # BEGIN PROMPT
+        # # TODO: repeat max_new_tokens times:
+        # #   1. Get the logits of the last position (B, vocab):
+        # #      - use_cache=False: forward over the whole sequence so far;
+        # #      - use_cache=True, first step: prefill(prompt);
+        # #      - use_cache=True, later steps: decode_one_token(newest token, cache).
+        # #   2. next_token = sample(logits, temperature), shape (B, 1).
+        # #   3. Append it to the sequence along dim=1.
+        # # Return the prompt followed by the new tokens, (B, T + n) (only the new tokens,
+        # # (B, n), is accepted too); do not modify input_ids in place.
+        # raise NotImplementedError("generate: prefill once, then decode one token per step")
+        # END PROMPT
 
 
 # ================= DO NOT MODIFY CODE BELOW THIS LINE =================

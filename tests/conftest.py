@@ -66,7 +66,13 @@ def solution_graded(tmp_path_factory: pytest.TempPathFactory) -> Graded:
 
 @pytest.fixture(scope="session")
 def blank_graded(tmp_path_factory: pytest.TempPathFactory) -> Graded:
-    return run_grade(ASSIGNMENT, tmp_path_factory.mktemp("blank"))
+    """The blank skeleton as solution/ generates it now (tests/test_skeleton.py checks that
+    the committed assignment/ is the same files)."""
+    from grader import skeleton
+
+    blank = tmp_path_factory.mktemp("skeleton")
+    skeleton.write(blank)
+    return run_grade(blank, tmp_path_factory.mktemp("blank"))
 
 
 def _private_view_available() -> bool:

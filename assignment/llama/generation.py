@@ -1,4 +1,4 @@
-"""Part 3: text generation with and without the KV cache (skeleton).
+"""Part 3: text generation with and without the KV cache.
 
 ``Generation`` is mixed into the model class ``Llama``, so ``model.generate``
 calls ``self(tokens, start_pos)``. The cached path runs the prompt once
@@ -111,7 +111,7 @@ class Generation:
             #   every step.
             #   Either way call the model as self(tokens_slice, start_pos).
             logits = None  # placeholder
-            raise NotImplementedError("generate_tokens: the model call of a decode step (see TODO)")
+            raise NotImplementedError("generate_tokens: the model call of each step (see TODO)")
             chosen = next_token(logits[:, -1], temperature, top_p)  # (B,)
             # Inside a longer prompt the prompt's own token wins.
             chosen = torch.where(is_prompt[:, cur_pos], tokens[:, cur_pos], chosen)

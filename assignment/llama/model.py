@@ -1,9 +1,4 @@
-"""Part 3: Meta's Llama 3 architecture with a switchable KV cache (skeleton).
-
-Fill in every TODO; keep the class, attribute and method names and the
-signatures: the autograder builds this model from Meta's checkpoint layout and
-calls ``forward`` and ``generate`` directly. Everything not about the cache
-(RMSNorm, RoPE, repeat_kv, the blocks, loading) is already written.
+"""Part 3: Meta's Llama 3 architecture with a switchable KV cache.
 
 The layers follow Meta's reference code (RMSNorm, rotary embeddings with the
 Llama 3.1/3.2 frequency scaling, grouped-query attention, SwiGLU), without
@@ -17,6 +12,11 @@ and a call at ``start_pos`` writes its keys and values at
 ``[:bsz, start_pos : start_pos + seqlen]``. With it off there is no cache at
 all: each call attends over exactly the tokens it is given.
 """
+
+# Fill in every TODO; keep the class, attribute and method names and the
+# signatures: the autograder builds this model from Meta's checkpoint layout and
+# calls ``forward`` and ``generate`` directly. Everything not about the cache
+# (RMSNorm, RoPE, repeat_kv, the blocks, loading) is already written.
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Part 3: text generation with and without the KV cache (reference solution).
+"""Part 3: text generation with and without the KV cache.
 
 ``Generation`` is mixed into the model class ``Llama``, so ``model.generate``
 calls ``self(tokens, start_pos)``. The cached path runs the prompt once
@@ -21,6 +21,7 @@ def sample_top_p(probs: torch.Tensor, p: float) -> torch.Tensor:
 
     probs: (B, vocab) -> (B, 1) token ids.
     """
+    # BEGIN SOLUTION
     probs_sort, probs_idx = torch.sort(probs, dim=-1, descending=True)
     cumulative = torch.cumsum(probs_sort, dim=-1)
     # A token is dropped when the tokens ranked above it already reach p.
@@ -28,6 +29,16 @@ def sample_top_p(probs: torch.Tensor, p: float) -> torch.Tensor:
     probs_sort.div_(probs_sort.sum(dim=-1, keepdim=True))
     choice = torch.multinomial(probs_sort, num_samples=1)  # (B, 1) index into the sorted order
     return torch.gather(probs_idx, -1, choice)
+    # END SOLUTION
+    # BEGIN PROMPT
+    # # TODO (top-p sampling):
+    # #   1. sort each row's probabilities in descending order (keep the indices);
+    # #   2. take the cumulative sum; a token is dropped when the tokens ranked
+    # #      above it already reach p (so the token that crosses p is kept);
+    # #   3. renormalise what is left and draw one index per row with torch.multinomial;
+    # #   4. map the drawn positions back to token ids with torch.gather.
+    # raise NotImplementedError("sample_top_p: top-p (nucleus) sampling (see TODO)")
+    # END PROMPT
 
 
 def next_token(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
@@ -101,16 +112,38 @@ class Generation:
 
         prev_pos = 0
         for cur_pos in range(min_prompt_len, total_len):
+            # BEGIN SOLUTION
             if kv_caching:
                 logits = self(tokens[:, prev_pos:cur_pos], prev_pos)  # new tokens only
             else:
                 logits = self(tokens[:, :cur_pos], 0)  # the whole prefix, every step
+            # END SOLUTION
+            # BEGIN PROMPT
+            # # TODO 4: set `logits` (B, T, vocab) by this step's model call, in place of the
+            # #   placeholder below, and delete the raise.
+            # #   With the cache (kv_caching): feed only the tokens the cache does not hold
+            # #   yet, tokens[:, prev_pos:cur_pos], at start_pos = prev_pos. The first step
+            # #   is the prefill (the min_prompt_len tokens all prompts have, at 0); every
+            # #   later step is one token per sequence.
+            # #   Without the cache: feed the whole prefix tokens[:, :cur_pos] at start_pos 0,
+            # #   every step.
+            # #   Either way call the model as self(tokens_slice, start_pos).
+            # logits = None  # placeholder
+            # raise NotImplementedError("generate_tokens: the model call of each step (see TODO)")
+            # END PROMPT
             chosen = next_token(logits[:, -1], temperature, top_p)  # (B,)
             # Inside a longer prompt the prompt's own token wins.
             chosen = torch.where(is_prompt[:, cur_pos], tokens[:, cur_pos], chosen)
             tokens[:, cur_pos] = chosen
             finished |= ~is_prompt[:, cur_pos] & torch.isin(chosen, stop)
+            # BEGIN SOLUTION
             prev_pos = cur_pos
+            # END SOLUTION
+            # BEGIN PROMPT
+            # # TODO 5: write `prev_pos = cur_pos` here (in both modes), so that the next
+            # #   cached step feeds only the token chosen at cur_pos: after this step's call
+            # #   the cache holds every position before cur_pos.
+            # END PROMPT
             if bool(finished.all()):
                 break
 

@@ -1,4 +1,4 @@
-"""Part 3: Meta's Llama 3 architecture with a switchable KV cache (reference solution).
+"""Part 3: Meta's Llama 3 architecture with a switchable KV cache.
 
 The layers follow Meta's reference code (RMSNorm, rotary embeddings with the
 Llama 3.1/3.2 frequency scaling, grouped-query attention, SwiGLU), without
@@ -12,6 +12,13 @@ and a call at ``start_pos`` writes its keys and values at
 ``[:bsz, start_pos : start_pos + seqlen]``. With it off there is no cache at
 all: each call attends over exactly the tokens it is given.
 """
+
+# BEGIN PROMPT
+# # Fill in every TODO; keep the class, attribute and method names and the
+# # signatures: the autograder builds this model from Meta's checkpoint layout and
+# # calls ``forward`` and ``generate`` directly. Everything not about the cache
+# # (RMSNorm, RoPE, repeat_kv, the blocks, loading) is already written.
+# END PROMPT
 
 from __future__ import annotations
 
@@ -152,6 +159,7 @@ class Attention(nn.Module):
         xv = self.wv(x).view(bsz, seqlen, self.n_kv_heads, self.head_dim)  # (B, T, Hkv, D)
         xq, xk = apply_rotary_emb(xq, xk, freqs_cis=freqs_cis)
 
+        # BEGIN SOLUTION
         if self.kv_caching:
             if self.cache_k is None or self.cache_k.shape != self._cache_shape():
                 self.cache_k = torch.zeros(self._cache_shape(), dtype=xk.dtype, device=xk.device)
@@ -164,6 +172,24 @@ class Attention(nn.Module):
             values = self.cache_v[:bsz, : start_pos + seqlen]
         else:
             keys, values = xk, xv  # (B, T, Hkv, D): the call holds the whole prefix
+        # END SOLUTION
+        # BEGIN PROMPT
+        # # TODO 1: set `keys` and `values`, each (B, T_total, Hkv, D), in place of the
+        # #   placeholders below, and delete the raise.
+        # #   With the cache on (self.kv_caching):
+        # #     1. If self.cache_k is None (or not of self._cache_shape()), allocate
+        # #        self.cache_k and self.cache_v: torch.zeros of shape
+        # #        (max_batch_size, max_seq_len, n_kv_heads, head_dim) with xk's dtype and
+        # #        device (never .cuda(): the model must also run on a CPU); if the
+        # #        cache exists, move it with .to(xk) in case the model changed device.
+        # #     2. Write this call's xk and xv at [:bsz, start_pos : start_pos + seqlen].
+        # #     3. Read keys and values back from [:bsz, : start_pos + seqlen]: the cached
+        # #        prefix and the new tokens, so T_total = start_pos + seqlen.
+        # #   With the cache off there is no cache at all: the caller passed the whole
+        # #   prefix (start_pos is 0), so keys and values are xk and xv (T_total = seqlen).
+        # keys = values = None  # placeholders
+        # raise NotImplementedError("Attention.forward: KV cache (see TODO)")
+        # END PROMPT
 
         keys = repeat_kv(keys, self.n_rep)  # (B, T_total, H, D)
         values = repeat_kv(values, self.n_rep)
@@ -222,11 +248,24 @@ def causal_mask(seqlen: int, start_pos: int, device: torch.device) -> torch.Tens
 
     One new token may see everything before it, so it needs no mask at all.
     """
+    # BEGIN SOLUTION
     if seqlen <= 1:
         return None
     mask = torch.full((seqlen, seqlen), float("-inf"), device=device).triu(1)  # (T, T)
     history = torch.zeros((seqlen, start_pos), device=device)  # the cached prefix: all visible
     return torch.hstack([history, mask])  # (T, start_pos + T)
+    # END SOLUTION
+    # BEGIN PROMPT
+    # # TODO 2:
+    # #   1. If seqlen <= 1, return None (one new token sees every position so far).
+    # #   2. Build the (T, T) mask of the new tokens on `device`: -inf above the
+    # #      diagonal, 0 on and below it (hint: torch.full(..., float("-inf")).triu(1)).
+    # #   3. Put a (T, start_pos) block of zeros in front of it (torch.hstack): the
+    # #      cached prefix is visible to every new token. The result is
+    # #      (T, start_pos + T); without the cache start_pos is 0 and this is the
+    # #      usual causal mask.
+    # raise NotImplementedError("causal_mask: the (T, start_pos + T) additive mask (see TODO)")
+    # END PROMPT
 
 
 class Llama(Generation, nn.Module):
@@ -252,11 +291,21 @@ class Llama(Generation, nn.Module):
 
     def set_kv_caching(self, enabled: bool) -> None:
         """Switch every attention layer's cache on or off (off frees it)."""
+        # BEGIN SOLUTION
         self.params.kv_caching = enabled
         for layer in self.layers:
             layer.attention.kv_caching = enabled
             if not enabled:
                 layer.attention.cache_k = layer.attention.cache_v = None
+        # END SOLUTION
+        # BEGIN PROMPT
+        # # TODO 3:
+        # #   1. Record the switch in self.params.kv_caching.
+        # #   2. For every layer in self.layers, set layer.attention.kv_caching = enabled.
+        # #   3. When switching off, drop the layer's cache (cache_k = cache_v = None) so
+        # #      its memory is freed; with it on, Attention.forward allocates it lazily.
+        # raise NotImplementedError("Llama.set_kv_caching: switch every layer's cache (see TODO)")
+        # END PROMPT
 
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, start_pos: int) -> torch.Tensor:
