@@ -115,6 +115,24 @@ def make_state_dict(model: dict[str, Any]) -> dict[str, np.ndarray]:
     }
 
 
+#: Copies of a model with one path switched off, for naming mistakes in the cached modes:
+#: two mistakes at once (positions and mask not offset) blend in the logits, but each
+#: shows alone where the other's path is off (checks 2.4 and 2.5, see ``ablate``).
+ABLATIONS = ("no_positions", "no_attention")
+CACHED_MODES = ("sequential", "chunks")
+
+
+def ablate(weights: dict[str, np.ndarray], kind: str) -> dict[str, np.ndarray]:
+    """``weights`` with one path of the model switched off: the position embeddings
+    (``no_positions``: where a token sits changes nothing, so no position mistake shows)
+    or every attention value projection (``no_attention``: attention adds nothing, so no
+    mask or cache mistake shows)."""
+    if kind not in ABLATIONS:
+        raise ValueError(f"unknown ablation {kind!r}")
+    off = "pos_embedding.weight" if kind == "no_positions" else "attention.W_v.weight"
+    return {k: np.zeros_like(v) if k.endswith(off) else v for k, v in weights.items()}
+
+
 def weights_digest(weights: dict[str, np.ndarray]) -> str:
     """sha256 over names and bytes: detects a NumPy whose generator stream changed."""
     h = hashlib.sha256()

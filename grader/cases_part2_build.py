@@ -9,11 +9,14 @@ from typing import Any
 import numpy as np
 
 from grader.cases_part2 import (
+    ABLATIONS,
     ATOL,
+    CACHED_MODES,
     HIDDEN_MODEL,
     HIDDEN_SEED,
     PUBLIC_MODEL,
     PUBLIC_SEED,
+    ablate,
     chunk_plan,
     encode_array,
     generate_tokens,
@@ -152,6 +155,31 @@ def catalogue(
     return signatures
 
 
+def ablation_catalogue(
+    reference_module: ModuleType, mutant_modules: dict[str, ModuleType], probe_ids: np.ndarray
+) -> dict[str, dict[str, Any]]:
+    """Each mutant's signature in the cached modes on the public model with its positions
+    or its attention switched off (``ablate``), where it differs from the reference's:
+    probes ``"<mode>@<ablation>"``, on which one of two blended mistakes shows alone."""
+    out: dict[str, dict[str, Any]] = {}
+    for kind in ABLATIONS:
+        weights = ablate(make_state_dict(PUBLIC_MODEL), kind)
+        models = {
+            "reference": adapter.build_model(reference_module, PUBLIC_MODEL["config"], weights)
+        }
+        for name, module in mutant_modules.items():
+            try:
+                models[name] = adapter.build_model(module, PUBLIC_MODEL["config"], weights)
+            except Exception:  # cannot load the weights: named by check 2.1
+                continue
+        for mode in CACHED_MODES:
+            steps = probe_steps(mode, probe_ids.shape[1])
+            seen = {name: signature(model, probe_ids, steps) for name, model in models.items()}
+            expected = json.dumps(seen.pop("reference"))
+            out[f"{mode}@{kind}"] = {n: v for n, v in seen.items() if json.dumps(v) != expected}
+    return out
+
+
 def build(
     reference_module: ModuleType, mutant_modules: dict[str, ModuleType], diagnoses: dict[str, str]
 ) -> dict[str, tuple[str | None, Any]]:
@@ -188,7 +216,10 @@ def build(
         "chunk_plans": [chunk_plan(len(c["input_ids"][0])) for c in cases],
         "generate": probe,
         "diagnoses": diagnoses,
-        "signatures": catalogue(reference, mutants, probe_ids, probe),
+        "signatures": {
+            **catalogue(reference, mutants, probe_ids, probe),
+            **ablation_catalogue(reference_module, mutant_modules, probe_ids),
+        },
         "cases": [],
     }
     return {

@@ -224,3 +224,24 @@ def test_a_prefill_one_token_at_a_time_is_a_reasonable_reading(tmp_path: Path) -
     )
     graded = grade_edit(tmp_path, [sequential])
     assert graded.score("2.9") == graded.test("2.9")["max_score"], graded.output("2.9")
+
+
+def test_a_cached_generate_bug_is_not_blamed_on_the_temperature(tmp_path: Path) -> None:
+    """Check 2.10 blames the temperature only when the cache-free generate shows it too;
+    a cached generate that feeds forward the wrong tokens is pointed at its own path."""
+    mutant = next(m for m in load_mutants("part2") if m.name == "generate_refeeds_with_cache")
+    graded = grade_edit(tmp_path, list(mutant.edits))
+    message = graded.output("2.10")
+    assert graded.score("2.10") == 0
+    assert "dividing the logits by a tiny temperature" not in message
+    assert "generate(use_cache=False) picked the token your own model ranks highest" in message
+    assert "see checks 2.8 and 2.9" in message
+
+
+def test_positions_in_feedback_are_counted_from_1(tmp_path: Path) -> None:
+    """Positions restarting at 0 in every cached call: one token at a time the first
+    position is right and the second is wrong, which the feedback calls position 2."""
+    mutant = next(m for m in load_mutants("part2") if m.name == "positions_not_offset")
+    graded = grade_edit(tmp_path, list(mutant.edits))
+    first_case = graded.output("2.4").splitlines()[2]
+    assert re.search(r"first wrong position 2 of \d+\.$", first_case), first_case

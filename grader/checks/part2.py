@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from grader.checks.base import check, likely_cause, with_output
+from grader.checks.logits import position
 from grader.checks.part2_support import Part2Base
 from grader.client import SubmissionError
 from grader.thresholds import load_thresholds
@@ -84,7 +85,8 @@ class Part2GenerateChecks(Part2Base):
             row, col = np.argwhere(cached != plain)[0]
             self.fail(
                 "With the same seed, generate(use_cache=True) and generate(use_cache=False) "
-                f"returned different tokens (first difference: row {row}, position {col}). "
+                f"returned different tokens (first difference: batch row {row + 1}, "
+                f"{position(int(col), cached.shape[1])}, prompt included). "
                 "Both must compute the same logits and sample them the same way."
             )
 
@@ -175,18 +177,44 @@ class Part2GenerateChecks(Part2Base):
             logits, _ = self.forward("public", tokens[:, :-1], None, what="forward (no cache)")
         top = np.asarray(logits)[:, prompt_len - 1 :, :].argmax(-1)
         hits = int((top == tokens[:, prompt_len:]).sum())
-        if hits != top.size:
-            names = [
-                k
-                for k, v in self.signatures("low_temperature").items()
-                if isinstance(v, list) and np.array_equal(np.array(v), tokens)
-            ]
-            cause = likely_cause(names, self.meta()["diagnoses"])
+        if hits == top.size:
+            return
+        plain = self.low_temperature_hits({**low, "use_cache": False})
+        setting = f"At temperature {low['temperature']}"
+        if plain is not None and plain[0] == plain[1]:
             self.fail(
-                f"At temperature {low['temperature']}, only {hits} of {top.size} sampled tokens "
-                "were the token your own model ranks highest; dividing the logits by a tiny "
-                f"temperature makes sampling (almost) greedy. {cause}".strip()
+                f"{setting}, generate(use_cache=False) picked the token your own model ranks "
+                f"highest every time, so the temperature is applied; with use_cache=True only "
+                f"{hits} of {top.size} sampled tokens were the top token of your own forward "
+                "with the cache (the prompt, then one token per call). The cached generate "
+                "computes other logits than that forward, or samples them another way: see "
+                "checks 2.8 and 2.9."
             )
+        names = [
+            k
+            for k, v in self.signatures("low_temperature").items()
+            if isinstance(v, list) and np.array_equal(np.array(v), tokens)
+        ]
+        cause = likely_cause(names, self.meta()["diagnoses"])
+        both = "" if plain is None else f" (without the cache: {plain[0]} of {plain[1]})"
+        self.fail(
+            f"{setting}, only {hits} of {top.size} sampled tokens{both} were the token your "
+            "own model ranks highest; dividing the logits by a tiny temperature makes "
+            f"sampling (almost) greedy. {cause}".strip()
+        )
+
+    def low_temperature_hits(self, settings: dict[str, Any]) -> tuple[int, int] | None:
+        """How many of cache-free ``generate``'s tokens at a very low temperature are the
+        top token of the submission's own cache-free forward, out of how many; None when
+        either call fails."""
+        prompt_len = len(self.meta()["generate"]["prompt"][0])
+        try:
+            tokens, _, _ = self.generate(**settings)
+            logits, _ = self.forward("public", tokens[:, :-1], None, what="forward (no cache)")
+        except (SubmissionError, self.failureException):
+            return None
+        top = np.asarray(logits)[:, prompt_len - 1 :, :].argmax(-1)
+        return int((top == tokens[:, prompt_len:]).sum()), int(top.size)
 
 
 class Part2Benchmark(Part2Base):

@@ -16,9 +16,24 @@ from typing import Any
 
 import numpy as np
 
-from grader.cases_part2 import bench_model, decode_array, make_state_dict, weights_digest
+from grader.cases_part2 import (
+    ABLATIONS,
+    CACHED_MODES,
+    ablate,
+    bench_model,
+    decode_array,
+    make_state_dict,
+    weights_digest,
+)
 from grader.checks.base import GradedTestCase, Outcome, likely_cause, with_output
-from grader.checks.logits import compare, logits_problem, matching_mistakes
+from grader.checks.logits import (
+    compare,
+    explain,
+    logits_problem,
+    matching_mistakes,
+    position,
+    several_causes,
+)
 from grader.client import Reply, SubmissionError
 from grader.points import points
 from grader.thresholds import load_thresholds
@@ -102,6 +117,8 @@ class Part2Base(GradedTestCase):
             bench = load_thresholds(self.ctx.device)["part2"]
             positions = bench["prompt_len"] + bench["new_tokens"]
             return bench_model(self.meta()["models"]["public"], positions)
+        if "@" in name:  # the public model with one path switched off (see ablate)
+            return self.meta()["models"][name.split("@")[0]]
         return self.meta()["models"][name]
 
     def _load(self, name: str) -> None:
@@ -111,6 +128,8 @@ class Part2Base(GradedTestCase):
             raise RuntimeError(
                 f"grader fault: the {name} model's weights do not match their digest"
             )
+        if "@" in name:
+            weights = ablate(weights, name.split("@")[1])
         c = spec["config"]
         what = (
             f"DecoderOnlyTransformer({c['vocab_size']}, {c['d_model']}, {c['d_ff']}, "
@@ -172,7 +191,28 @@ class Part2Base(GradedTestCase):
             except SubmissionError:
                 rerun_differs = None
         names = matching_mistakes(observed, catalogue, rerun_differs)
+        if not names and mode in CACHED_MODES and "logits" in observed:
+            return self.diagnose_blend(mode, steps, observed["logits"])
         return likely_cause(names, self.meta()["diagnoses"])
+
+    def diagnose_blend(self, mode: str, steps: list[int] | None, logits: np.ndarray) -> str:
+        """Name two mistakes whose blend gave ``logits`` in a cached mode.
+
+        The first public case runs again on the public model with its positions, then
+        its attention switched off; where one path is off, a mistake in the other shows
+        alone and matches its catalogued signature. Never raises ("" when nothing fits).
+        """
+        ids = self.course_cases()[0]["input_ids"]
+        observed: dict[str, Any] = {mode: logits}
+        diagnoses = self.meta()["diagnoses"]
+        try:
+            for kind in ABLATIONS:
+                what = f"forward (case 1, the public model with {kind.replace('_', ' ')})"
+                observed[f"{mode}@{kind}"], _ = self.forward(f"public@{kind}", ids, steps, what)
+            names, several = explain(observed, {p: self.signatures(p) for p in observed}, set())
+        except Exception:  # the model could not run, or anything else: the hint is optional
+            return ""
+        return several_causes(names, diagnoses) if several else likely_cause(names, diagnoses)
 
     # ------------------------------------------------------------- running
 
@@ -200,12 +240,13 @@ class Part2Base(GradedTestCase):
         result = compare(picked, expected, self.atol())
         if not result.ok:
             where = result.first_bad if positions is None else positions[result.first_bad or 0]
+            first = f"first wrong {position(where or 0, length)}"
             message = (
                 f"{label}: logits differ from the reference's by up to {result.max_error:.3g} "
-                f"(tolerance {self.atol():g}); first wrong position {where} of {length}."
+                f"(tolerance {self.atol():g}); {first}."
             )
             if not show_values:
-                message = f"{label}: logits are wrong (first wrong position {where} of {length})."
+                message = f"{label}: logits are wrong ({first})."
             raise CaseFailure(message)
         return got, shapes
 
