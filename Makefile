@@ -8,6 +8,8 @@
 #   make dist                     build dist/autograder.zip (Gradescope) and dist/student.zip
 #   make run-local [SUBMISSION=dir]  the autograder zip run exactly as Gradescope runs it
 #   make mutants [PARTS=part2]    how many known mistakes the grader catches and names
+#   make mutation [PARTS=part1 JOBS=2 NICE=10]  cosmic-ray's mutants of solution/ graded (on a
+#                                 scratch copy); scores, survivors, triage (docs/mutation/)
 #   make batch EXPORT=dir [OUT=regrade JOBS=2]  regrade a Gradescope export
 #   make bench                    every benchmark below, then the slow tests (about 1.5 h)
 #   make calibrate                time the benchmark checks, propose thresholds (DEVICE=cpu|cuda)
@@ -45,7 +47,7 @@ LOCK_TARGET  := --python-version 3.11 --python-platform x86_64-manylinux_2_35 --
 LOCK_SOURCES := $(if $(TORCH_WHEELS),--find-links $(TORCH_WHEELS),--extra-index-url $(TORCH_INDEX) --index-strategy unsafe-best-match)
 
 .PHONY: grade test lint format regen check-cases venv clean dist bench calibrate stability mbu budget slow-tests lock \
-	run-local mutants batch
+	run-local mutants mutation batch
 
 venv: $(STAMP)
 
@@ -94,6 +96,11 @@ run-local: $(STAMP)
 
 mutants: $(STAMP)
 	$(KVGRADER) mutants $(if $(PARTS),--parts $(PARTS),)
+
+# The engine mutates a scratch copy under results/mutation/, never solution/ itself.
+NICE ?= 10
+mutation: $(STAMP)
+	$(PY) -m grader.mutation run $(if $(PARTS),--parts $(PARTS),) --jobs $(JOBS) --nice $(NICE)
 
 batch: $(STAMP)
 	@test -n "$(EXPORT)" || { echo "usage: make batch EXPORT=dir [OUT=regrade JOBS=2]" >&2; exit 2; }

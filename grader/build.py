@@ -29,7 +29,14 @@ GRADESCOPE = PROJECT_ROOT / "grader" / "gradescope"
 FIXED_TIME = (2024, 1, 1, 0, 0, 0)
 NEVER = ["__pycache__", "*.pyc", ".DS_Store", "*.png", "results", "benchmark_results.json"]
 # Modules that generate cases from solution/ or quote it: graders need none of them.
-TA_ONLY = ["regen.py", "mutants.py", "cases_part*_build.py", "mutant_library", "build.py"]
+TA_ONLY = [
+    "regen.py",
+    "mutants.py",
+    "mutation*.py",
+    "cases_part*_build.py",
+    "mutant_library",
+    "build.py",
+]
 #: Exact versions of every package of the image (``make lock``), for Python 3.11.
 IMAGE_LOCK = PROJECT_ROOT / "requirements" / "image.txt"
 

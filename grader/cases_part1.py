@@ -85,6 +85,8 @@ def public_cases() -> list[dict[str, Any]]:
         case("1.3", "LLaMA-3-8B, context 8192, fp32", "kv_cache_bytes_per_request", big, 8192, 4),
         case("1.4", "LLaMA-3-8B, 80 GiB, context 1024", "max_batch_size", big, gpu, 1024),
         case("1.4", "Llama-3.2-1B, 80 GiB, context 4096", "max_batch_size", small, gpu, 4096),
+        # The handout's "0 if the weights do not fit" (15 GiB of weights on 8 GiB).
+        case("1.4", "LLaMA-3-8B, 8 GiB, context 1024", "max_batch_size", big, 8 * GIB, 1024),
     ]
     for tp in (2, 4, 8):
         out.append(case("1.5", f"LLaMA-3-8B, TP = {tp}", "max_batch_size", big, gpu, 1024, tp=tp))
