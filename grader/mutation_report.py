@@ -2,11 +2,12 @@
 
 The triage file (``docs/mutation/triage.toml``) holds one ``[[survivor]]`` entry per
 mutant the checks once let through, named by part, file, function and the mutated
-line before and after. Each is either ``status = "equivalent"`` with a one-line
-``reason`` (the edit changes nothing the handout asks for), or ``status = "killed"``
-with the ``check`` added to catch it. A run is clean when every survivor has an
-equivalent entry, every equivalent entry of a part that ran still survives (else it is
-stale), no killed entry survives, and each part kills at least ``TARGET`` of its
+line before and after. Each is ``status = "equivalent"`` with a one-line ``reason``
+(the edit changes nothing the handout asks for), ``status = "killed"`` with the
+``check`` added to catch it, or ``status = "open"`` with a ``reason``: a real hole not
+closed yet, which counts against the score. A run is clean when every survivor has an
+equivalent or open entry, every such entry of a part that ran still survives (else it
+is stale), no killed entry survives, and each part kills at least ``TARGET`` of its
 non-equivalent mutants.
 """
 
@@ -21,7 +22,7 @@ from grader.context import PROJECT_ROOT
 
 TRIAGE = PROJECT_ROOT / "docs" / "mutation" / "triage.toml"
 TARGET = 0.95
-STATUSES = ("equivalent", "killed")
+STATUSES = ("equivalent", "open", "killed")
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,8 @@ def load_triage(path: Path = TRIAGE) -> list[Entry]:
             raise ValueError(f"triage entry {n}: {exc}") from None
         if entry.status not in STATUSES:
             raise ValueError(f"triage entry {n}: status must be one of {STATUSES}")
-        if entry.status == "equivalent" and not entry.reason.strip():
-            raise ValueError(f"triage entry {n}: an equivalent mutant needs a reason")
+        if entry.status != "killed" and not entry.reason.strip():
+            raise ValueError(f"triage entry {n}: an {entry.status} mutant needs a reason")
         if entry.status == "killed" and not entry.check.strip():
             raise ValueError(f"triage entry {n}: a killed mutant names the check that kills it")
         if entry.key in seen:
@@ -77,9 +78,9 @@ def triage_problems(mutants: list, entries: list[Entry], parts: list[str]) -> li
         elif entry.status == "killed":
             problems.append(f"marked killed by {entry.check} but survives: {_describe(m)}")
     for key, entry in by_key.items():
-        if entry.status == "equivalent" and key not in survivors:
+        if entry.status != "killed" and key not in survivors:
             where = "no longer survives" if key in graded else "is no longer generated"
-            problems.append(f"stale equivalent entry ({where}): {_describe(entry)}")
+            problems.append(f"stale {entry.status} entry ({where}): {_describe(entry)}")
     return problems
 
 
@@ -134,7 +135,7 @@ def render(scores: list[Score], mutants: list, entries: list[Entry], problems: l
     survivors = [m for m in mutants if m.outcome == "survived"]
     for m in survivors:
         entry = by_key.get(m.key)
-        why = f"equivalent: {entry.reason}" if entry else "NOT TRIAGED"
+        why = f"{entry.status}: {entry.reason or entry.check}" if entry else "NOT TRIAGED"
         lines.append(f"* {m.part} `{m.file}:{m.line}` {m.function}, {m.operator}:")
         lines.append(f"  `{m.old}` -> `{m.new}` ({why})")
     if not survivors:

@@ -125,6 +125,9 @@ def test_the_triage_is_checked_against_the_engines_survivors(tiny_run) -> None:
     stale = _entry("return a - b * 1")  # killed by the test: an equivalent entry is stale
     [problem] = report.triage_problems(mutants, [survivor, stale], ["tiny"])
     assert problem.startswith("stale equivalent entry (no longer survives)")
+    hole = _entry("return a + b / 1", status="open", reason="a hole, not closed yet")
+    assert report.triage_problems(mutants, [hole], ["tiny"]) == []
+    assert report.score("tiny", mutants, [hole], 1.0).score < 1.0
     claimed = _entry("return a + b / 1", status="killed")
     [problem] = report.triage_problems(mutants, [claimed], ["tiny"])
     assert problem.startswith("marked killed by 9.9 but survives")
@@ -141,6 +144,9 @@ def test_a_malformed_triage_file_is_refused(tmp_path: Path) -> None:
         report.load_triage(path)
     path.write_text(head + 'status = "killed"\n')
     with pytest.raises(ValueError, match="names the check"):
+        report.load_triage(path)
+    path.write_text(head + 'status = "open"\n')
+    with pytest.raises(ValueError, match="open mutant needs a reason"):
         report.load_triage(path)
     path.write_text(head + 'status = "maybe"\nreason = "x"\n')
     with pytest.raises(ValueError, match="status"):
