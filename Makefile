@@ -28,6 +28,7 @@ SUBMISSION ?= solution
 RESULTS    ?= results/results.json
 PARTS      ?=
 PYTEST_ARGS ?=
+TEST_JOBS  ?= auto
 DEVICE     ?= auto
 RUNS       ?= 50
 EXPORT     ?=
@@ -68,8 +69,10 @@ grade: $(STAMP)
 	$(PY) -m grader grade $(SUBMISSION) --results $(RESULTS) $(if $(PARTS),--parts $(PARTS),) --table
 
 # pytest exits 5 when it collected no tests: that is a failure, not a pass.
+# TEST_JOBS pytest-xdist workers (auto: one per core; 0: no workers); modules with
+# expensive fixtures stay on one worker (--dist loadgroup, their xdist_group mark).
 test: $(STAMP)
-	@$(PY) -m pytest -m "not slow" -q $(PYTEST_ARGS); status=$$?; \
+	@$(PY) -m pytest -m "not slow" -q -n $(TEST_JOBS) --dist loadgroup $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$status
 
 lint: $(STAMP)

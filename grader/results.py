@@ -109,6 +109,20 @@ class GradingResults:
             totals[t.part] = (score + t.score, max_score + t.max_score)
         return totals
 
+    @classmethod
+    def from_gradescope(cls, data: dict[str, Any]) -> GradingResults:
+        """A results file read back; its score stands where it has no tests to add up."""
+        results = cls(
+            tests=[TestResult.from_gradescope(t) for t in data.get("tests", [])],
+            output=str(data.get("output", "")),
+            execution_time=float(data.get("execution_time", 0.0)),
+            leaderboard=list(data.get("leaderboard") or []),
+            extra_data=dict(data.get("extra_data") or {}),
+        )
+        if not results.tests:
+            results.score_override = float(data.get("score", 0.0))
+        return results
+
     def to_gradescope(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "score": round(self.score, 4),

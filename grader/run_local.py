@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.context import PROJECT_ROOT
-from grader.results import GradingResults, TestResult, validate_results
+from grader.results import GradingResults, validate_results
 
 #: Where run-local keeps the image's virtual environment between runs. It must
 #: be reachable by the worker user, which runs the same interpreter.
@@ -115,15 +115,7 @@ def run_local(
         subprocess.run([str(tree / "run_autograder")], cwd=tree, env=env, timeout=timeout_s)
         data = json.loads((tree / "results" / "results.json").read_text())
         validate_results(data)
-        results = GradingResults(
-            tests=[TestResult.from_gradescope(t) for t in data.get("tests", [])],
-            output=data.get("output", ""),
-            execution_time=float(data.get("execution_time", 0.0)),
-            extra_data=data.get("extra_data", {}),
-        )
-        if not results.tests:
-            results.score_override = float(data.get("score", 0.0))
-        return results, tree
+        return GradingResults.from_gradescope(data), tree
     finally:
         if not keep:
             shutil.rmtree(tree.parent, ignore_errors=True)

@@ -1,5 +1,6 @@
 """Shared fixtures: graded results of the solution and the blank skeleton (built once per
-session), and a factory that writes a patched copy of the solution and grades it."""
+test run, however many pytest-xdist workers share it), and a factory that writes a patched
+copy of the solution and grades it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 from grader.parts import PARTS
 from grader.results import GradingResults, validate_results
@@ -59,20 +61,56 @@ def run_grade(submission: Path, out: Path, **kwargs) -> Graded:
     return Graded(results, data)
 
 
-@pytest.fixture(scope="session")
-def solution_graded(tmp_path_factory: pytest.TempPathFactory) -> Graded:
-    return run_grade(SOLUTION, tmp_path_factory.mktemp("solution"))
+def built_once(
+    tmp_path_factory: pytest.TempPathFactory,
+    worker_id: str,
+    name: str,
+    build: Callable[[Path], None],
+) -> Path:
+    """A folder that ``build`` fills once for the whole test run: under pytest-xdist the
+    first worker to ask builds it and the others wait for it, so an expensive grading
+    is not repeated on every worker."""
+    if worker_id == "master":  # not distributed
+        folder = tmp_path_factory.mktemp(name)
+        build(folder)
+        return folder
+    folder = tmp_path_factory.getbasetemp().parent / name
+    with FileLock(f"{folder}.lock"):
+        if not (folder / ".built").exists():
+            shutil.rmtree(folder, ignore_errors=True)  # a half-built folder of a crashed worker
+            folder.mkdir()
+            build(folder)
+            (folder / ".built").touch()
+    return folder
+
+
+def load_graded(folder: Path) -> Graded:
+    """A grading's results file, read back (and checked against the schema)."""
+    data = json.loads((folder / "results.json").read_text())
+    validate_results(data)
+    return Graded(GradingResults.from_dict(data), data)
 
 
 @pytest.fixture(scope="session")
-def blank_graded(tmp_path_factory: pytest.TempPathFactory) -> Graded:
+def solution_graded(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Graded:
+    def build(out: Path) -> None:
+        run_grade(SOLUTION, out)
+
+    return load_graded(built_once(tmp_path_factory, worker_id, "solution-graded", build))
+
+
+@pytest.fixture(scope="session")
+def blank_graded(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Graded:
     """The blank skeleton as solution/ generates it now (tests/test_skeleton.py checks that
     the committed assignment/ is the same files)."""
     from grader import skeleton
 
-    blank = tmp_path_factory.mktemp("skeleton")
-    skeleton.write(blank)
-    return run_grade(blank, tmp_path_factory.mktemp("blank"))
+    def build(out: Path) -> None:
+        blank = out / "skeleton"
+        skeleton.write(blank)
+        run_grade(blank, out)
+
+    return load_graded(built_once(tmp_path_factory, worker_id, "blank-graded", build))
 
 
 def _private_view_available() -> bool:

@@ -33,6 +33,9 @@ from grader.results import validate_results
 from tests.conftest import PRIVATE_VIEW, ROOT, SOLUTION
 from tests.export_factory import Entry, build_export, metadata_yaml, plan_export
 
+# One pytest-xdist worker runs this module: its module fixtures are built once.
+pytestmark = pytest.mark.xdist_group("batch")
+
 NO_COUNTS = dict.fromkeys(batch.STATUSES, 0)
 
 GRADESCOPE_YAML = """\

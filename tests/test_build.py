@@ -21,6 +21,9 @@ from grader.results import validate_results
 from grader.run_local import IMAGE_VENV, run_local
 from tests.conftest import ASSIGNMENT, ROOT, SOLUTION
 
+# One pytest-xdist worker runs this module: its module fixtures are built once.
+pytestmark = pytest.mark.xdist_group("build")
+
 TOTAL = sum(part_total(p) + bonus_total(p) for p in PARTS)  # full marks and every bonus
 
 

@@ -16,6 +16,9 @@ from grader.cases_part2 import decode_array
 from grader.context import TEST_CASES, load_cases
 from tests.conftest import SOLUTION
 
+# One pytest-xdist worker runs this module: its module fixtures are built once.
+pytestmark = pytest.mark.xdist_group("case_margins")
+
 MARGIN = 1e-3  # a thousand times the noise of another CPU
 
 

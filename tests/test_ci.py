@@ -18,8 +18,10 @@ def make_test(pytest_args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_no_tests_collected_is_a_failure() -> None:
-    proc = make_test("-k no_test_has_this_name_zzz")
+def test_no_tests_collected_is_a_failure(tmp_path: Path) -> None:
+    empty = tmp_path / "test_empty.py"
+    empty.write_text("def helper():\n    pass\n")
+    proc = make_test(f"{empty} -p no:cacheprovider")
     assert proc.returncode != 0
     assert "collected no tests" in proc.stderr
 

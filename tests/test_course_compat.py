@@ -21,6 +21,9 @@ from grader.points import POINTS
 from grader.worker.adapter_part2 import state_dict_problem
 from tests.conftest import PART2_LIMITS, ROOT, Graded, run_grade
 
+# One pytest-xdist worker runs this module: its module fixtures are built once.
+pytestmark = pytest.mark.xdist_group("course_compat")
+
 COURSE_STYLE = ROOT / "tests" / "submissions" / "course_style"
 FILE = "transformer_skeleton.py"
 PUBLIC_DATA = ROOT / "test_cases" / "public" / "part2"

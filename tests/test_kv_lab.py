@@ -16,6 +16,9 @@ from transformers import DynamicCache, GPT2Config, GPT2LMHeadModel
 
 from grader.regen import import_path, one_thread
 
+# One pytest-xdist worker runs this module: its module fixtures are built once.
+pytestmark = pytest.mark.xdist_group("kv_lab")
+
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION_FILE = ROOT / "solution" / "kv_lab.py"
 SKELETON_FILE = ROOT / "assignment" / "kv_lab.py"

@@ -16,6 +16,9 @@ from packaging.utils import canonicalize_name
 
 from tests.conftest import ROOT
 
+# One pytest-xdist worker runs this module: its module fixtures are built once.
+pytestmark = pytest.mark.xdist_group("lock")
+
 IMAGE_LOCK = ROOT / "requirements" / "image.txt"
 DEV_LOCK = ROOT / "requirements" / "dev.txt"
 IMAGE_PYTHON = "3.11"

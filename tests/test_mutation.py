@@ -13,6 +13,9 @@ import pytest
 from grader import mutation
 from grader import mutation_report as report
 
+# One pytest-xdist worker runs this module: its module fixtures are built once.
+pytestmark = pytest.mark.xdist_group("mutation")
+
 ROOT = Path(__file__).resolve().parent.parent
 
 TINY = """\

@@ -13,6 +13,9 @@ from grader import regen
 from grader.context import TEST_CASES, load_cases
 from tests.conftest import SOLUTION, patched_solution
 
+# One pytest-xdist worker runs this module: its module fixtures are built once.
+pytestmark = pytest.mark.xdist_group("regen")
+
 
 @pytest.fixture(scope="module")
 def fresh_cases(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -71,3 +71,25 @@ def test_long_output_is_truncated_at_both_ends() -> None:
     assert len(cut) < 1100
     assert cut.startswith("A") and cut.endswith("B")
     assert "characters cut" in cut
+
+
+def test_a_results_file_reads_back_as_the_same_results() -> None:
+    results = GradingResults(
+        tests=[
+            TestResult("1.1 a", 1.0, 2.0, "failed", number="1.1", output="why", tags=["part1"]),
+            TestResult("1.2 b", 3.0, 3.0, number="1.2", extra_data={"k": [1, 2]}),
+        ],
+        output="summary",
+        execution_time=12.5,
+        leaderboard=[{"name": "speedup", "value": 3.0}],
+        extra_data={"profile": "cpu"},
+    )
+    again = GradingResults.from_gradescope(results.to_gradescope())
+    assert again == results
+    assert again.score == 4.0
+
+
+def test_a_results_file_without_tests_keeps_its_score() -> None:
+    """A run that failed before any check (a broken image) has a score but no tests."""
+    again = GradingResults.from_gradescope({"score": 5.0, "output": "over the limit"})
+    assert again.tests == [] and again.score == 5.0 and again.output == "over the limit"

@@ -26,6 +26,9 @@ from grader.points import BONUS, POINTS, bonus_total, part_total
 from grader.regen import import_path
 from tests.conftest import ROOT, SOLUTION
 
+# One pytest-xdist worker runs this module: its module fixtures are built once.
+pytestmark = pytest.mark.xdist_group("student_setup")
+
 TOP = "kv-cache-assignment"
 
 

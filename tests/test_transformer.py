@@ -18,6 +18,9 @@ from grader.cases_part2 import PUBLIC_MODEL, chunk_plan, make_state_dict, state_
 from grader.regen import import_path, one_thread
 from tests.conftest import ASSIGNMENT, ROOT, SOLUTION
 
+# One pytest-xdist worker runs this module: its module fixtures are built once.
+pytestmark = pytest.mark.xdist_group("transformer")
+
 SOLUTION_FILE = SOLUTION / "transformer_skeleton.py"
 SKELETON_FILE = ASSIGNMENT / "transformer_skeleton.py"
 PUBLIC_DIR = ROOT / "test_cases" / "public" / "part2"
