@@ -36,6 +36,7 @@ TA_ONLY = [
     "cases_part*_build.py",
     "mutant_library",
     "build.py",
+    "skeleton.py",
 ]
 #: Exact versions of every package of the image (``make lock``), for Python 3.11.
 IMAGE_LOCK = PROJECT_ROOT / "requirements" / "image.txt"

@@ -51,7 +51,8 @@ def test_autograder_zip_holds_exactly_what_grading_needs(autograder_zip: Path) -
     assert "grader/worker/main.py" in files and "grader/checks/part3.py" in files
     for forbidden in ("tests/", "solution/", "assignment/", "__pycache__", "mutant_library"):
         assert not any(forbidden in f for f in files), forbidden
-    assert not any(f.endswith((".pyc", "regen.py", "mutants.py", "build.py")) for f in files)
+    ta_only = (".pyc", "regen.py", "mutants.py", "build.py", "skeleton.py")
+    assert not any(f.endswith(ta_only) for f in files)
     committed = {
         p.relative_to(ROOT).as_posix() for p in (ROOT / "test_cases").rglob("*") if p.is_file()
     }
