@@ -88,7 +88,7 @@ def load_graded(folder: Path) -> Graded:
     """A grading's results file, read back (and checked against the schema)."""
     data = json.loads((folder / "results.json").read_text())
     validate_results(data)
-    return Graded(GradingResults.from_dict(data), data)
+    return Graded(GradingResults.from_gradescope(data), data)
 
 
 @pytest.fixture(scope="session")
