@@ -37,14 +37,14 @@ from grader.context import PROJECT_ROOT
 SOLUTION = PROJECT_ROOT / "solution"
 WORKDIR = PROJECT_ROOT / "results" / "mutation"
 
-# The functions the checks grade, per part and file ("Class.method" for methods).
-# Left out: command-line code, plots (graded only as valid PNGs) and the course
-# harnesses (evaluate/benchmark modes, which the grader never calls).
+# The functions students write (those holding a solution region), per part and file
+# ("Class.method" for methods). Left out: the plots (graded only as valid PNGs),
+# constructors (they declare the layers, whose names and shapes loading the weights
+# checks) and everything provided (helpers, the course harnesses, command-line code).
 _GRADED = {
     "part1": {
-        "question1.py": """ModelSpec.head_dim param_count weight_bytes kv_cache_bytes_per_request
-            max_batch_size _check_phase attention_flops attention_bytes arithmetic_intensity
-            answer_table""",
+        "question1.py": """param_count weight_bytes kv_cache_bytes_per_request max_batch_size
+            attention_flops attention_bytes arithmetic_intensity answer_table""",
     },
     "part2": {
         "transformer_skeleton.py": """causal_mask SingleHeadAttention.forward FeedForward.forward
@@ -53,18 +53,13 @@ _GRADED = {
             DecoderOnlyTransformer.generate""",
     },
     "part3": {
-        "llama/model.py": """RMSNorm.forward apply_scaling precompute_freqs_cis
-            reshape_for_broadcast apply_rotary_emb repeat_kv Attention.__init__
-            Attention._cache_shape Attention.forward FeedForward.__init__ FeedForward.forward
-            TransformerBlock.forward causal_mask Llama.set_kv_caching Llama.forward""",
-        "llama/generation.py": """sample_top_p next_token Generation.generate
-            Generation.generate_tokens""",
+        "llama/model.py": "Attention.forward causal_mask Llama.set_kv_caching",
+        "llama/generation.py": "sample_top_p Generation.generate_tokens",
     },
     "part4": {
         "kv_lab.py": """model_config_summary generate_no_cache generate_with_cache
-            generate_with_cache_from measure_latency theoretical_kv_bytes kv_pairs
-            measured_kv_bytes quantize_kv_int8 dequantize_kv_int8 quantized_kv_bytes
-            kv_relative_error""",
+            generate_with_cache_from measure_latency theoretical_kv_bytes measured_kv_bytes
+            quantize_kv_int8 dequantize_kv_int8 quantized_kv_bytes""",
     },
 }
 TARGETS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -280,6 +275,9 @@ def collect(part: str, shards: list[Path], targets: dict[str, tuple[str, ...]] |
             for item in db.work_items:
                 (m,) = item.mutations
                 file, line = str(m.module_path), m.start_pos[0]
+                function = enclosing(ranges[file], line)
+                if function is None:  # a session made before a function left the targets
+                    continue
                 result = done.get(item.job_id)
                 old, new = _edit(sources[file], result.diff if result else "", line)
                 if result is None:
@@ -292,7 +290,7 @@ def collect(part: str, shards: list[Path], targets: dict[str, tuple[str, ...]] |
                     Mutant(
                         part=part,
                         file=file,
-                        function=enclosing(ranges[file], line) or "",
+                        function=function,
                         operator=m.operator_name,
                         line=line,
                         old=old,

@@ -43,10 +43,15 @@ def test_graded_functions_are_found_by_qualified_name() -> None:
         mutation.function_ranges(source, ("B.g",))
 
 
-def test_every_graded_function_of_every_part_exists_in_the_solution() -> None:
+def test_every_graded_function_is_one_students_write() -> None:
+    """Each target exists in solution/ and holds a solution region (not provided code)."""
     for files in mutation.TARGETS.values():
         for file, names in files.items():
-            assert mutation.function_ranges((ROOT / "solution" / file).read_text(), names)
+            source = (ROOT / "solution" / file).read_text()
+            lines = source.splitlines()
+            for name, (start, end) in mutation.function_ranges(source, names).items():
+                body = "\n".join(lines[start - 1 : end])
+                assert "# BEGIN SOLUTION" in body, f"{file}:{name} is provided code"
 
 
 def test_operator_selection_keeps_the_slips_a_person_makes() -> None:
