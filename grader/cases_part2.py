@@ -47,6 +47,30 @@ HIDDEN_MODEL = {
 }
 PUBLIC_SEED = 5150
 HIDDEN_SEED = 90210
+POOL_SEED = 60606  # the timed runs' prompts (hidden), see cases_part2_build.bench_pool()
+# Timed runs sample at this temperature: the model's top token, whatever the sampler,
+# since every expected step wins by at least POOL_MIN_GAP (a factor e^-100 for the next).
+POOL_TEMPERATURE = 1e-5
+POOL_MIN_GAP = 1e-3
+# Check 2.9's work probe: rounds of one cached and one cache-free generate of WORK_NEW
+# tokens after WORK_PROMPT-token prompts (WORK_BATCH rows), on the CPU, in CPU time.
+# Many new tokens after short prompts: the cache-free work grows with every step, the
+# cached work does not, however the prompt is fed (at once or token by token). The
+# reference measured 9.3x here on one thread.
+WORK_ROUNDS, WORK_BATCH, WORK_PROMPT, WORK_NEW = 2, 8, 64, 192
+MIN_WORK_RATIO = 3.0  # cache-free CPU time / cached CPU time the probe must reach
+
+
+def pool_key(prompt_len: int, new_tokens: int) -> str:
+    """The key of the timed runs' prompt pool for a benchmark of these lengths."""
+    return f"{prompt_len}x{new_tokens}"
+
+
+def pool_size(bench: dict[str, Any]) -> int:
+    """Prompts one grading consumes at most: every round of check 2.11 (warm-up and
+    confirmation included) runs both variants, each on a prompt of its own."""
+    rounds = bench["warmup"] + bench["repeats"] + bench["confirm_repeats"]
+    return 2 * rounds
 
 
 # ----------------------------------------------------------------------- weights

@@ -46,6 +46,30 @@ TOP_P_PROBS = [[0.5, 0.3, 0.1, 0.06, 0.04], [0.05, 0.05, 0.6, 0.2, 0.1]]
 TOP_P_NUCLEUS = [[0, 1], [2, 3]]
 MODELS = {"public": (TINY_PARAMS, 3101), "hidden": (HIDDEN_PARAMS, 3202)}
 
+BENCH_MAX_SEQ_LEN, BENCH_MAX_BATCH = 320, 16  # the benchmark's model: the public weights
+POOL_SEED = 70707  # the timed runs' prompts (hidden), see cases_part3_build.bench_pools()
+POOL_MIN_GAP = 1e-3  # every expected greedy step wins by at least this (logits)
+# Check 3.7's work probe: rounds of one cached and one cache-free generate of WORK_NEW
+# tokens after WORK_BATCH prompts of WORK_PROMPT tokens, on the CPU, in CPU time. The
+# reference measured 5.2x (4.9-6.2x) on one thread, 4.4x (3.4-8.7x) graded on a busy
+# machine; a cached path that recomputes the prefix and projects only its last position
+# 1.7x (1.7-1.9x), one that recomputes it all about 1x. Check 3.11 separates the former.
+WORK_ROUNDS, WORK_BATCH, WORK_PROMPT, WORK_NEW = 3, 4, 32, 96
+MIN_WORK_RATIO = 2.0  # cache-free CPU time / cached CPU time the probe must reach
+
+
+def pool_key(input_len: int, output_len: int) -> str:
+    """The key of the timed runs' prompt pool for a benchmark of these lengths."""
+    return f"{input_len}x{output_len}"
+
+
+def pool_size(bench: dict[str, Any]) -> int:
+    """Prompts one grading consumes at most: one per row of every timed run of check
+    3.11 (every round, both modes, every batch size)."""
+    rounds = bench["warmup"] + bench["repeats"] + bench["confirm_repeats"]
+    return 2 * rounds * sum(bench["batch_sizes"])
+
+
 COURSE_PROMPTS = [
     "I believe the meaning of life is",
     "Simply put, the theory of relativity states that ",

@@ -18,15 +18,25 @@ from grader.cases_part2 import encode_array
 from grader.cases_part2 import weights_digest as digest
 from grader.cases_part3 import (
     ATOL,
+    BENCH_MAX_BATCH,
+    BENCH_MAX_SEQ_LEN,
     COURSE_PROMPTS,
     MODELS,
     N_RANKS,
+    POOL_MIN_GAP,
+    POOL_SEED,
     SAMPLE_PROMPT,
     TOP_P,
     TOP_P_PROBS,
+    WORK_BATCH,
+    WORK_NEW,
+    WORK_PROMPT,
+    WORK_ROUNDS,
     checkpoint_files,
     make_weights,
     plans,
+    pool_key,
+    pool_size,
     sampling_case,
 )
 from grader.worker import adapter_part3 as adapter
@@ -220,6 +230,7 @@ def build(
             c: ref.generate("hidden", HIDDEN_PROMPTS, c)["texts"] for c in (True, False)
         }
         sampling = sampling_probe(ref)
+        pools = bench_pools(reference, ckpt)
     assert hidden_texts[True] == hidden_texts[False], "reference: cached and cache-free differ"
     public = {
         "part": "part3",
@@ -244,11 +255,80 @@ def build(
         "version": 1,
         "models": {"hidden": model_entry("hidden")},
         "hidden_generate": {"prompts": HIDDEN_PROMPTS, "expected_texts": hidden_texts[True]},
+        "bench_pools": pools,
         "cases": [{**c, "check": "3.4"} for c in hidden],
     }
     out["public/part3.json"] = ("part3_cases", public)
     out["hidden/part3.json"] = ("part3_cases", hidden_doc)
     return out
+
+
+def bench_pools(reference: dict[str, ModuleType], ckpt: Path) -> dict[str, Any]:
+    """For every benchmark shape of the thresholds profiles, a fresh prompt for every row
+    of every timed run of one grading, with the reference's greedy text for each (hidden:
+    a submission can neither recognise a timed prompt nor look its answer up)."""
+    from grader.thresholds import DEVICES, load_thresholds
+
+    wanted: dict[tuple[int, int], int] = {}
+    for device in DEVICES:
+        bench = load_thresholds(device)["part3"]
+        shape = (bench["input_len"], bench["output_len"])
+        wanted[shape] = max(wanted.get(shape, 0), pool_size(bench))
+    run = {**settings("bench", True, ckpt)}
+    run.update(max_seq_len=BENCH_MAX_SEQ_LEN, max_batch_size=BENCH_MAX_BATCH)
+    model, tokenizer = adapter.build_from_checkpoint(reference, run)
+    rng = np.random.default_rng(POOL_SEED)
+    words = plain_words(tokenizer)
+    pools = {
+        pool_key(*shape): bench_pool(model, tokenizer, words, *shape, size, rng)
+        for shape, size in sorted(wanted.items())
+    }
+    size = 2 * WORK_ROUNDS * WORK_BATCH
+    pools["work"] = bench_pool(model, tokenizer, words, WORK_PROMPT, WORK_NEW, size, rng)
+    return pools
+
+
+def plain_words(tokenizer: Any) -> list[str]:
+    """Token texts that are a space and lower-case letters: prompts joined from them
+    encode to one token per word."""
+    out = []
+    for i in range(N_RANKS):
+        text = tokenizer.decode([i])
+        word = text[1:]
+        if text.startswith(" ") and len(word) > 1 and word.isascii() and word.isalpha():
+            out += [text] if word.islower() else []
+    return out
+
+
+def bench_pool(
+    model: Any,
+    tokenizer: Any,
+    words: list[str],
+    input_len: int,
+    output_len: int,
+    size: int,
+    rng: np.random.Generator,
+) -> dict[str, Any]:
+    """``size`` random prompts of ``input_len`` tokens (BOS included) whose greedy
+    continuation wins by at least ``POOL_MIN_GAP`` at every step, with its text."""
+    run = {"max_gen_len": output_len, "temperature": 0.0, "top_p": 0.9, "seed": 0}
+    run.update(kv_caching=True, record_logits=True)
+    prompts: list[str] = []
+    texts: list[str] = []
+    while len(prompts) < size:
+        batch = []
+        while len(batch) < BENCH_MAX_BATCH:
+            text = "".join(rng.choice(words, input_len - 1))
+            if len(tokenizer.encode(text, bos=True, eos=False)) == input_len:
+                batch.append(text)
+        out = adapter.run_generate(model, tokenizer, batch, run)
+        top2 = np.sort(out["step_logits"], axis=-1)[..., -2:]  # (steps, B, 2)
+        gaps = (top2[..., 1] - top2[..., 0]).min(axis=0)  # (B,)
+        for text, generated, gap in zip(batch, out["texts"], gaps, strict=True):
+            if gap >= POOL_MIN_GAP and len(prompts) < size:
+                prompts.append(text)
+                texts.append(generated)
+    return {"prompts": prompts, "expected_texts": texts}
 
 
 def benchmark_prompt(tokenizer: Any, n_tokens: int) -> str:

@@ -33,7 +33,7 @@ from grader.sandbox import (
     limit_setter,
     network_isolation,
 )
-from grader.timing import rss_peak
+from grader.timing import cpu_snapshot, cpu_used, rss_peak
 from grader.worker.protocol import (
     ProtocolError,
     ReadTimeout,
@@ -81,6 +81,7 @@ class Reply:
     output: str = ""
     seconds: float = 0.0  # wall time around the request, by the parent's clock
     peak_bytes: int | None = None  # timed requests: CUDA peak, or the worker's RSS growth
+    cpu_seconds: float | None = None  # timed requests: CPU time the kernel charged the worker
 
 
 class _OutputCollector(threading.Thread):
@@ -293,9 +294,9 @@ class WorkerClient:
         ``key`` (default: ``what`` up to its first ``(``) groups requests for the
         remembered-timeout rule: once one request of a group timed out, the
         others fail at once instead of each costing another timeout.
-        A ``timed`` request is a benchmark run: the worker synchronises CUDA
-        before answering and the reply carries the peak memory (see
-        :mod:`grader.timing`). The clock never includes starting the worker.
+        A ``timed`` request is a benchmark run: the parent also reads the CPU time
+        the kernel charged the worker's processes during it, and its peak memory
+        (see :mod:`grader.timing`). The clock never includes starting the worker.
         """
         key = key if key is not None else what.split("(")[0]
         if self.sandbox.expired.is_set():
@@ -315,7 +316,9 @@ class WorkerClient:
         self._next_id += 1
         rid = self._next_id
         sample_rss = timed and self.device != "cuda"
-        with rss_peak(self._proc.pid) if sample_rss else contextlib.nullcontext() as rss:
+        pid = self._proc.pid
+        with rss_peak(pid) if sample_rss else contextlib.nullcontext() as rss:
+            cpu_before = cpu_snapshot(pid) if timed else None
             start = time.perf_counter()
             try:
                 write_message(
@@ -343,6 +346,7 @@ class WorkerClient:
                     self._timed_out.add(key)
                 raise
             seconds = time.perf_counter() - start
+            cpu = cpu_used(cpu_before, cpu_snapshot(pid)) if timed else None
         peak = reply.get("cuda_peak_bytes") if timed else None
         if rss is not None and rss["start"]:
             peak = max(0, rss["peak"] - rss["start"])
@@ -367,7 +371,12 @@ class WorkerClient:
         if not isinstance(peak, int) or isinstance(peak, bool) or peak < 0:
             peak = None  # the worker's own report is data like any other: validated
         return Reply(
-            header=reply, arrays=out_arrays, output=output, seconds=seconds, peak_bytes=peak
+            header=reply,
+            arrays=out_arrays,
+            output=output,
+            seconds=seconds,
+            peak_bytes=peak,
+            cpu_seconds=cpu,
         )
 
     def _receive(self, timeout: float, what: str = "") -> tuple[dict, dict]:

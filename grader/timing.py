@@ -2,10 +2,15 @@
 
 A benchmark check times worker requests whose outputs it also checks. The
 clock is the parent's (``WorkerClient.request`` reads it around the request;
-the worker synchronises CUDA before it answers a timed request, so queued GPU
-work is inside the interval). Peak memory is ``torch.cuda.max_memory_allocated``
-reported by the worker on CUDA, and the worker's peak RSS growth sampled by
-the parent on CPU.
+the worker synchronises CUDA before it answers every request, so queued GPU
+work is inside the interval), and so is the CPU time the kernel charged to the
+worker during the request (:func:`cpu_seconds`: every thread of the worker,
+its reaped children and its live descendants). A submission cannot forge that
+figure downward, and a busy machine barely moves it: time spent waiting for a
+core is not CPU time. On CPU the verdicts are on CPU time; wall time is shown
+beside it. Peak memory is the worker's peak RSS growth, sampled by the parent,
+on CPU; on CUDA the worker reports ``torch.cuda.max_memory_allocated``, which
+a submission can forge, so it is shown and never judged.
 
 Every verdict is a ratio of two variants measured in the same run (cached
 against cache-free, long against short), never an absolute time: a slower or
@@ -23,6 +28,7 @@ many rounds are timed.
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -32,13 +38,32 @@ from typing import Any
 
 import psutil
 
+#: What a benchmark's ratios are taken of: "cpu" (CPU seconds) or "wall" (wall seconds).
+CLOCKS = ("cpu", "wall")
+
+
+def clock_for(device: str) -> str:
+    """The clock verdicts use on ``device``: CPU time on a CPU (what the worker did,
+    whatever else the machine runs); wall time on a GPU, where the work is not the
+    worker's CPU time."""
+    return "cpu" if device == "cpu" else "wall"
+
 
 @dataclass(frozen=True)
 class Sample:
-    """One timed run: wall seconds and, where measured, peak bytes."""
+    """One timed run: wall seconds, the worker's CPU seconds and, where measured, peak
+    bytes. ``cpu_seconds`` is None where it could not be read; ratios then fall back to
+    wall seconds."""
 
     seconds: float
     peak_bytes: int | None = None
+    cpu_seconds: float | None = None
+
+    def on(self, clock: str) -> float:
+        """This run's seconds on ``clock``."""
+        if clock == "cpu" and self.cpu_seconds is not None:
+            return self.cpu_seconds
+        return self.seconds
 
 
 @dataclass(frozen=True)
@@ -52,8 +77,20 @@ class Timing:
         return [s.seconds for s in self.samples]
 
     @property
+    def cpu_seconds(self) -> list[float]:
+        return [s.on("cpu") for s in self.samples]
+
+    def on(self, clock: str) -> list[float]:
+        """Every run's seconds on ``clock`` ("cpu" or "wall")."""
+        return self.cpu_seconds if clock == "cpu" else self.seconds
+
+    @property
     def median(self) -> float:
         return statistics.median(self.seconds)
+
+    @property
+    def cpu_median(self) -> float:
+        return statistics.median(self.cpu_seconds)
 
     @property
     def spread(self) -> float:
@@ -70,6 +107,8 @@ class Timing:
             "median_s": self.median,
             "spread": self.spread,
             "runs_s": self.seconds,
+            "cpu_median_s": self.cpu_median,
+            "cpu_runs_s": self.cpu_seconds,
             "peak_bytes": self.peak_bytes,
         }
 
@@ -84,9 +123,9 @@ class Ratio:
     high: float
 
     @classmethod
-    def of(cls, numerator: Timing, denominator: Timing) -> Ratio:
-        """The ratio of two timings' seconds."""
-        return cls.between(numerator.seconds, denominator.seconds)
+    def of(cls, numerator: Timing, denominator: Timing, clock: str = "wall") -> Ratio:
+        """The ratio of two timings' seconds on ``clock`` ("wall" or "cpu")."""
+        return cls.between(numerator.on(clock), denominator.on(clock))
 
     @classmethod
     def between(cls, numerators: Sequence[float], denominators: Sequence[float]) -> Ratio:
@@ -215,6 +254,56 @@ def measure(
     more = interleaved(run, variants, warmup=0, repeats=confirm_repeats)
     pooled = {v: Timing(timings[v].samples + more[v].samples) for v in variants}
     return Measurement(pooled, judge(pooled), confirm_repeats)
+
+
+def _threads_cpu(pid: int) -> float:
+    """CPU seconds of the live threads of ``pid`` to the nanosecond (``schedstat``); 0.0
+    where the kernel does not expose it."""
+    total = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / 1e9
+
+
+def _process_cpu(process: psutil.Process, reaped: bool) -> float:
+    """CPU seconds charged to one process: the larger of its ``stat`` figure (every
+    thread, exited ones included, in 10 ms ticks) and the sum over its live threads to
+    the nanosecond; with ``reaped``, plus the children it has waited for."""
+    t = process.cpu_times()
+    own = max(t.user + t.system, _threads_cpu(process.pid))
+    return own + (t.children_user + t.children_system if reaped else 0.0)
+
+
+def cpu_snapshot(pid: int) -> dict[int, float] | None:
+    """CPU seconds the kernel has charged so far to process ``pid`` (all its threads and
+    the children it has reaped) and to each of its live descendants, by pid. None if the
+    worker cannot be read."""
+    try:
+        process = psutil.Process(pid)
+        out = {pid: _process_cpu(process, reaped=True)}
+        for child in process.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                out[child.pid] = _process_cpu(child, reaped=False)
+    except psutil.Error:
+        return None
+    return out
+
+
+def cpu_used(before: dict[int, float] | None, after: dict[int, float] | None) -> float | None:
+    """The CPU seconds the worker's processes used between two snapshots. A process
+    that vanished in between adds nothing, and none subtracts: CPU time only grows, so
+    no process can make the figure smaller than the work it did while it was seen."""
+    if before is None or after is None:
+        return None
+    return sum(max(0.0, used - before.get(pid, 0.0)) for pid, used in after.items())
 
 
 @contextmanager

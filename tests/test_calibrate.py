@@ -8,7 +8,9 @@ import pytest
 
 from grader.calibrate import (
     BASELINES,
+    EXTRA_BASELINES,
     Observation,
+    baseline_sets,
     cache_free_submission,
     main,
     propose,
@@ -55,6 +57,21 @@ def test_baseline_applies_every_cache_free_mistake() -> None:
             (mutant,) = [m for m in load_mutants(part) if m.name == name]
             for _, new in mutant.edits:
                 assert new in (root / mutant.file).read_text()
+    finally:
+        shutil.rmtree(root)
+
+
+def test_extra_baselines_are_measured_one_by_one_on_their_part() -> None:
+    # The main baselines together first, then Part 3's last-logits-only design alone.
+    sets = baseline_sets(["part2", "part3"])
+    assert sets[0] == (["part2", "part3"], {})
+    assert (["part3"], {"part3": "prefix_recomputed_last_logits_only"}) in sets
+    assert len(sets) == 1 + sum(len(v) for v in EXTRA_BASELINES.values())
+    root = cache_free_submission(["part3"], {"part3": "prefix_recomputed_last_logits_only"})
+    try:
+        text = (root / "llama" / "generation.py").read_text()
+        assert "self.output(self.norm(h[:, -1:]))" in text
+        assert "prev_pos stays 0" not in text  # only the named baseline is applied
     finally:
         shutil.rmtree(root)
 

@@ -11,7 +11,14 @@ import pytest
 from grader.parts import PARTS
 from grader.points import POINTS, bonus_total, part_total
 from grader.sandbox import Limits
-from tests.conftest import ASSIGNMENT, FAST_LIMITS, SOLUTION, in_param_count, run_grade
+from tests.conftest import (
+    ASSIGNMENT,
+    FAST_LIMITS,
+    PART2_LIMITS,
+    SOLUTION,
+    in_param_count,
+    run_grade,
+)
 
 ALL_CHECKS = set(POINTS["part1"])
 
@@ -250,7 +257,7 @@ def test_tensor_instead_of_number(grade_patched) -> None:
         "    return param_count(spec) * spec.bytes_per_param",
         "    import torch\n    return torch.tensor(param_count(spec) * spec.bytes_per_param)",
     )
-    graded = grade_patched([edit])
+    graded = grade_patched([edit], limits=PART2_LIMITS)  # importing torch takes a while
     assert graded.score("1.2") == 0
     assert "use .item()" in graded.output("1.2")
 

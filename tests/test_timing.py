@@ -16,6 +16,9 @@ from grader.timing import (
     Ratio,
     Sample,
     Timing,
+    clock_for,
+    cpu_snapshot,
+    cpu_used,
     interleaved,
     measure,
     rss_peak,
@@ -157,6 +160,51 @@ def test_record_adds_measurements_and_reports_extra_rounds() -> None:
         record.add(Measurement({name: timing(1.0)}, [c], extra))
     assert list(record.timings) == ["batch 1", "batch 8"] and len(record.criteria) == 2
     assert json.loads(json.dumps(record.summary()))["extra_rounds"] == 6
+
+
+def test_ratio_on_the_cpu_clock_uses_cpu_seconds() -> None:
+    # Wall times say 1x (a busy machine), CPU times say 10x (the work done).
+    plain = Timing((Sample(1.0, cpu_seconds=0.5), Sample(1.2, cpu_seconds=0.6)))
+    cached = Timing((Sample(1.0, cpu_seconds=0.05), Sample(1.2, cpu_seconds=0.06)))
+    assert Ratio.of(plain, cached).median == pytest.approx(1.0)
+    assert Ratio.of(plain, cached, "cpu").median == pytest.approx(10.0)
+    unread = Timing((Sample(2.0),))  # no CPU figure: the wall clock stands in
+    assert unread.cpu_seconds == [2.0]
+    assert clock_for("cpu") == "cpu" and clock_for("cuda") == "wall"
+
+
+BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {s}: pass\n"
+
+
+def test_cpu_used_counts_busy_children_and_threads_that_ended() -> None:
+    # A process that burns 0.3 s in a child it waits for, then 0.3 s in a thread that
+    # ends: both are the process's work, whichever way it was spread.
+    code = (
+        "import subprocess, sys, threading, time\n"
+        f"subprocess.run([sys.executable, '-c', {BURN.format(s=0.3)!r}])\n"
+        f"t = threading.Thread(target=exec, args=({BURN.format(s=0.3)!r},))\n"
+        "t.start(); t.join()\n"
+        "print('done', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        before = cpu_snapshot(proc.pid)
+        assert proc.stdout.readline().strip() == "done"
+        after = cpu_snapshot(proc.pid)
+        assert cpu_used(before, after) >= 0.55
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_cpu_used_never_shrinks_when_a_process_goes() -> None:
+    # A descendant that ran before and is gone after adds nothing and subtracts nothing.
+    before = {1: 5.0, 2: 100.0}
+    after = {1: 5.5, 3: 0.25}
+    assert cpu_used(before, after) == pytest.approx(0.75)
+    assert cpu_used(None, after) is None
+    assert cpu_snapshot(2**22 + 12345) is None  # no such process
 
 
 def test_rss_peak_sees_another_process_allocate() -> None:

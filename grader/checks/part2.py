@@ -3,9 +3,11 @@
 Logits are checked without the cache, with it over the whole sequence, one
 token at a time and in chunks, on the public course cases and on hidden ones.
 ``generate`` is checked for what it does: the same tokens with and without the
-cache, one new token per cached ``forward`` call (counted in the worker, so a
-"cache" that recomputes the prefix is caught without timing), temperature
-honoured. Its speed is then timed by the grader itself (check 2.11).
+cache, one new token per cached ``forward`` call (recorded in the worker: a
+hint that names a mistake, never proof, since the submission could rewrite
+it) and less work with the cache than without (CPU time read by the grader,
+check 2.9), temperature honoured. Its speed is then timed by the grader itself
+on prompts nobody has seen, every answer checked (check 2.11).
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ import numpy as np
 from grader.checks.base import check, likely_cause, with_output
 from grader.checks.logits import position
 from grader.checks.part2_support import Part2Base
+from grader.checks.part2_timed import Part2Timed, bench_key
 from grader.client import SubmissionError
 from grader.thresholds import load_thresholds
-from grader.timing import BenchmarkRecord, Criterion, Ratio, Sample, Timing
+from grader.timing import BenchmarkRecord, Criterion, Ratio, Sample, Timing, clock_for
 
 
 class Part2ForwardChecks(Part2Base):
@@ -72,7 +75,7 @@ class Part2ForwardChecks(Part2Base):
         self.score("2.7", self.run_hidden("2.7"), set_score, what="hidden cases")
 
 
-class Part2GenerateChecks(Part2Base):
+class Part2GenerateChecks(Part2Timed):
     # -------------------------------------------------------------- checks
 
     @check("2.8")
@@ -93,6 +96,9 @@ class Part2GenerateChecks(Part2Base):
     @check("2.9")
     def test_generate_feeds_one_token(self) -> None:
         """2.9 generate: with the cache, forward gets the prompt once, then one token per call"""
+        # The forward calls are recorded in the worker, where the submission could rewrite
+        # the record: they name a mistake, and only the work the grader measures (a cached
+        # run must cost far less CPU time than a cache-free one) gives the points.
         settings = self.meta()["generate"]
         prompt_len, n = len(settings["prompt"][0]), settings["new_tokens"]
         cached, lengths, _ = self.generate_or_fail(use_cache=True)
@@ -135,6 +141,9 @@ class Part2GenerateChecks(Part2Base):
             )
         if problems:
             self.fail("\n".join(problems))
+        problem = self.work_problem()
+        if problem:
+            self.fail(problem)
 
     def mistakes_by_call_lengths(
         self, lengths: list[int], cached: np.ndarray, plain: np.ndarray
@@ -217,32 +226,25 @@ class Part2GenerateChecks(Part2Base):
         return int((top == tokens[:, prompt_len:]).sum()), int(top.size)
 
 
-class Part2Benchmark(Part2Base):
+class Part2Benchmark(Part2Timed):
     """Runs after the other checks: a slow generate here cannot cost them their time."""
 
     @check("2.11", extra_tags=("benchmark",))
     def test_benchmark_speedup(self) -> None:
         """2.11 benchmark: cached generate is faster after a long prompt (timed by the grader)"""
         bench = load_thresholds(self.ctx.device)["part2"]
-        rng = np.random.default_rng(11)
-        vocab = self.model_spec("bench")["config"]["vocab_size"]
-        prompt = rng.integers(0, vocab, size=(1, bench["prompt_len"])).tolist()
-        run = {
-            "model": "bench",  # the public model with room for the long prompt
-            "prompt": prompt,
-            "batch": 1,
-            "new_tokens": bench["new_tokens"],
-            "temperature": 1.0,
-        }
         variants = {"without the cache": False, "with the cache": True}
+        clock = clock_for(self.ctx.device)
 
         def timed_run(variant: str, i: int) -> Sample:
-            use_cache = variants[variant]
-            return self.generate_or_fail(**run, use_cache=use_cache, seed=i, timing=True)[2]
+            # A prompt of its own for every run, and the reference's tokens to match.
+            shape = (1, bench["prompt_len"], bench["new_tokens"])
+            return self.timed_generate("bench", bench_key(bench), shape, variants[variant], i)
 
         def judge(timings: dict[str, Timing]) -> list[Criterion]:
-            speedup = Ratio.of(timings["without the cache"], timings["with the cache"])
-            return [Criterion("part2.min_speedup", "speedup", speedup, bench["min_speedup"], True)]
+            speedup = Ratio.of(timings["without the cache"], timings["with the cache"], clock)
+            label = f"speedup ({clock} time)"
+            return [Criterion("part2.min_speedup", label, speedup, bench["min_speedup"], True)]
 
         record = BenchmarkRecord(check="2.11", profile=self.ctx.device)
         record.add(self.measure_benchmark(timed_run, variants, judge, bench))

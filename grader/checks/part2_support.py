@@ -19,6 +19,8 @@ import numpy as np
 from grader.cases_part2 import (
     ABLATIONS,
     CACHED_MODES,
+    WORK_NEW,
+    WORK_PROMPT,
     ablate,
     bench_model,
     decode_array,
@@ -107,7 +109,7 @@ class Part2Base(GradedTestCase):
                 "weights, whose sizes differ from the public model's: read every size from "
                 "the constructor's arguments."
             )
-        full = full or name == "bench"
+        full = full or name in ("bench", "work")
         self.build_once(name, lambda: self._load(name), not_run, full=full)
 
     def model_spec(self, name: str) -> dict[str, Any]:
@@ -117,6 +119,8 @@ class Part2Base(GradedTestCase):
             bench = load_thresholds(self.ctx.device)["part2"]
             positions = bench["prompt_len"] + bench["new_tokens"]
             return bench_model(self.meta()["models"]["public"], positions)
+        if name == "work":  # check 2.9's work probe, on the CPU
+            return bench_model(self.meta()["models"]["public"], WORK_PROMPT + WORK_NEW)
         if "@" in name:  # the public model with one path switched off (see ablate)
             return self.meta()["models"][name.split("@")[0]]
         return self.meta()["models"][name]
@@ -134,12 +138,13 @@ class Part2Base(GradedTestCase):
         what = (
             f"DecoderOnlyTransformer({c['vocab_size']}, {c['d_model']}, {c['d_ff']}, "
             f"{c['num_layers']}, {c['max_seq_len']}) with the "
-            + ("benchmark's seeded weights" if name == "bench" else "course weights")
+            + ("benchmark's seeded weights" if name in ("bench", "work") else "course weights")
         )
+        header = {"op": "load", "model": name, "config": c}
+        if name == "work":
+            header["device"] = "cpu"
         try:
-            self.ctx.worker(self.part).request(
-                {"op": "load", "model": name, "config": c}, weights, what=what
-            )
+            self.ctx.worker(self.part).request(header, weights, what=what)
         except SubmissionError as exc:
             if exc.kind != "exception":
                 raise
@@ -396,7 +401,7 @@ class Part2Base(GradedTestCase):
         lengths = reply.header.get("forward_lengths")
         if not isinstance(lengths, list) or not all(isinstance(n, int) for n in lengths):
             lengths = []
-        return tokens, lengths, Sample(reply.seconds, reply.peak_bytes)
+        return tokens, lengths, Sample(reply.seconds, reply.peak_bytes, reply.cpu_seconds)
 
     def whole_sequence(self, tokens: Any, ids: np.ndarray, n: int, what: str) -> np.ndarray:
         """The prompt followed by the new tokens (B, T + n), from either reading of the

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from grader.cases_part2 import decode_array
-from grader.cases_part3 import make_weights, plans
+from grader.cases_part3 import BENCH_MAX_BATCH, BENCH_MAX_SEQ_LEN, make_weights, plans
 from grader.checks.base import GradedTestCase, likely_cause, with_output
 from grader.checks.logits import (
     compare,
@@ -87,8 +87,10 @@ class Part3Base(GradedTestCase):
             return
         ckpt = self.checkpoint()
         extra = {"ckpt_dir": ckpt, "tokenizer_path": f"{ckpt}/tokenizer.model"}
-        if name == "bench":
-            extra.update(max_seq_len=320, max_batch_size=16)
+        if name in ("bench", "work"):
+            extra.update(max_seq_len=BENCH_MAX_SEQ_LEN, max_batch_size=BENCH_MAX_BATCH)
+        if name == "work":  # check 3.7's work probe runs on the CPU on every device
+            extra["device"] = "cpu"
         # "fresh" and "switch": the public model once more, built for check 3.8 alone.
         header = {"op": "build", **self.settings(name, cache), **extra}
         worker.request(header, what=what, timeout=max(self.ctx.limits.request_timeout_s, 60))
@@ -156,6 +158,8 @@ class Part3Base(GradedTestCase):
             "seed": kw.pop("seed", gen["seed"]),
             "record_logits": kw.pop("record_logits", True),
         }
+        if model == "work":
+            header["device"] = "cpu"
         if model != "public":  # other models share the public checkpoint's tokenizer
             self.ensure("public", True)
         what = f"generate({len(prompts)} prompts, kv_caching={cache})"

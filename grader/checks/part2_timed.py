@@ -1,0 +1,144 @@
+"""Part 2's measured runs: prompts nobody has seen, answers checked, work counted by the grader.
+
+Every timed ``generate`` (check 2.11's rounds and check 2.9's work probe) gets
+a prompt of its own from a hidden pool built at ``regen`` time, and its tokens
+must be the reference's (the pool's prompts are chosen so that the model's top
+token wins every step clearly; the runs sample at a temperature that makes
+sampling greedy). So a timed run cannot be recognised, answered from a memo
+of an earlier request, or answered with dummy tokens. What a run costs is read
+by the parent: wall time, and the CPU time the kernel charged the worker.
+Without the hidden cases (a student's own copy) the prompts are drawn here and
+only the shape and range of the answer are checked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from grader.cases_part2 import (
+    MIN_WORK_RATIO,
+    WORK_BATCH,
+    WORK_NEW,
+    WORK_PROMPT,
+    WORK_ROUNDS,
+    pool_key,
+)
+from grader.checks.part2_support import Part2Base
+from grader.timing import Ratio, Sample, Timing
+
+
+class Part2Timed(Part2Base):
+    """Timed ``generate`` runs on fresh prompts, checked against the reference's tokens."""
+
+    def pool(self, key: str) -> dict[str, Any] | None:
+        """The hidden prompt pool ``key`` ("1000x20", "work"), or None without it."""
+        pool = self.meta().get("bench_pools", {}).get(key)
+        return pool if isinstance(pool, dict) and pool.get("prompts") else None
+
+    def take(
+        self, key: str, rows: int, prompt_len: int, vocab: int
+    ) -> tuple[list[list[int]], list[list[int]] | None]:
+        """The next ``rows`` unused prompts of pool ``key`` and the reference's new tokens
+        for each; without the pool, seeded random prompts and None. No prompt is used
+        twice in a grading."""
+        used = self.ctx.scratch.setdefault(f"part2.pool_used.{key}", [0])
+        first = used[0]
+        used[0] += rows
+        pool = self.pool(key)
+        if pool is None:
+            rng = np.random.default_rng([11, first, len(key)])
+            return rng.integers(0, vocab, size=(rows, prompt_len)).tolist(), None
+        if first + rows > len(pool["prompts"]):
+            self.fail(
+                f"Grader fault: the timed runs used up the {len(pool['prompts'])} prompts of "
+                f"pool {key!r}; run `python -m grader regen` after changing thresholds.toml."
+            )
+        picked = slice(first, first + rows)
+        return pool["prompts"][picked], pool["expected"][picked]
+
+    def timed_generate(
+        self,
+        model: str,
+        key: str,
+        shape: tuple[int, int, int],
+        use_cache: bool,
+        seed: int,
+    ) -> Sample:
+        """One timed ``generate`` of ``shape`` (rows, prompt length, new tokens) on fresh
+        prompts of pool ``key``; its new tokens must be the reference's, or the check
+        fails (a run whose answer is wrong cannot count)."""
+        rows, prompt_len, new_tokens = shape
+        vocab = self.model_spec(model)["config"]["vocab_size"]
+        prompts, expected = self.take(key, rows, prompt_len, vocab)
+        pool = self.pool(key)
+        temperature = pool["temperature"] if pool else 1.0
+        tokens, _, sample = self.generate_or_fail(
+            timing=True,
+            model=model,
+            prompt=prompts,
+            batch=1,
+            new_tokens=new_tokens,
+            temperature=temperature,
+            use_cache=use_cache,
+            seed=seed,
+        )
+        if expected is not None:
+            got, want = tokens[:, prompt_len:], np.asarray(expected)
+            if not np.array_equal(got, want):
+                row, k = (int(x) for x in np.argwhere(got != want)[0])
+                self.fail(
+                    f"A timed generate(use_cache={use_cache}) of {new_tokens} tokens after "
+                    f"{rows} prompt(s) of {prompt_len} tokens, at temperature {temperature:g} "
+                    "(so the model's top token every step), returned other tokens than the "
+                    f"reference (first difference: row {row + 1}, new token {k + 1}): its "
+                    "time cannot count. Every timed run has prompts of its own; the answer "
+                    "must be computed for them."
+                )
+        return sample
+
+    def work_probe(self) -> tuple[Ratio, dict[str, Timing]]:
+        """CPU time of cached against cache-free ``generate`` (``WORK_NEW`` tokens after
+        ``WORK_BATCH`` prompts of ``WORK_PROMPT`` tokens, on the CPU, interleaved
+        ``WORK_ROUNDS`` times), every
+        run's tokens checked against the reference's. Measured by the grader: a "cache"
+        that recomputes the prefix cannot do less work than no cache."""
+        self.ensure_model("work")
+        runs: dict[str, list[Sample]] = {"without the cache": [], "with the cache": []}
+        for i in range(WORK_ROUNDS):
+            for variant, use_cache in (("without the cache", False), ("with the cache", True)):
+                shape = (WORK_BATCH, WORK_PROMPT, WORK_NEW)
+                sample = self.timed_generate("work", "work", shape, use_cache, seed=i)
+                runs[variant].append(sample)
+        timings = {v: Timing(tuple(s)) for v, s in runs.items()}
+        ratio = Ratio.of(timings["without the cache"], timings["with the cache"], "cpu")
+        return ratio, timings
+
+    def work_problem(self) -> str:
+        """Why the cached path was not seen to do less work ("" when it was)."""
+        ratio, timings = self.work_probe()
+        cpu = {v: t.cpu_median * 1000 for v, t in timings.items()}
+        print(
+            f"Work probe ({WORK_NEW} new tokens after {WORK_BATCH} prompts of {WORK_PROMPT} "
+            "tokens, CPU time "
+            f"measured by the grader): without the cache {cpu['without the cache']:.0f} ms, "
+            f"with it {cpu['with the cache']:.0f} ms, ratio {ratio}."
+        )
+        if ratio.median >= MIN_WORK_RATIO:  # False for NaN
+            return ""
+        return (
+            f"generate(use_cache=True) did not do less work than generate(use_cache=False): "
+            f"generating {WORK_NEW} tokens after {WORK_BATCH} prompts of {WORK_PROMPT} tokens "
+            "took "
+            f"{cpu['with the cache']:.0f} ms of CPU time with the cache and "
+            f"{cpu['without the cache']:.0f} ms without it ({ratio.median:.2f}x; a working "
+            f"cache needs at least {MIN_WORK_RATIO:g}x here, as every step without it "
+            "reprocesses the whole sequence). With the cache, each step after the prompt must "
+            "process only the newest token and reuse the cached keys and values."
+        )
+
+
+def bench_key(bench: dict[str, Any]) -> str:
+    """The pool of check 2.11's timed runs under the thresholds profile ``bench``."""
+    return pool_key(bench["prompt_len"], bench["new_tokens"])

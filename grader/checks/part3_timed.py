@@ -1,0 +1,128 @@
+"""Part 3's measured runs: prompts nobody has seen, answers checked, work counted by the grader.
+
+Every row of every timed ``generate`` (check 3.11's rounds and check 3.7's work
+probe) gets a prompt of its own from a hidden pool built at ``regen`` time, and
+its greedy text must be the reference's (the pool's prompts are chosen so that
+the top token wins every step clearly). So a timed run cannot be recognised,
+answered from a memo of an earlier request or another row, or answered with
+dummy text. What a run costs is read by the parent: wall time, and the CPU
+time the kernel charged the worker. Without the hidden cases (a student's own
+copy) every row gets the public benchmark prompt and only the rows' agreement
+is checked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grader.cases_part3 import (
+    MIN_WORK_RATIO,
+    WORK_BATCH,
+    WORK_NEW,
+    WORK_PROMPT,
+    WORK_ROUNDS,
+    pool_key,
+)
+from grader.checks.part3_support import Part3Base
+from grader.timing import Ratio, Sample, Timing
+
+
+class Part3Timed(Part3Base):
+    """Timed greedy ``generate`` runs on fresh prompts, checked against the reference."""
+
+    def pool(self, key: str) -> dict[str, Any] | None:
+        """The hidden prompt pool ``key`` ("128x16", "work"), or None without it."""
+        pool = self.meta().get("bench_pools", {}).get(key)
+        return pool if isinstance(pool, dict) and pool.get("prompts") else None
+
+    def take(self, key: str, rows: int, input_len: int) -> tuple[list[str], list[str] | None]:
+        """The next ``rows`` unused prompts of pool ``key`` and the reference's text for
+        each; without the pool, the public benchmark prompt in every row and None. No
+        prompt is used twice in a grading."""
+        used = self.ctx.scratch.setdefault(f"part3.pool_used.{key}", [0])
+        first = used[0]
+        used[0] += rows
+        pool = self.pool(key)
+        if pool is None:
+            return [self.meta()["benchmark_prompts"][str(input_len)]] * rows, None
+        if first + rows > len(pool["prompts"]):
+            self.fail(
+                f"Grader fault: the timed runs used up the {len(pool['prompts'])} prompts of "
+                f"pool {key!r}; run `python -m grader regen` after changing thresholds.toml."
+            )
+        picked = slice(first, first + rows)
+        return pool["prompts"][picked], pool["expected_texts"][picked]
+
+    def timed_generate(
+        self, model: str, pool_name: str, shape: tuple[int, int, int], cache: bool, **kw: Any
+    ) -> Sample:
+        """One timed greedy ``generate`` of ``shape`` (rows, prompt tokens, new tokens) on
+        fresh prompts of pool ``pool_name``; its text must be the reference's in every row, or
+        the check fails (a run whose answer is wrong cannot count)."""
+        rows, input_len, output_len = shape
+        prompts, expected = self.take(pool_name, rows, input_len)
+        reply = self.generate_or_fail(
+            prompts,
+            cache,
+            model=model,
+            max_gen_len=output_len,
+            temperature=0.0,
+            record_logits=False,
+            timed=True,
+            **kw,
+        )
+        texts = self.texts(reply)
+        want = expected if expected is not None else (texts[:1] * rows or [""])
+        if texts != want:
+            wrong = [i + 1 for i, (a, b) in enumerate(zip(texts, want, strict=False)) if a != b]
+            self.fail(
+                f"A timed greedy generate(kv_caching={cache}) of {rows} prompt(s) of "
+                f"{input_len} tokens, {output_len} new tokens, returned other text than the "
+                f"reference in row(s) {wrong or 'all'}: its time cannot count. Every row of "
+                "every timed run has a prompt of its own; the answer must be computed for "
+                f"it. Got: {str(texts)[:300]}"
+            )
+        return Sample(reply.seconds, reply.peak_bytes, reply.cpu_seconds)
+
+    def work_probe(self) -> tuple[Ratio, dict[str, Timing]]:
+        """CPU time of cached against cache-free greedy ``generate`` (``WORK_NEW`` tokens
+        after ``WORK_BATCH`` prompts of ``WORK_PROMPT`` tokens, on the CPU, interleaved
+        ``WORK_ROUNDS`` times), every run's text checked against the reference's.
+        Measured by the grader: a "cache" that recomputes the prefix cannot do much
+        less work than no cache."""
+        runs: dict[str, list[Sample]] = {"without the cache": [], "with the cache": []}
+        shape = (WORK_BATCH, WORK_PROMPT, WORK_NEW)
+        for _ in range(WORK_ROUNDS):
+            for variant, cache in (("without the cache", False), ("with the cache", True)):
+                sample = self.timed_generate("work", "work", shape, cache, key="work generate")
+                runs[variant].append(sample)
+        timings = {v: Timing(tuple(s)) for v, s in runs.items()}
+        ratio = Ratio.of(timings["without the cache"], timings["with the cache"], "cpu")
+        return ratio, timings
+
+    def work_problem(self) -> str:
+        """Why the cached path was not seen to do less work ("" when it was)."""
+        ratio, timings = self.work_probe()
+        cpu = {v: t.cpu_median * 1000 for v, t in timings.items()}
+        print(
+            f"Work probe ({WORK_NEW} new tokens after {WORK_BATCH} prompts of {WORK_PROMPT} "
+            f"tokens, CPU time measured by the grader): without the cache "
+            f"{cpu['without the cache']:.0f} ms, with it {cpu['with the cache']:.0f} ms, "
+            f"ratio {ratio}."
+        )
+        if ratio.median >= MIN_WORK_RATIO:  # False for NaN
+            return ""
+        return (
+            f"generate(kv_caching=True) did not do much less work than "
+            f"generate(kv_caching=False): {WORK_NEW} new tokens after {WORK_BATCH} prompts "
+            f"of {WORK_PROMPT} tokens took {cpu['with the cache']:.0f} ms of CPU time with "
+            f"the cache and {cpu['without the cache']:.0f} ms without it "
+            f"({ratio.median:.2f}x; a working cache needs at least {MIN_WORK_RATIO:g}x here). "
+            "With the cache, each decode step must feed only the newest token per sequence "
+            "at start_pos = prev_pos and attend over the cached keys and values."
+        )
+
+
+def bench_key(bench: dict[str, Any]) -> str:
+    """The pool of check 3.11's timed runs under the thresholds profile ``bench``."""
+    return pool_key(bench["input_len"], bench["output_len"])
