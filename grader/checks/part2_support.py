@@ -17,8 +17,6 @@ from typing import Any
 import numpy as np
 
 from grader.cases_part2 import (
-    ABLATIONS,
-    CACHED_MODES,
     WORK_NEW,
     WORK_PROMPT,
     ablate,
@@ -30,12 +28,11 @@ from grader.cases_part2 import (
 from grader.checks.base import GradedTestCase, Outcome, likely_cause, with_output
 from grader.checks.logits import (
     compare,
-    explain,
     logits_problem,
     matching_mistakes,
     position,
-    several_causes,
 )
+from grader.checks.part2_diagnosis import Part2Diagnosis
 from grader.client import Reply, SubmissionError
 from grader.points import points
 from grader.thresholds import load_thresholds
@@ -63,7 +60,7 @@ class CaseFailure(Exception):
         self.kind = kind
 
 
-class Part2Base(GradedTestCase):
+class Part2Base(Part2Diagnosis, GradedTestCase):
     """Machinery of the Part 2 checks (no checks of its own)."""
 
     part = "part2"
@@ -179,55 +176,6 @@ class Part2Base(GradedTestCase):
 
     def signatures(self, probe: str) -> dict[str, Any]:
         return self.meta().get("signatures", {}).get(probe, {})
-
-    # ----------------------------------------------------------- diagnosis
-
-    def diagnose(self, mode: str, steps: list[int] | None, observed: dict[str, Any]) -> str:
-        """Name the catalogued mistake behind a failure of the first public case in ``mode``.
-
-        Naming is a hint added to a message that stands on its own: whatever the
-        submission returned, this never raises ("" when nothing can be said).
-        """
-        try:
-            return self.name_observed(mode, steps, observed)
-        except Exception:
-            return ""
-
-    def name_observed(self, mode: str, steps: list[int] | None, observed: dict[str, Any]) -> str:
-        catalogue = self.signatures(mode)
-        rerun_differs = None
-        if "logits" in observed and any(s.get("nondeterministic") for s in catalogue.values()):
-            ids = self.course_cases()[0]["input_ids"]
-            try:
-                again, _ = self.forward("public", ids, steps, what="forward (repeated)")
-                rerun_differs = not np.allclose(
-                    again, observed["logits"], atol=1e-5, equal_nan=True
-                )
-            except SubmissionError:
-                rerun_differs = None
-        names = matching_mistakes(observed, catalogue, rerun_differs)
-        if not names and mode in CACHED_MODES and "logits" in observed:
-            return self.diagnose_blend(mode, steps, observed["logits"])
-        return likely_cause(names, self.meta()["diagnoses"])
-
-    def diagnose_blend(self, mode: str, steps: list[int] | None, logits: np.ndarray) -> str:
-        """Name two mistakes whose blend gave ``logits`` in a cached mode.
-
-        The first public case runs again on the public model with its positions, then
-        its attention switched off; where one path is off, a mistake in the other shows
-        alone and matches its catalogued signature. Never raises ("" when nothing fits).
-        """
-        ids = self.course_cases()[0]["input_ids"]
-        observed: dict[str, Any] = {mode: logits}
-        diagnoses = self.meta()["diagnoses"]
-        try:
-            for kind in ABLATIONS:
-                what = f"forward (case 1, the public model with {kind.replace('_', ' ')})"
-                observed[f"{mode}@{kind}"], _ = self.forward(f"public@{kind}", ids, steps, what)
-            names, several = explain(observed, {p: self.signatures(p) for p in observed}, set())
-        except Exception:  # the model could not run, or anything else: the hint is optional
-            return ""
-        return several_causes(names, diagnoses) if several else likely_cause(names, diagnoses)
 
     # ------------------------------------------------------------- running
 
