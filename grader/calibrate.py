@@ -44,6 +44,9 @@ EXTRA_BASELINES = {
     # The whole prefix through the layers at every cached step, the vocabulary projection
     # for its last position only (issue: 1.3-2.7x in wall time against the old thresholds).
     "part3": ("prefix_recomputed_last_logits_only",),
+    # A cache asked for (use_cache=True) and never passed back: every step feeds the
+    # whole sequence again (issue: cached growth 1.70-2.21x against 1.65x in wall time).
+    "part4": ("cache_never_passed_back_recomputes",),
 }
 BENCHMARK_PARTS = tuple(BASELINES)
 DEFAULT_MARGIN = 1.5

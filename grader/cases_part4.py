@@ -1,7 +1,9 @@
 """Part 4 data: the small GPT-2 models the lab is graded on, public and hidden prompts,
-the reference's tokens and per-step logits (built by ``regen`` through the adapter), and
-``theoretical_kv_bytes`` inputs. Checks 4.2-4.4 run every case they find: the public
-ones in a student's self-check, public and hidden ones on Gradescope."""
+the reference's tokens and per-step logits (built by ``regen`` through the adapter),
+``theoretical_kv_bytes`` inputs, the int8 bonus's fp32 cache with the tokens that follow
+it, and the latency check's prompts with the reference's tokens. Checks 4.2-4.4 and 4.6
+run every case they find: the public ones in a student's self-check, public and hidden
+ones on Gradescope."""
 
 from __future__ import annotations
 
@@ -25,6 +27,19 @@ HIDDEN_MODEL = {
 }
 SEED = 2718
 PUBLIC_SEED = 1414  # the public cases' own stream, so the hidden ones do not change
+BENCH_SEED = 3141  # the latency prompts' streams (public, hidden)
+BENCH_PROMPT_LEN = 8  # the handout's 8-token prompt
+BENCH_NEW_TOKENS = 256  # the longest L of every thresholds profile
+BENCH_PROMPTS = 8  # per file: one per timed round at most (warm-up + repeats + confirmation)
+MARGIN = 1e-3  # every expected greedy step beats the runner-up by this much
+INT8_PROMPT = (np.arange(3, 67, dtype=np.int64)[None, :] % 500).tolist()  # 64 tokens
+INT8_NEW_TOKENS = 64
+
+
+def min_gap(step_logits: np.ndarray) -> float:
+    """The smallest best-minus-runner-up logit over every step and row."""
+    ordered = np.sort(step_logits.astype(np.float64), axis=-1)
+    return float((ordered[..., -1] - ordered[..., -2]).min())
 
 
 def generation_cases(
@@ -36,18 +51,34 @@ def generation_cases(
     ),
     prefix: str = "",
 ) -> list[dict[str, Any]]:
-    """Random prompts with the reference's tokens and the logits of every cached step."""
+    """Random prompts with the reference's tokens and the logits of every cached step;
+    for each, the same prompt continued by ``generate_with_cache_from`` from a cache of
+    its first half."""
     cases = []
     for name, spec, batch, length in shapes:
-        model = adapter.build(spec["config"], spec["seed"])
+        model = adapter.build(spec["config"], spec["seed"], on="cpu")
         ids = rng.integers(0, spec["config"]["vocab_size"], size=(batch, length))
         out = adapter.run_generate(reference, model, ids, NEW_TOKENS, cached=True)
+        label = f"{prefix}{name} model, batch {batch}, {length}-token prompt"
         cases.append(
             {
                 "check": "4.2",
-                "label": f"{prefix}{name} model, batch {batch}, {length}-token prompt",
+                "label": label,
                 "model": name,
                 "ids": ids.tolist(),
+                "tokens": out["tokens"].tolist(),
+                "step_logits": encode_array(out["step_logits"]),
+            }
+        )
+        half = length // 2
+        out = adapter.run_generate(reference, model, ids, NEW_TOKENS, True, cached_prefix=half)
+        cases.append(
+            {
+                "check": "4.2",
+                "label": f"{label} continued from a cache of its first {half}",
+                "model": name,
+                "ids": ids.tolist(),
+                "cached_prefix": half,
                 "tokens": out["tokens"].tolist(),
                 "step_logits": encode_array(out["step_logits"]),
             }
@@ -73,6 +104,51 @@ def theory_cases(
     return cases
 
 
+def latency_cases(reference: ModuleType, seed: int, prefix: str) -> list[dict[str, Any]]:
+    """Prompts for the timed runs of 4.6 (a fresh one per round), each with the
+    reference's 256 greedy tokens on the lab model (a shorter L must give their first
+    L); prompts whose greedy steps come near a tie are skipped."""
+    model = adapter.build(LAB_MODEL["config"], LAB_MODEL["seed"], on="cpu")
+    rng = np.random.default_rng(seed)
+    cases: list[dict[str, Any]] = []
+    while len(cases) < BENCH_PROMPTS:
+        ids = rng.integers(0, LAB_MODEL["config"]["vocab_size"], size=(1, BENCH_PROMPT_LEN))
+        out = adapter.run_generate(reference, model, ids, BENCH_NEW_TOKENS, cached=True)
+        gap = min_gap(out["step_logits"])
+        if gap <= MARGIN:
+            continue
+        cases.append(
+            {
+                "check": "4.6",
+                "label": f"{prefix}timed prompt {len(cases) + 1}",
+                "model": "lab",
+                "ids": ids.tolist(),
+                "tokens": out["tokens"].tolist(),
+                "min_gap": round(gap, 4),  # regen --check recomputes it with the tokens
+            }
+        )
+    return cases
+
+
+def int8_case(reference: ModuleType) -> dict[str, Any]:
+    """The fp32 cache of the int8 prompt's first 63 tokens on the lab model, layer by
+    layer, and the reference's greedy tokens continuing from it: the parent sizes and
+    checks the student's quantisation against these, never against worker figures."""
+    model = adapter.build(LAB_MODEL["config"], LAB_MODEL["seed"], on="cpu")
+    ids = np.array(INT8_PROMPT, dtype=np.int64)
+    cache = adapter.real_cache(model, ids[:, :-1], "float32")
+    pairs = adapter.cache_tensors(cache)
+    tokens = adapter.greedy_from(model, adapter.as_ids(model, ids), cache, INT8_NEW_TOKENS)
+    return {
+        "check": "4.7",
+        "label": "int8 cache of a 64-token prompt",
+        "model": "lab",
+        "ids": INT8_PROMPT,
+        "cache": [encode_array(t.numpy()) for k, v in pairs for t in (k, v)],
+        "tokens": tokens.numpy().tolist(),
+    }
+
+
 def build(reference: ModuleType, mutants: dict[str, ModuleType], diagnoses: dict[str, str]) -> dict:
     """Part 4's files: relative path -> (schema name, document)."""
     rng = np.random.default_rng(SEED)
@@ -80,7 +156,8 @@ def build(reference: ModuleType, mutants: dict[str, ModuleType], diagnoses: dict
         "part": "part4",
         "version": 1,
         "cases": generation_cases(reference, rng, prefix="hidden prompt, ")
-        + theory_cases(reference, rng),
+        + theory_cases(reference, rng)
+        + latency_cases(reference, BENCH_SEED + 1, "hidden "),
     }
     public = {
         "part": "part4",
@@ -100,17 +177,21 @@ def build(reference: ModuleType, mutants: dict[str, ModuleType], diagnoses: dict
 
 def public_cases(reference: ModuleType) -> list[dict[str, Any]]:
     """The self-check's counterparts of the hidden cases: other prompts on the same two
-    models and other ``theoretical_kv_bytes`` inputs, judged with the same messages."""
+    models and other ``theoretical_kv_bytes`` inputs, judged with the same messages;
+    the latency prompts and the int8 case."""
     rng = np.random.default_rng(PUBLIC_SEED)
     shapes = (("lab", LAB_MODEL, 1, 6), ("hidden", HIDDEN_MODEL, 2, 5))
-    return generation_cases(reference, rng, shapes, prefix="public prompt, ") + theory_cases(
-        reference, rng, n=4
+    return (
+        generation_cases(reference, rng, shapes, prefix="public prompt, ")
+        + theory_cases(reference, rng, n=4)
+        + latency_cases(reference, BENCH_SEED, "public ")
+        + [int8_case(reference)]
     )
 
 
 def signatures(reference: ModuleType, mutants: dict[str, ModuleType]) -> dict[str, dict]:
-    """What each mutant shows on the probes, where it differs from the reference."""
-    model = adapter.build(LAB_MODEL["config"], LAB_MODEL["seed"])
+    """What each mutant shows on the generation probe, where it differs from the reference."""
+    model = adapter.build(LAB_MODEL["config"], LAB_MODEL["seed"], on="cpu")
     ids = np.arange(1, 9, dtype=np.int64)[None, :]
 
     def observe(mod: ModuleType) -> dict[str, Any]:
@@ -118,13 +199,11 @@ def signatures(reference: ModuleType, mutants: dict[str, ModuleType]) -> dict[st
         try:
             out = adapter.run_generate(mod, model, ids, 8, cached=True)
             seen["cached_lengths"] = out["lengths"]
+            seen["cached_use_cache"] = out["use_cache"]
             seen["cached_tokens"] = out["tokens"].tolist()
         except Exception as exc:
-            seen["cached_lengths"] = seen["cached_tokens"] = f"{type(exc).__name__}: {exc}"[:500]
-        try:
-            seen["int8_dtypes"] = adapter.run_int8(mod, model, ids, 8)["dtypes"]
-        except Exception as exc:
-            seen["int8_dtypes"] = f"{type(exc).__name__}: {exc}"[:500]
+            error = f"{type(exc).__name__}: {exc}"[:500]
+            seen["cached_lengths"] = seen["cached_use_cache"] = seen["cached_tokens"] = error
         return seen
 
     expected = observe(reference)

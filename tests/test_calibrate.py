@@ -66,12 +66,23 @@ def test_extra_baselines_are_measured_one_by_one_on_their_part() -> None:
     sets = baseline_sets(["part2", "part3"])
     assert sets[0] == (["part2", "part3"], {})
     assert (["part3"], {"part3": "prefix_recomputed_last_logits_only"}) in sets
-    assert len(sets) == 1 + sum(len(v) for v in EXTRA_BASELINES.values())
+    assert len(sets) == 1 + sum(len(EXTRA_BASELINES.get(p, ())) for p in ("part2", "part3"))
     root = cache_free_submission(["part3"], {"part3": "prefix_recomputed_last_logits_only"})
     try:
         text = (root / "llama" / "generation.py").read_text()
         assert "self.output(self.norm(h[:, -1:]))" in text
         assert "prev_pos stays 0" not in text  # only the named baseline is applied
+    finally:
+        shutil.rmtree(root)
+
+
+def test_part4_measures_the_cache_never_passed_back_as_a_baseline() -> None:
+    name = "cache_never_passed_back_recomputes"
+    assert (["part4"], {"part4": name}) in baseline_sets(["part4"])
+    root = cache_free_submission(["part4"], {"part4": name})
+    try:
+        text = (root / "kv_lab.py").read_text()
+        assert "out = model(ids, use_cache=True)" in text
     finally:
         shutil.rmtree(root)
 

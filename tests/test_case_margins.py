@@ -59,3 +59,13 @@ def test_part3_expected_generations_have_a_margin(part3_reference, model: str, k
 def test_the_margin_check_can_fail() -> None:
     near_tie = np.array([[0.0, 1.0, 1.0 + 1e-7]])
     assert top2_gaps(near_tie).min() < MARGIN
+
+
+def test_part4_timed_prompts_have_a_margin() -> None:
+    """4.6 compares every timed run with the reference's 256 tokens: each of them wins by
+    the margin too (the case builder skips prompts that come near a tie and records the
+    smallest gap, which regen --check recomputes)."""
+    cases = [c for c in load_cases("part4")["cases"] if c["check"] == "4.6"]
+    assert {c["visibility"] for c in cases} == {"public", "hidden"}
+    assert all(len(c["tokens"][0]) == len(c["ids"][0]) + 256 for c in cases)
+    assert min(c["min_gap"] for c in cases) > MARGIN

@@ -24,10 +24,21 @@ def test_solution_gets_full_marks_and_the_bonus(solution_graded) -> None:
 
 def test_latency_and_int8_figures_are_reported(solution_graded) -> None:
     latency = solution_graded.output("4.6")
-    assert re.search(r"cached ms/token, L = 256 over L = 32: [0-9.]+x", latency)
+    # On the CPU profile the verdicts are on the worker's CPU time, read by the grader.
+    assert re.search(r"cached CPU time per token, L = 256 over L = 32: [0-9.]+x", latency)
+    assert re.search(r"cache-free over cached CPU time per token, L = 256: [0-9.]+x", latency)
     record = solution_graded.data["extra_data"]["benchmarks"]["4.6"]
     growth = {c["key"]: c["ratio"]["median"] for c in record["criteria"]}
     assert growth["part4.max_cached_growth"] < growth["part4.min_no_cache_growth"]
+    assert growth["part4.min_speedup"] > 1
+    # The per-variant lines are per generated token, not whole generations: a cached run
+    # of 256 tokens takes about 8 times one of 32, its time per token about the same.
+    timings = record["timings"]
+    per_token = (
+        timings["with the cache, L = 256"]["median_s"]
+        / timings["with the cache, L = 32"]["median_s"]
+    )
+    assert per_token < 4
     assert "benchmark" in solution_graded.test("4.6")["tags"]
     int8 = solution_graded.output("4.7")
     ratio = float(re.search(r"= ([0-9.]+) x the fp16 cache", int8).group(1))
@@ -49,4 +60,35 @@ def test_a_timed_run_with_wrong_tokens_does_not_count(tmp_path) -> None:
     submission = patched_solution(tmp_path / "submission", "kv_lab.py", [edit])
     graded = run_grade(submission, tmp_path / "out", parts=["part4"], tags=frozenset({"benchmark"}))
     assert graded.score("4.6") == 0
-    assert "equal to those of the other mode, so its time cannot count" in graded.output("4.6")
+    output = graded.output("4.6")
+    assert "so its time cannot count" in output
+    # The cached path is wrong, and it is the one blamed: each timed run is compared with
+    # the reference's tokens, not with the other mode's.
+    assert "(generate_with_cache, " in output
+    assert "without the cache" not in output and "generate_no_cache" not in output
+
+
+FORGED_INT8 = """
+
+import sys as _sys
+
+_adapter = _sys.modules.get("adapter_part4")
+if _adapter is not None:  # the worker's adapter, replaced from inside the submission
+    def _forged_report(*args, **kwargs):
+        return {"q_bytes": 1000, "fp16_bytes": 4000, "dtypes": ["torch.int8"],
+                "max_rel_error": 0.001, "agree": 1.0}
+    _adapter.run_int8 = _forged_report
+"""
+
+
+def test_a_forged_int8_report_earns_no_bonus(tmp_path) -> None:
+    edits = [
+        (
+            "    pairs = kv_pairs(past_key_values)\n    layers = []",
+            "    raise NotImplementedError\n    layers = []",
+        ),
+        ('if __name__ == "__main__":', FORGED_INT8 + '\n\nif __name__ == "__main__":'),
+    ]
+    submission = patched_solution(tmp_path / "submission", "kv_lab.py", edits)
+    graded = run_grade(submission, tmp_path / "out", parts=["part4"], tags=frozenset({"bonus"}))
+    assert graded.score("4.7") == 0

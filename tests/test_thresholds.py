@@ -104,3 +104,4 @@ def test_handout_states_the_cpu_thresholds() -> None:
     assert f"thresholds file ({cpu['part2']['min_speedup']:g}× on the CPU profile" in text
     assert f"at most {cpu['part4']['max_cached_growth']:g}× on the CPU profile" in text
     assert f"at least {cpu['part4']['min_no_cache_growth']:g}×" in text
+    assert f"at least {cpu['part4']['min_speedup']:g}× the cached one" in text

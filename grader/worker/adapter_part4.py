@@ -1,20 +1,30 @@
 """Part 4 adapter: drives the student's ``kv_lab.py`` on small GPT-2 models.
 
 The models are built here (``GPT2LMHeadModel`` from a config, seeded random
-weights), never downloaded. Every forward call the student's generation makes
-is recorded (its input length and its last-position logits), so the parent can
-check the call pattern and the logits of every step. Everything returned is
-plain data.
+weights), never downloaded, on the grading device (``KVGRADER_DEVICE``: the
+worker's environment says ``cpu`` or ``cuda``); inputs follow the model and
+outputs come back to the CPU. Every forward call the student's generation
+makes is recorded (its input length and its last-position logits), so the
+parent can check the call pattern and the logits of every step.
+
+Everything returned is raw data (tokens, logits, the tensors the student's
+int8 functions produced, the figures ``measure_latency`` returned): the parent
+judges it. Nothing here decides a score, since the submission shares this
+process and can change anything in it.
 """
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 module: Any = None
 MODELS: dict[str, Any] = {}
+MAX_INT8_TENSORS = 256  # tensors of a quantised cache sent back, at most
 
 
 def setup() -> None:
@@ -27,38 +37,81 @@ def setup() -> None:
     module = importlib.import_module("kv_lab")
 
 
-def build(config: dict[str, int], seed: int) -> Any:
-    """A GPT-2 of ``config`` with weights drawn from ``seed`` (the same in every process)."""
+def device() -> str:
+    """The grading device, from the worker's environment."""
+    return os.environ.get("KVGRADER_DEVICE", "cpu")
+
+
+def sync() -> None:
+    """Wait for queued GPU work (nothing on the CPU)."""
+    import torch
+
+    if device() == "cuda":
+        torch.cuda.synchronize()
+
+
+def build(config: dict[str, int], seed: int, on: str | None = None) -> Any:
+    """A GPT-2 of ``config`` with weights drawn from ``seed`` (the same in every process),
+    in eval mode on ``on`` (default: the grading device). The weights are drawn on the
+    CPU, so they are the same whichever device the model then runs on."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(seed)
     cfg = GPT2Config(**config, bos_token_id=0, eos_token_id=0)
-    return GPT2LMHeadModel(cfg).eval()
+    return GPT2LMHeadModel(cfg).eval().to(on or device())
 
 
-def run_generate(mod: Any, model: Any, ids: np.ndarray, n: int, cached: bool) -> dict[str, Any]:
-    """The student's greedy generation, with every forward call recorded."""
+def model_device(model: Any) -> Any:
+    return next(model.parameters()).device
+
+
+def as_ids(model: Any, ids: np.ndarray) -> Any:
+    """Token ids as a long tensor on the model's device."""
     import torch
 
+    return torch.as_tensor(np.asarray(ids), dtype=torch.long).to(model_device(model))
+
+
+def run_generate(
+    mod: Any, model: Any, ids: np.ndarray, n: int, cached: bool, cached_prefix: int = 0
+) -> dict[str, Any]:
+    """The student's greedy generation, with every forward call recorded.
+
+    ``cached_prefix`` > 0 calls ``generate_with_cache_from`` with a cache of the first
+    ``cached_prefix`` tokens (built here, before the recording starts)."""
+    import torch
+
+    x = as_ids(model, ids)
+    past = None
+    if cached_prefix:
+        with torch.no_grad():
+            past = model(x[:, :cached_prefix], use_cache=True).past_key_values
     lengths: list[int] = []
+    use_cache: list[bool] = []  # what each call asked for (the call pattern, as a hint)
     last: list[np.ndarray] = []
     original = model.forward
 
     def recording(*args: Any, **kwargs: Any) -> Any:
         given = args[0] if args else kwargs.get("input_ids")
         lengths.append(int(given.shape[-1]) if hasattr(given, "shape") else -1)
+        use_cache.append(bool(kwargs.get("use_cache")))
         out = original(*args, **kwargs)
         logits = getattr(out, "logits", None)
         if isinstance(logits, torch.Tensor) and logits.ndim == 3:
-            last.append(logits[:, -1].detach().to(torch.float32).numpy().copy())
+            last.append(logits[:, -1].detach().to("cpu", torch.float32).numpy().copy())
         return out
 
     model.forward = recording
     try:
-        fn = mod.generate_with_cache if cached else mod.generate_no_cache
         with torch.no_grad():
-            tokens = fn(model, torch.as_tensor(ids, dtype=torch.long), n)
+            if cached_prefix:
+                tokens = mod.generate_with_cache_from(model, x, past, n)
+            elif cached:
+                tokens = mod.generate_with_cache(model, x, n)
+            else:
+                tokens = mod.generate_no_cache(model, x, n)
+        sync()
     finally:
         del model.forward
     if not isinstance(tokens, torch.Tensor):
@@ -67,8 +120,9 @@ def run_generate(mod: Any, model: Any, ids: np.ndarray, n: int, cached: bool) ->
         )
     same = last and all(x.shape == last[0].shape for x in last)
     return {
-        "tokens": tokens.detach().to(torch.int64).numpy(),
+        "tokens": tokens.detach().to("cpu", torch.int64).numpy(),
         "lengths": lengths,
+        "use_cache": use_cache,
         "step_logits": np.stack(last) if same else np.zeros((0,), np.float32),
     }
 
@@ -80,33 +134,9 @@ def real_cache(model: Any, ids: np.ndarray, dtype: str) -> Any:
     m = model.to(getattr(torch, dtype))
     try:
         with torch.no_grad():
-            return m(torch.as_tensor(ids, dtype=torch.long), use_cache=True).past_key_values
+            return m(as_ids(model, ids), use_cache=True).past_key_values
     finally:
         model.to(torch.float32)
-
-
-def tensor_bytes(value: Any, depth: int = 0) -> tuple[int, set[str]]:
-    """Bytes of every tensor inside ``value`` (dicts, lists, tuples, objects' attributes),
-    and their dtypes: how the grader sizes a quantised cache whatever its structure."""
-    import torch
-
-    if depth > 6:
-        return 0, set()
-    if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size(), {str(value.dtype)}
-    items: list[Any] = []
-    if isinstance(value, dict):
-        items = list(value.values())
-    elif isinstance(value, (list, tuple)):
-        items = list(value)
-    elif hasattr(value, "__dict__"):
-        items = list(vars(value).values())
-    total, dtypes = 0, set()
-    for item in items:
-        b, d = tensor_bytes(item, depth + 1)
-        total += b
-        dtypes |= d
-    return total, dtypes
 
 
 def cache_tensors(cache: Any) -> list[Any]:
@@ -116,42 +146,64 @@ def cache_tensors(cache: Any) -> list[Any]:
     return [(k, v) for k, v in cache]
 
 
-def run_int8(mod: Any, model: Any, ids: np.ndarray, n: int) -> dict[str, Any]:
-    """Quantise the student's way; measure memory, reconstruction and greedy agreement."""
+def tensors_in(value: Any, path: str = "q", depth: int = 0) -> Iterator[tuple[str, Any]]:
+    """(path, tensor) for every tensor inside ``value`` (dicts, lists, tuples, objects'
+    attributes): what a quantised cache holds, whatever its structure."""
     import torch
 
-    prefix = ids[:, :-1]  # the cache holds every token but the last, which is fed next
-    fp16 = real_cache(model, prefix, "float16")
-    fp16_bytes = sum(k.numel() * 2 + v.numel() * 2 for k, v in cache_tensors(fp16))
-    cache = real_cache(model, prefix, "float32")
-    originals = [(k.clone(), v.clone()) for k, v in cache_tensors(cache)]
+    if depth > 6:
+        return
+    if isinstance(value, torch.Tensor):
+        yield path, value
+        return
+    if isinstance(value, dict):
+        items = [(str(k), v) for k, v in value.items()]
+    elif isinstance(value, (list, tuple)):
+        items = [(str(i), v) for i, v in enumerate(value)]
+    elif hasattr(value, "__dict__"):
+        items = [(str(k), v) for k, v in vars(value).items()]
+    else:
+        return
+    for key, item in items:
+        yield from tensors_in(item, f"{path}.{key}", depth + 1)
+
+
+def plain(t: Any) -> np.ndarray:
+    """A tensor as a numpy array of its own dtype (bfloat16 and others as float32)."""
+    import torch
+
+    t = t.detach().to("cpu")
+    if t.dtype in (torch.int8, torch.uint8, torch.float16, torch.float32, torch.int64):
+        return t.contiguous().numpy()
+    return t.to(torch.float32).numpy()
+
+
+def run_int8(mod: Any, model: Any, ids: np.ndarray, n: int) -> tuple[dict, dict]:
+    """Quantise the fp32 cache of all but the last token the student's way, dequantise
+    it, and continue greedy generation from the dequantised cache for ``n`` tokens.
+    Returns every tensor the quantised cache holds, the dequantised keys and values,
+    the tokens and what ``quantized_kv_bytes`` said: the parent measures the rest."""
+    import torch
+    from values import encode_value
+
+    cache = real_cache(model, ids[:, :-1], "float32")
     q = mod.quantize_kv_int8(cache)
-    q_bytes, dtypes = tensor_bytes(q)
-    deq = mod.dequantize_kv_int8(q)
-    errors = []
-    for (k0, v0), (k1, v1) in zip(originals, cache_tensors(deq), strict=True):
-        for a, b in ((k0, k1), (v0, v1)):
-            errors.append(float((a - b.to(a.dtype)).abs().max() / a.abs().max().clamp_min(1e-12)))
-    x = torch.as_tensor(ids, dtype=torch.long)
-    with torch.no_grad():
-        ref = greedy_from(model, x, cache_from(originals), n)
-        got = greedy_from(model, x, deq, n)
-    return {
-        "q_bytes": q_bytes,
-        "fp16_bytes": fp16_bytes,
-        "dtypes": sorted(dtypes),
-        "max_rel_error": max(errors),
-        "agree": float((ref == got).float().mean()),
+    found = list(tensors_in(q))[:MAX_INT8_TENSORS]
+    arrays = {f"q{i}": plain(t) for i, (_, t) in enumerate(found)}
+    header: dict[str, Any] = {
+        "q_paths": [p for p, _ in found],
+        "q_dtypes": [str(t.dtype).removeprefix("torch.") for _, t in found],
+        "reported_bytes": encode_value(mod.quantized_kv_bytes(q)),
     }
-
-
-def cache_from(pairs: list[Any]) -> Any:
-    from transformers import DynamicCache
-
-    cache = DynamicCache()
+    deq = mod.dequantize_kv_int8(q)
+    pairs = cache_tensors(deq)
     for i, (k, v) in enumerate(pairs):
-        cache.update(k, v, i)
-    return cache
+        arrays[f"deq_k{i}"], arrays[f"deq_v{i}"] = plain(k), plain(v)
+    header["deq_layers"] = len(pairs)
+    x = as_ids(model, ids)
+    with torch.no_grad():
+        arrays["tokens"] = greedy_from(model, x, deq, n).to("cpu").numpy()
+    return header, arrays
 
 
 def greedy_from(model: Any, ids: Any, cache: Any, n: int) -> Any:
@@ -165,6 +217,38 @@ def greedy_from(model: Any, ids: Any, cache: Any, n: int) -> Any:
         out = result.logits[:, -1].argmax(-1, keepdim=True)
         tokens.append(out)
     return torch.cat(tokens, dim=1)
+
+
+def run_latency(mod: Any, model: Any, request: dict[str, Any]) -> dict[str, Any]:
+    """The student's ``measure_latency`` on ``model``, with a one-off delay of
+    ``first_call_delay_s`` in the very first model call it makes: a warm-up run absorbs
+    it, a timed run shows it. Returns what ``measure_latency`` returned."""
+    from values import encode_value
+
+    delay = float(request["first_call_delay_s"])
+    original = model.forward
+    calls = [0]
+
+    def delayed(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == 1:
+            time.sleep(delay)
+        return original(*args, **kwargs)
+
+    model.forward = delayed
+    try:
+        result = mod.measure_latency(
+            model,
+            tuple(request["L_values"]),
+            prompt_len=request["prompt_len"],
+            warmup=request["warmup"],
+            repeats=request["repeats"],
+            device=device(),
+        )
+        sync()
+    finally:
+        del model.forward
+    return {"result": encode_value(result), "forward_calls": calls[0]}
 
 
 # ----------------------------------------------------------------- the protocol
@@ -188,9 +272,14 @@ def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict
         return {"result": encode_value(fn(*args))}, {}
     if op == "generate":
         out = run_generate(
-            module, MODELS[request["model"]], arrays["ids"], request["n"], request["cached"]
+            module,
+            MODELS[request["model"]],
+            arrays["ids"],
+            request["n"],
+            request["cached"],
+            int(request.get("cached_prefix", 0)),
         )
-        return {"lengths": out["lengths"]}, {
+        return {"lengths": out["lengths"], "use_cache": out["use_cache"]}, {
             "tokens": out["tokens"],
             "step_logits": out["step_logits"],
         }
@@ -200,5 +289,7 @@ def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict
 
         return {"result": encode_value(module.measured_kv_bytes(cache))}, {}
     if op == "int8":
-        return run_int8(module, MODELS[request["model"]], arrays["ids"], request["n"]), {}
+        return run_int8(module, MODELS[request["model"]], arrays["ids"], request["n"])
+    if op == "latency":
+        return run_latency(module, MODELS[request["model"]], request), {}
     raise ValueError(f"unknown request {op!r}")
