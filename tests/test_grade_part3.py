@@ -153,7 +153,7 @@ def test_a_timed_run_with_wrong_outputs_does_not_count(tmp_path: Path) -> None:
     graded = run_grade(submission, tmp_path / "out", parts=["part3"], limits=LIMITS,
                        tags=frozenset({"benchmark"}))  # fmt: skip
     assert graded.score("3.11") == 0
-    assert "did not return the same text for every row" in graded.output("3.11")
+    assert "returned other text than the reference in row(s) [1]" in graded.output("3.11")
 
 
 def test_all_nan_logits_never_pass(tmp_path: Path) -> None:

@@ -230,8 +230,8 @@ class GradedTestCase(unittest.TestCase):
         memory = "CUDA peak" if record.profile == "cuda" else "RSS growth"
         for name, t in record.timings.items():
             line = (
-                f"  {name}: median {t.median * 1000:.1f} ms of {len(t.samples)} runs, "
-                f"spread {t.spread:.0%}"
+                f"  {name}: median {t.median * 1000:.1f} ms of {len(t.samples)} runs "
+                f"(CPU time {t.cpu_median * 1000:.1f} ms), spread {t.spread:.0%}"
             )
             if t.peak_bytes is not None:
                 line += f", {memory} {t.peak_bytes / 2**20:.1f} MB"

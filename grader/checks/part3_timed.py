@@ -37,14 +37,16 @@ class Part3Timed(Part3Base):
 
     def take(self, key: str, rows: int, input_len: int) -> tuple[list[str], list[str] | None]:
         """The next ``rows`` unused prompts of pool ``key`` and the reference's text for
-        each; without the pool, the public benchmark prompt in every row and None. No
-        prompt is used twice in a grading."""
+        each; without the pool, a public benchmark prompt in every row and None. No
+        prompt of the pool is used twice in a grading."""
         used = self.ctx.scratch.setdefault(f"part3.pool_used.{key}", [0])
         first = used[0]
         used[0] += rows
         pool = self.pool(key)
-        if pool is None:
-            return [self.meta()["benchmark_prompts"][str(input_len)]] * rows, None
+        if pool is None:  # the public benchmark prompt of this length, or the shortest
+            public = self.meta()["benchmark_prompts"]
+            prompt = public.get(str(input_len)) or min(public.values(), key=len)
+            return [prompt] * rows, None
         if first + rows > len(pool["prompts"]):
             self.fail(
                 f"Grader fault: the timed runs used up the {len(pool['prompts'])} prompts of "
