@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
+import fcntl
 import json
 import re
 import shlex
@@ -29,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -334,14 +337,28 @@ def verdict(copy: Path, part: str) -> int:
     return 1 if failed else 0
 
 
+@contextlib.contextmanager
+def exclusive(folder: Path) -> Iterator[None]:
+    """Hold ``folder``'s lock: a second run on the same scratch folders (which would
+    delete the first one's copies under it) is refused instead."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / ".lock").open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RuntimeError(f"another mutation run is using {folder}") from None
+        yield
+
+
 def run_part(part: str, jobs: int, workdir: Path = WORKDIR, niceness: int = 10):
     """Prepare, run and collect one part; returns (mutants, seconds)."""
     started = time.monotonic()
-    shards = prepare(part, workdir / part, jobs)
-    total = sum(count(s / "session.sqlite") for s in shards)
-    print(f"{part}: {total} mutants in {jobs} shard(s)", flush=True)
-    execute(shards, niceness)
-    return collect(part, shards), time.monotonic() - started
+    with exclusive(workdir / part):
+        shards = prepare(part, workdir / part, jobs)
+        total = sum(count(s / "session.sqlite") for s in shards)
+        print(f"{part}: {total} mutants in {jobs} shard(s)", flush=True)
+        execute(shards, niceness)
+        return collect(part, shards), time.monotonic() - started
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -73,6 +73,14 @@ def test_the_scratch_folder_may_not_be_the_solution(tmp_path: Path) -> None:
             mutation.prepare("tiny", inside, 1, solution=tmp_path, targets={"tiny.py": ("add",)})
 
 
+def test_a_second_run_on_the_same_scratch_folder_is_refused(tmp_path: Path) -> None:
+    refused = pytest.raises(RuntimeError, match="another mutation run")
+    with mutation.exclusive(tmp_path), refused, mutation.exclusive(tmp_path):
+        pass
+    with mutation.exclusive(tmp_path):  # released once the first run ends
+        pass
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory):
     """cosmic-ray run for real over ``add`` in two shards; the source folder kept intact."""
