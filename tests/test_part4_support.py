@@ -34,13 +34,17 @@ def quantised(mistake: str = "") -> tuple[list[np.ndarray], list[str]]:
         if mistake == "per_tensor":
             scale = np.array([[[[np.abs(x).max() / 127]]]], dtype=np.float16)
             q = np.clip(np.round(x / scale.astype(np.float32)), -127, 127).astype(np.int8)
+        if mistake == "float32_scales":  # a correct variant: q from the unrounded scale
+            scale = np.maximum(np.abs(x).max(axis=-1, keepdims=True) / 127, 1e-8)
+            q = np.clip(np.round(x / scale), -127, 127).astype(np.int8)
+            scale = scale.astype(np.float32)
         if mistake == "uint8":
             q, scale = x.astype(np.uint8), None
         arrays.append(q)
         dtypes.append(str(q.dtype))
         if scale is not None:
             arrays.append(scale)
-            dtypes.append("float16")
+            dtypes.append(str(scale.dtype))
     return arrays, dtypes
 
 
@@ -62,6 +66,11 @@ def test_the_handouts_format_passes() -> None:
     assert v.ratio == pytest.approx((1 + 2 / 64) / 2)  # int8 data, a float16 per 64 values
     assert v.max_error <= 0.5 / 127 + 1e-6
     assert v.agreement == 1.0
+
+
+def test_scales_kept_in_float32_pass() -> None:
+    v = judge("float32_scales")
+    assert v.passed, v.failures(16)
 
 
 @pytest.mark.parametrize(

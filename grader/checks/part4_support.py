@@ -23,7 +23,8 @@ ITEMSIZE = {"int8": 1, "uint8": 1, "bool": 1, "float16": 2, "bfloat16": 2, "int1
 MAX_RATIO = 0.55  # int8 data and scales against the fp16 cache
 MAX_ERROR = 0.02  # max|x - x_hat| / max|x| of every key and value tensor
 MIN_AGREEMENT = 0.9  # greedy tokens equal to the full-precision cache's
-EXACT_SHARE = 0.99  # int8 values equal to round(x / scale); the rest within 1 (ties)
+EXACT_SHARE = 0.95  # int8 values equal to round(x / scale); the rest within 1 (ties, scales
+# computed in float32 before they are stored in float16)
 SCALE_RTOL = 2e-3  # float16 scales: one rounding step of 2^-10, and then some
 
 
@@ -271,7 +272,7 @@ def generation_problem(
 
 LATENCY_KEYS = ("no_cache_ms_per_token", "cache_ms_per_token")
 MAX_SHARE = 1.1  # timed runs (from the figures) may fill at most this share of the work time
-MIN_SHARE = 0.05  # ... and at least this share of it (ms, not seconds; per token, not per L^2)
+MIN_SHARE = 0.02  # ... and at least this share of it (ms, not seconds): stalls may fill the rest
 
 
 def latency_figures(result: Any, L_values: list[int]) -> tuple[dict[str, list[float]], str]:
