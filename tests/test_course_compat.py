@@ -87,15 +87,18 @@ def test_load_message_names_extra_and_missing_keys() -> None:
 
 #: Each bug as the course-style file would have it: its edit, the checks it must fail
 #: (every other check keeps full marks) and the library mutant whose diagnosis names it.
+#: A wrong cached forward loses the cached-logits checks, and the checks whose points need
+#: the cached path's answers to be the reference's (2.9's work probe, 2.11's timed runs).
+CACHED_PATH_CHECKS = {"2.4", "2.5", "2.7", "2.8", "2.9", "2.11"}
 BUGS: dict[str, tuple[tuple[str, str], set[str], str]] = {
     "mask_not_offset": (
         ("diagonal=T_k - T_q + 1)", "diagonal=1)"),
-        {"2.4", "2.5", "2.7", "2.8"},
+        CACHED_PATH_CHECKS,
         "mask_not_offset",
     ),
     "positions_not_offset": (
         ("torch.arange(past_len, past_len + T,", "torch.arange(0, T,"),
-        {"2.4", "2.5", "2.7", "2.8"},
+        CACHED_PATH_CHECKS,
         "positions_not_offset",
     ),
     "sequence_refed_on_the_cache": (
