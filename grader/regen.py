@@ -16,7 +16,7 @@ import json
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from importlib import resources
 from pathlib import Path
 from types import ModuleType
@@ -151,11 +151,14 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def write_cases(out: Path, solution: Path = SOLUTION) -> list[Path]:
-    """Generate every part's cases into ``out`` with a manifest; return the files written."""
+def write_cases(
+    out: Path, solution: Path = SOLUTION, parts: Collection[str] | None = None
+) -> list[Path]:
+    """Generate the cases of ``parts`` (default: every part) into ``out`` with a manifest;
+    return the files written."""
     written = []
     with one_thread():
-        built = [builder(solution) for builder in BUILDERS.values()]
+        built = [b(solution) for name, b in BUILDERS.items() if parts is None or name in parts]
     for files in built:
         for rel, (schema, payload) in files.items():
             if schema is not None:
@@ -177,6 +180,7 @@ def check(
     solution: Path = SOLUTION,
     fresh: Path | None = None,
     assignment: Path | None = None,
+    parts: Collection[str] | None = None,
 ) -> list[str]:
     """Problems with the committed cases: drift from the solution, or from the manifest.
 
@@ -186,6 +190,7 @@ def check(
     ``fresh`` is a folder already written by :func:`write_cases` from ``solution``
     (so several checks can share one regeneration). The skeletons in ``assignment``
     (default ``assignment/``) are generated from ``solution`` too and checked first.
+    ``parts`` limits the regeneration (and so the drift reported) to those parts.
     """
     problems = skeleton.check(assignment, solution)
     manifest_path = cases_root / MANIFEST
@@ -202,7 +207,7 @@ def check(
         if fresh is None:
             fresh = Path(tmp)
             try:
-                write_cases(fresh, solution)
+                write_cases(fresh, solution, parts)
             except Exception as exc:
                 return [*problems, f"cannot regenerate the cases: {exc}"]
         problems += drift(cases_root, fresh)

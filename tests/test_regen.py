@@ -73,7 +73,7 @@ def test_drift_from_the_solution_is_reported(tmp_path: Path) -> None:
     changed = patched_solution(
         tmp_path / "solution", "question1.py", [("final_norm = d", "final_norm = 2 * d")]
     )
-    problems = regen.check(TEST_CASES, changed)
+    problems = regen.check(TEST_CASES, changed, parts=["part1"])
     assert any("differs from what solution/ generates" in p for p in problems)
 
 
@@ -200,7 +200,7 @@ def test_changing_the_solution_model_is_drift(tmp_path: Path) -> None:
         "transformer_skeleton.py",
         [("return self.fc2(F.relu(self.fc1(x)))", "return self.fc2(F.relu(self.fc1(x))) * 1.01")],
     )
-    problems = regen.check(TEST_CASES, changed)
+    problems = regen.check(TEST_CASES, changed, parts=["part2"])
     assert any("public/part2/test_cases.json" in p for p in problems)
     assert any("hidden/part2.json" in p for p in problems)
 
@@ -240,3 +240,16 @@ def test_part3_schema_rejects_malformed_cases() -> None:
     data["cases"][0]["check"] = "2.1"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(data, regen.case_schema("part3"))
+
+
+def test_a_part_scoped_check_regenerates_only_that_part(tmp_path: Path) -> None:
+    """``parts`` limits the regeneration: a change to Part 2's model is no drift for a
+    check of Part 1 alone, and Part 1's files are still compared."""
+    changed = patched_solution(
+        tmp_path / "solution",
+        "transformer_skeleton.py",
+        [("return self.fc2(F.relu(self.fc1(x)))", "return self.fc2(F.relu(self.fc1(x))) * 1.01")],
+    )
+    assert regen.check(TEST_CASES, changed, parts=["part1"]) == []
+    written = regen.write_cases(tmp_path / "part1", changed, parts=["part1"])
+    assert written and all("part1" in str(p.relative_to(tmp_path / "part1")) for p in written)
