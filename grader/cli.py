@@ -40,8 +40,13 @@ def cmd_regen(args: argparse.Namespace) -> int:
     """assignment/ from solution/'s markers, then test_cases/; ``--check`` only compares."""
     from grader import regen, skeleton
 
+    if args.parts and not args.check:
+        print(
+            "error: --parts goes with --check (a regeneration writes every part)", file=sys.stderr
+        )
+        return 2
     if args.check:
-        problems = regen.check()  # the skeletons in assignment/ included
+        problems = regen.check(parts=parse_parts(args.parts))  # assignment/ included
         for problem in problems:
             print(f"stale: {problem}")
         up_to_date = "assignment/ and test cases are up to date"
@@ -247,6 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("regen", help="regenerate assignment/ and test_cases/ from solution/")
     r.add_argument("--check", action="store_true", help="only report drift; exit 1 if stale")
+    r.add_argument(
+        "--parts", default="", help="with --check: regenerate only these parts (default: all)"
+    )
     r.set_defaults(func=cmd_regen)
 
     m = sub.add_parser("mutants", help="grade the mutant library: is every known bug caught?")

@@ -38,9 +38,16 @@ def test_unknown_part_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_regen_check_passes_on_committed_cases() -> None:
-    proc = run("regen", "--check")
+    """The command's wiring, on Part 1 alone (tests/test_regen.py regenerates every part)."""
+    proc = run("regen", "--check", "--parts", "part1")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "up to date" in proc.stdout
+
+
+def test_regen_parts_only_with_check() -> None:
+    proc = run("regen", "--parts", "part1")
+    assert proc.returncode == 2
+    assert "--parts goes with --check" in proc.stderr
 
 
 def test_grade_only_the_benchmark_checks(tmp_path: Path) -> None:
