@@ -26,36 +26,22 @@ from grader.cases_part2 import (
     pool_key,
 )
 from grader.checks.part2_support import Part2Base
+from grader.checks.timed_pools import TimedPools
 from grader.timing import Ratio, Sample, Timing
 
 
-class Part2Timed(Part2Base):
+class Part2Timed(TimedPools, Part2Base):
     """Timed ``generate`` runs on fresh prompts, checked against the reference's tokens."""
-
-    def pool(self, key: str) -> dict[str, Any] | None:
-        """The hidden prompt pool ``key`` ("1000x20", "work"), or None without it."""
-        pool = self.meta().get("bench_pools", {}).get(key)
-        return pool if isinstance(pool, dict) and pool.get("prompts") else None
 
     def take(
         self, key: str, rows: int, prompt_len: int, vocab: int
     ) -> tuple[list[list[int]], list[list[int]] | None]:
         """The next ``rows`` unused prompts of pool ``key`` and the reference's new tokens
-        for each; without the pool, seeded random prompts and None. No prompt is used
-        twice in a grading."""
-        used = self.ctx.scratch.setdefault(f"part2.pool_used.{key}", [0])
-        first = used[0]
-        used[0] += rows
-        pool = self.pool(key)
+        for each; without the pool, seeded random prompts and None."""
+        pool, picked = self.reserve(key, rows)
         if pool is None:
-            rng = np.random.default_rng([11, first, len(key)])
+            rng = np.random.default_rng([11, picked.start, len(key)])
             return rng.integers(0, vocab, size=(rows, prompt_len)).tolist(), None
-        if first + rows > len(pool["prompts"]):
-            self.fail(
-                f"Grader fault: the timed runs used up the {len(pool['prompts'])} prompts of "
-                f"pool {key!r}; run `python -m grader regen` after changing thresholds.toml."
-            )
-        picked = slice(first, first + rows)
         return pool["prompts"][picked], pool["expected"][picked]
 
     def timed_generate(
@@ -105,26 +91,15 @@ class Part2Timed(Part2Base):
         run's tokens checked against the reference's. Measured by the grader: a "cache"
         that recomputes the prefix cannot do less work than no cache."""
         self.ensure_model("work")
-        runs: dict[str, list[Sample]] = {"without the cache": [], "with the cache": []}
-        for i in range(WORK_ROUNDS):
-            for variant, use_cache in (("without the cache", False), ("with the cache", True)):
-                shape = (WORK_BATCH, WORK_PROMPT, WORK_NEW)
-                sample = self.timed_generate("work", "work", shape, use_cache, seed=i)
-                runs[variant].append(sample)
-        timings = {v: Timing(tuple(s)) for v, s in runs.items()}
-        ratio = Ratio.of(timings["without the cache"], timings["with the cache"], "cpu")
-        return ratio, timings
+        shape = (WORK_BATCH, WORK_PROMPT, WORK_NEW)
+        return self.interleaved_work(
+            WORK_ROUNDS, lambda cache, i: self.timed_generate("work", "work", shape, cache, seed=i)
+        )
 
     def work_problem(self) -> str:
         """Why the cached path was not seen to do less work ("" when it was)."""
         ratio, timings = self.work_probe()
-        cpu = {v: t.cpu_median * 1000 for v, t in timings.items()}
-        print(
-            f"Work probe ({WORK_NEW} new tokens after {WORK_BATCH} prompts of {WORK_PROMPT} "
-            "tokens, CPU time "
-            f"measured by the grader): without the cache {cpu['without the cache']:.0f} ms, "
-            f"with it {cpu['with the cache']:.0f} ms, ratio {ratio}."
-        )
+        cpu = self.report_work(ratio, timings, WORK_NEW, WORK_BATCH, WORK_PROMPT)
         if ratio.median >= MIN_WORK_RATIO:  # False for NaN
             return ""
         return (

@@ -24,35 +24,21 @@ from grader.cases_part3 import (
     pool_key,
 )
 from grader.checks.part3_support import Part3Base
+from grader.checks.timed_pools import TimedPools
 from grader.timing import Ratio, Sample, Timing
 
 
-class Part3Timed(Part3Base):
+class Part3Timed(TimedPools, Part3Base):
     """Timed greedy ``generate`` runs on fresh prompts, checked against the reference."""
-
-    def pool(self, key: str) -> dict[str, Any] | None:
-        """The hidden prompt pool ``key`` ("128x16", "work"), or None without it."""
-        pool = self.meta().get("bench_pools", {}).get(key)
-        return pool if isinstance(pool, dict) and pool.get("prompts") else None
 
     def take(self, key: str, rows: int, input_len: int) -> tuple[list[str], list[str] | None]:
         """The next ``rows`` unused prompts of pool ``key`` and the reference's text for
-        each; without the pool, a public benchmark prompt in every row and None. No
-        prompt of the pool is used twice in a grading."""
-        used = self.ctx.scratch.setdefault(f"part3.pool_used.{key}", [0])
-        first = used[0]
-        used[0] += rows
-        pool = self.pool(key)
+        each; without the pool, a public benchmark prompt in every row and None."""
+        pool, picked = self.reserve(key, rows)
         if pool is None:  # the public benchmark prompt of this length, or the shortest
             public = self.meta()["benchmark_prompts"]
             prompt = public.get(str(input_len)) or min(public.values(), key=len)
             return [prompt] * rows, None
-        if first + rows > len(pool["prompts"]):
-            self.fail(
-                f"Grader fault: the timed runs used up the {len(pool['prompts'])} prompts of "
-                f"pool {key!r}; run `python -m grader regen` after changing thresholds.toml."
-            )
-        picked = slice(first, first + rows)
         return pool["prompts"][picked], pool["expected_texts"][picked]
 
     def timed_generate(
@@ -92,26 +78,16 @@ class Part3Timed(Part3Base):
         ``WORK_ROUNDS`` times), every run's text checked against the reference's.
         Measured by the grader: a "cache" that recomputes the prefix cannot do much
         less work than no cache."""
-        runs: dict[str, list[Sample]] = {"without the cache": [], "with the cache": []}
         shape = (WORK_BATCH, WORK_PROMPT, WORK_NEW)
-        for _ in range(WORK_ROUNDS):
-            for variant, cache in (("without the cache", False), ("with the cache", True)):
-                sample = self.timed_generate("work", "work", shape, cache, key="work generate")
-                runs[variant].append(sample)
-        timings = {v: Timing(tuple(s)) for v, s in runs.items()}
-        ratio = Ratio.of(timings["without the cache"], timings["with the cache"], "cpu")
-        return ratio, timings
+        return self.interleaved_work(
+            WORK_ROUNDS,
+            lambda cache, _: self.timed_generate("work", "work", shape, cache, key="work generate"),
+        )
 
     def work_problem(self) -> str:
         """Why the cached path was not seen to do less work ("" when it was)."""
         ratio, timings = self.work_probe()
-        cpu = {v: t.cpu_median * 1000 for v, t in timings.items()}
-        print(
-            f"Work probe ({WORK_NEW} new tokens after {WORK_BATCH} prompts of {WORK_PROMPT} "
-            f"tokens, CPU time measured by the grader): without the cache "
-            f"{cpu['without the cache']:.0f} ms, with it {cpu['with the cache']:.0f} ms, "
-            f"ratio {ratio}."
-        )
+        cpu = self.report_work(ratio, timings, WORK_NEW, WORK_BATCH, WORK_PROMPT)
         if ratio.median >= MIN_WORK_RATIO:  # False for NaN
             return ""
         return (

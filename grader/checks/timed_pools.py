@@ -1,0 +1,67 @@
+"""What Parts 2 and 3 share for their measured runs: the hidden prompt pools built at
+``regen`` time (each prompt used once per grading) and the interleaved work probe
+whose CPU time the grader reads.
+
+The parts differ in what a prompt is (token ids or text), what a run is called with
+and what its answer must equal; those stay in ``part2_timed`` and ``part3_timed``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from grader.timing import Ratio, Sample, Timing
+
+WITHOUT, WITH = "without the cache", "with the cache"
+
+
+class TimedPools:
+    """A mixin of a part's checks (it needs ``meta``, ``ctx`` and ``fail``)."""
+
+    part: str  # set by the part's base class; names the pool counters in the scratch state
+
+    def pool(self, key: str) -> dict[str, Any] | None:
+        """The hidden prompt pool ``key`` (e.g. "1000x20", "work"), or None without it."""
+        pool = self.meta().get("bench_pools", {}).get(key)
+        return pool if isinstance(pool, dict) and pool.get("prompts") else None
+
+    def reserve(self, key: str, rows: int) -> tuple[dict[str, Any] | None, slice]:
+        """Pool ``key`` and the slice of its next ``rows`` unused prompts (the pool is None
+        without the hidden cases). No prompt is used twice in a grading."""
+        used = self.ctx.scratch.setdefault(f"{self.part}.pool_used.{key}", [0])
+        first = used[0]
+        used[0] += rows
+        pool = self.pool(key)
+        if pool is not None and first + rows > len(pool["prompts"]):
+            self.fail(
+                f"Grader fault: the timed runs used up the {len(pool['prompts'])} prompts of "
+                f"pool {key!r}; run `python -m grader regen` after changing thresholds.toml."
+            )
+        return pool, slice(first, first + rows)
+
+    def interleaved_work(
+        self, rounds: int, run: Callable[[bool, int], Sample]
+    ) -> tuple[Ratio, dict[str, Timing]]:
+        """``run(use_cache, round)`` without then with the cache, ``rounds`` times, and the
+        ratio of their CPU times (cache-free over cached) as the grader measured them."""
+        runs: dict[str, list[Sample]] = {WITHOUT: [], WITH: []}
+        for i in range(rounds):
+            for variant, use_cache in ((WITHOUT, False), (WITH, True)):
+                runs[variant].append(run(use_cache, i))
+        timings = {v: Timing(tuple(s)) for v, s in runs.items()}
+        return Ratio.of(timings[WITHOUT], timings[WITH], "cpu"), timings
+
+    @staticmethod
+    def report_work(
+        ratio: Ratio, timings: dict[str, Timing], new: int, batch: int, prompt: int
+    ) -> dict[str, float]:
+        """Print the work probe's figures (shown with the check) and return the median
+        CPU milliseconds of each variant."""
+        cpu = {v: t.cpu_median * 1000 for v, t in timings.items()}
+        print(
+            f"Work probe ({new} new tokens after {batch} prompts of {prompt} tokens, CPU time "
+            f"measured by the grader): without the cache {cpu[WITHOUT]:.0f} ms, with it "
+            f"{cpu[WITH]:.0f} ms, ratio {ratio}."
+        )
+        return cpu
