@@ -9,7 +9,7 @@ from pathlib import Path
 from grader.points import POINTS, part_total
 from grader.sandbox import Limits
 from grader.thresholds import load_thresholds
-from tests.conftest import patched_solution, run_grade
+from tests.conftest import Graded, patched_solution, run_grade
 
 CHECKS = set(POINTS["part3"])
 LIMITS = Limits(request_timeout_s=30.0, startup_timeout_s=30.0)
@@ -34,26 +34,33 @@ def test_benchmark_is_tagged_and_reports_every_batch_size(solution_graded) -> No
         assert timing["peak_bytes"] is not None  # the worker's RSS growth, sampled by the parent
 
 
-def test_benchmark_confirms_a_miss_caused_by_stalls(tmp_path: Path) -> None:
-    # A correct cache whose 2nd and 3rd cached batch-1 runs (the first two timed ones)
-    # burn 0.4 s of CPU, as a page-fault storm or a garbage collection can: the median
-    # of three misses, and the confirmation rounds must win the points back.
-    stall = (
+def grade_with_stalled_cached_runs(tmp_path: Path, stall: str) -> Graded:
+    """3.11 alone, for a correct cache whose 2nd and 3rd cached batch-1 runs (the first
+    two timed ones) also run ``stall`` (indented lines)."""
+    edit = (
         "        self.set_kv_caching(kv_caching)\n",
         "        self.set_kv_caching(kv_caching)\n"
         "        if kv_caching and bsz == 1 and max_prompt_len >= 100:\n"
         "            calls = globals()['_cached_runs'] = globals().get('_cached_runs', 0) + 1\n"
         "            if calls in (2, 3):\n"
-        "                import time\n"
+        "                import time\n" + stall,
+    )
+    submission = patched_solution(tmp_path / "submission", "llama/generation.py", [edit])
+    return run_grade(
+        submission, tmp_path / "out", parts=["part3"], limits=LIMITS,
+        tags=frozenset({"benchmark"}),
+    )  # fmt: skip
+
+
+def test_benchmark_confirms_a_miss_caused_by_stalls(tmp_path: Path) -> None:
+    # The stalled runs burn 0.4 s of CPU, as a page-fault storm or a garbage collection
+    # can: the median of three misses, and the confirmation rounds must win the points back.
+    graded = grade_with_stalled_cached_runs(
+        tmp_path,
         "                start = time.process_time()\n"
         "                while time.process_time() - start < 0.4:\n"
         "                    pass\n",
     )
-    submission = patched_solution(tmp_path / "submission", "llama/generation.py", [stall])
-    graded = run_grade(
-        submission, tmp_path / "out", parts=["part3"], limits=LIMITS,
-        tags=frozenset({"benchmark"}),
-    )  # fmt: skip
     record = graded.data["extra_data"]["benchmarks"]["3.11"]
     confirm = load_thresholds("cpu")["part3"]["confirm_repeats"]
     assert graded.test("3.11")["status"] == "passed", graded.output("3.11")
@@ -68,20 +75,7 @@ def test_benchmark_confirms_a_miss_caused_by_stalls(tmp_path: Path) -> None:
 def test_benchmark_waiting_for_the_cpu_costs_nothing(tmp_path: Path) -> None:
     # The same two cached runs now stall 0.4 s without running, as a process waiting for
     # a core on a busy machine does: the verdicts are on CPU time, so nothing is missed.
-    stall = (
-        "        self.set_kv_caching(kv_caching)\n",
-        "        self.set_kv_caching(kv_caching)\n"
-        "        if kv_caching and bsz == 1 and max_prompt_len >= 100:\n"
-        "            calls = globals()['_cached_runs'] = globals().get('_cached_runs', 0) + 1\n"
-        "            if calls in (2, 3):\n"
-        "                import time\n"
-        "                time.sleep(0.4)\n",
-    )
-    submission = patched_solution(tmp_path / "submission", "llama/generation.py", [stall])
-    graded = run_grade(
-        submission, tmp_path / "out", parts=["part3"], limits=LIMITS,
-        tags=frozenset({"benchmark"}),
-    )  # fmt: skip
+    graded = grade_with_stalled_cached_runs(tmp_path, "                time.sleep(0.4)\n")
     record = graded.data["extra_data"]["benchmarks"]["3.11"]
     assert graded.test("3.11")["status"] == "passed", graded.output("3.11")
     timing = record["timings"]["batch 1, with the cache"]

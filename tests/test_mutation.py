@@ -152,23 +152,23 @@ def test_the_triage_is_checked_against_the_engines_survivors(tiny_run) -> None:
     assert report.triage_problems(mutants, [survivor, elsewhere], ["tiny"]) == []
 
 
-def test_a_malformed_triage_file_is_refused(tmp_path: Path) -> None:
+TRIAGE_HEAD = '[[survivor]]\npart = "part1"\nfile = "q.py"\nfunction = "f"\nold = "a"\nnew = "b"\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (TRIAGE_HEAD + 'status = "equivalent"\n', "needs a reason"),
+        (TRIAGE_HEAD + 'status = "killed"\n', "names the check"),
+        (TRIAGE_HEAD + 'status = "open"\n', "open mutant needs a reason"),
+        (TRIAGE_HEAD + 'status = "maybe"\nreason = "x"\n', "status"),
+        ((TRIAGE_HEAD + 'status = "equivalent"\nreason = "x"\n') * 2, "repeats"),
+    ],
+)
+def test_a_malformed_triage_file_is_refused(tmp_path: Path, text: str, problem: str) -> None:
     path = tmp_path / "triage.toml"
-    head = '[[survivor]]\npart = "part1"\nfile = "q.py"\nfunction = "f"\nold = "a"\nnew = "b"\n'
-    path.write_text(head + 'status = "equivalent"\n')
-    with pytest.raises(ValueError, match="needs a reason"):
-        report.load_triage(path)
-    path.write_text(head + 'status = "killed"\n')
-    with pytest.raises(ValueError, match="names the check"):
-        report.load_triage(path)
-    path.write_text(head + 'status = "open"\n')
-    with pytest.raises(ValueError, match="open mutant needs a reason"):
-        report.load_triage(path)
-    path.write_text(head + 'status = "maybe"\nreason = "x"\n')
-    with pytest.raises(ValueError, match="status"):
-        report.load_triage(path)
-    path.write_text((head + 'status = "equivalent"\nreason = "x"\n') * 2)
-    with pytest.raises(ValueError, match="repeats"):
+    path.write_text(text)
+    with pytest.raises(ValueError, match=problem):
         report.load_triage(path)
 
 
