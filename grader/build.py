@@ -33,9 +33,8 @@ TA_ONLY = [
     "regen.py",
     "mutants.py",
     "mutation*.py",
-    "cases_part*_build.py",
-    "mutant_library",
-    "build.py",
+    "build.py",  # grader/build.py, and every part's case builder (grader/parts/*/build.py)
+    "mutants.toml",
     "skeleton.py",
 ]
 #: Exact versions of every package of the image (``make lock``), for Python 3.11.

@@ -111,12 +111,13 @@ def load_mutants(
     all appear in its feedback); ``combined=False`` leaves them out, as the diagnosis
     catalogue records single mistakes only.
     """
-    library = resources.files("grader").joinpath("mutant_library")
+    parts = resources.files("grader").joinpath("parts")
     found = []
-    for entry in sorted(library.iterdir(), key=lambda e: e.name):
-        if not entry.name.endswith(".toml"):
+    for folder in sorted(parts.iterdir(), key=lambda e: e.name):
+        entry = folder.joinpath("mutants.toml")
+        if not entry.is_file():
             continue
-        tag = entry.name.removesuffix(".toml")
+        tag = folder.name
         if part and tag != part:
             continue
         data = tomllib.loads(entry.read_text())

@@ -1,7 +1,7 @@
 """Mutation testing of ``solution/`` with cosmic-ray, the grader as the test suite.
 
-The mutant library (``grader/mutant_library``) is written by the same hands as
-the checks, so it shares their blind spots. Here an established engine,
+The mutant library (each part's ``grader/parts/<part>/mutants.toml``) is written by
+the same hands as the checks, so it shares their blind spots. Here an established engine,
 cosmic-ray, makes its own small edits (operators, comparisons, constants,
 loops) inside the graded functions of each part, and each edit is graded
 (public and hidden checks, without the timed benchmarks). An edit that keeps

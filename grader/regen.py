@@ -24,7 +24,7 @@ from typing import Any
 
 import jsonschema
 
-from grader import cases_part1, skeleton
+from grader import skeleton
 from grader.case_compare import compare_files
 from grader.context import TEST_CASES
 from grader.mutants import SOLUTION, load_mutants
@@ -69,22 +69,22 @@ def reference_and_mutants(
 
 def build_part1(solution: Path = SOLUTION) -> CaseFiles:
     """Part 1's public and hidden case files."""
-    documents = cases_part1.build(*reference_and_mutants("part1", "question1.py", solution))
+    from grader.parts.part1 import build as part1
+
+    documents = part1.build(*reference_and_mutants("part1", "question1.py", solution))
     return {f"{vis}/part1.json": ("part1_cases", doc) for vis, doc in documents.items()}
 
 
 def build_part2(solution: Path = SOLUTION) -> CaseFiles:
     """Part 2's metadata, course-format public cases, weights file and hidden cases."""
-    from grader import cases_part2_build
+    from grader.parts.part2 import build as part2
 
-    return cases_part2_build.build(
-        *reference_and_mutants("part2", "transformer_skeleton.py", solution)
-    )
+    return part2.build(*reference_and_mutants("part2", "transformer_skeleton.py", solution))
 
 
 def build_part3(solution: Path = SOLUTION) -> CaseFiles:
     """Part 3's tiny checkpoint, metadata with the diagnosis catalogue, and hidden cases."""
-    from grader import cases_part3_build
+    from grader.parts.part3 import build as part3
 
     roots: dict[str, Path] = {}
     try:
@@ -94,7 +94,7 @@ def build_part3(solution: Path = SOLUTION) -> CaseFiles:
         diagnoses = {m.name: m.diagnosis for m in singles}
         # The tokenizer announces every load on stdout, as Meta's does: keep regen quiet.
         with contextlib.redirect_stdout(io.StringIO()):
-            return cases_part3_build.build(solution, roots, diagnoses)
+            return part3.build(solution, roots, diagnoses)
     finally:
         for root in roots.values():
             shutil.rmtree(root, ignore_errors=True)
@@ -102,9 +102,9 @@ def build_part3(solution: Path = SOLUTION) -> CaseFiles:
 
 def build_part4(solution: Path = SOLUTION) -> CaseFiles:
     """Part 4's hidden prompts with the reference's tokens and logits, and its catalogue."""
-    from grader import cases_part4
+    from grader.parts.part4 import build as part4
 
-    return cases_part4.build(*reference_and_mutants("part4", "kv_lab.py", solution))
+    return part4.build(*reference_and_mutants("part4", "kv_lab.py", solution))
 
 
 BUILDERS = {

@@ -44,6 +44,8 @@ from grader.processes import kill_matching
 KIB, MIB, GIB = 2**10, 2**20, 2**30
 
 WORKER_SOURCE = Path(__file__).resolve().parent / "worker"
+#: The parts' folders: each one's ``adapter.py`` joins the worker scripts as ``adapter_<part>.py``.
+PARTS_SOURCE = Path(__file__).resolve().parent / "parts"
 #: Scripts of the Gradescope set-up (user creation).
 PROJECT_GRADESCOPE = Path(__file__).resolve().parent / "gradescope"
 
@@ -193,6 +195,14 @@ def kill_user_processes(identity: WorkerIdentity) -> int:
     )
 
 
+def copy_worker_scripts(target: Path) -> None:
+    """The worker's scripts, flat in ``target``: ``grader/worker``'s modules and each part's
+    adapter as ``adapter_<part>.py``. Nothing else of the grader reaches the sandbox."""
+    shutil.copytree(WORKER_SOURCE, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for adapter in sorted(PARTS_SOURCE.glob("part*/adapter.py")):
+        shutil.copyfile(adapter, target / f"adapter_{adapter.parent.name}.py")
+
+
 @dataclass
 class Sandbox:
     """A private folder with the worker scripts and a copy of the submission."""
@@ -244,9 +254,7 @@ class Sandbox:
         box = cls(root=root, identity=identity)
         if identity.warning:
             box.warnings.append(identity.warning)
-        shutil.copytree(
-            WORKER_SOURCE, box.worker_dir, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
-        )
+        copy_worker_scripts(box.worker_dir)
         for name in ("submission", "out", "home", "tmp"):
             (root / name).mkdir(exist_ok=True)
         return box

@@ -1,16 +1,15 @@
-"""The Part 4 adapter (grader/worker/adapter_part4.py) runs on the grading device: the
+"""The Part 4 adapter (grader/parts/part4/adapter.py) runs on the grading device: the
 worker's environment names it (KVGRADER_DEVICE), and models and inputs go there, so
 the cuda profile's benchmark measures the GPU. No GPU here: the meta device stands in."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-from grader.cases_part4 import LAB_MODEL
-from grader.worker import adapter_part4
+from grader.parts.part4 import adapter as adapter_part4
+from grader.parts.part4.build import LAB_MODEL
+from tests.conftest import ROOT
 
 
 @pytest.mark.parametrize(("env", "want"), [(None, "cpu"), ("meta", "meta")])
@@ -33,7 +32,7 @@ def test_weights_do_not_depend_on_the_device(monkeypatch) -> None:
 
 
 def test_the_first_model_call_of_measure_latency_is_delayed_once(monkeypatch) -> None:
-    monkeypatch.syspath_prepend(str(Path(adapter_part4.__file__).parent))  # as in the worker
+    monkeypatch.syspath_prepend(str(ROOT / "grader" / "worker"))  # values.py, as in the worker
 
     class Lab:
         @staticmethod

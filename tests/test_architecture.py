@@ -1,5 +1,6 @@
-"""The trust boundary, as import-linter checks it (``make lint`` runs the same contract):
-the worker side, which runs beside student code, imports nothing of the grader's side."""
+"""The trust boundary, as import-linter checks it (``make lint`` runs the same contracts):
+the worker side, which runs beside student code, imports nothing of the grader's side,
+and the grader's side imports nothing of the worker's but the wire protocol."""
 
 from __future__ import annotations
 
@@ -15,9 +16,26 @@ from tests.conftest import ROOT
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 
 
-def contract() -> dict:
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
-    return config["contracts"][0]
+def contracts() -> list[dict]:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+
+
+def modules_of(package: Path) -> set[str]:
+    """Every importable module under ``package`` (a folder without ``__init__.py`` is not)."""
+    found = set()
+    for path in package.rglob("*.py"):
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        if not all(
+            (package.parent / Path(*parts[:i]) / "__init__.py").is_file()
+            for i in range(1, len(parts))
+        ):
+            continue
+        found.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return found
+
+
+def covered(module: str, listed: list[str]) -> bool:
+    return any(module == m or module.startswith(m + ".") for m in listed)
 
 
 def lint(root: Path) -> subprocess.CompletedProcess:
@@ -32,25 +50,53 @@ def lint(root: Path) -> subprocess.CompletedProcess:
     )
 
 
-def test_the_contract_names_every_module_of_the_trusted_side() -> None:
-    package = ROOT / "grader"
-    modules = {f"grader.{p.stem}" for p in package.glob("*.py") if p.stem != "__init__"}
-    modules |= {f"grader.{p.name}" for p in package.iterdir() if (p / "__init__.py").is_file()}
-    assert modules - {"grader.worker", "grader.__main__"} <= set(contract()["forbidden_modules"])
+def worker_side(module: str) -> bool:
+    return covered(module, ["grader.worker"]) or module.endswith(".adapter")
 
 
-def test_the_worker_keeps_the_contract() -> None:
+def test_the_contracts_name_every_module_of_each_side() -> None:
+    outward, inward = contracts()
+    modules = modules_of(ROOT / "grader") - {"grader", "grader.__main__"}
+    worker = {m for m in modules if worker_side(m)}
+    trusted = (
+        modules
+        - worker
+        - {"grader.parts.part1", "grader.parts.part2", "grader.parts.part3", "grader.parts.part4"}
+    )
+    assert {f"grader.parts.part{n}.adapter" for n in range(1, 5)} <= worker
+    assert all(covered(m, outward["source_modules"]) for m in worker)
+    assert all(covered(m, outward["forbidden_modules"]) for m in trusted), sorted(
+        m for m in trusted if not covered(m, outward["forbidden_modules"])
+    )
+    assert all(covered(m, inward["source_modules"]) for m in trusted)
+    allowed = {"grader.worker", "grader.worker.protocol"}  # the package and the wire format
+    assert all(covered(m, inward["forbidden_modules"]) for m in worker - allowed)
+
+
+def test_both_sides_keep_the_contracts() -> None:
     proc = lint(ROOT)
     assert proc.returncode == 0, proc.stdout[-2000:]
-    assert "1 kept, 0 broken" in proc.stdout
+    assert "2 kept, 0 broken" in proc.stdout
 
 
-def test_a_worker_module_importing_the_grader_breaks_it(tmp_path: Path) -> None:
+def copy_of_grader(tmp_path: Path) -> Path:
     shutil.copytree(
         ROOT / "grader", tmp_path / "grader", ignore=shutil.ignore_patterns("__pycache__")
     )
-    adapter = tmp_path / "grader" / "worker" / "adapter_part1.py"
+    return tmp_path / "grader"
+
+
+def test_a_worker_module_importing_the_grader_breaks_it(tmp_path: Path) -> None:
+    adapter = copy_of_grader(tmp_path) / "parts" / "part1" / "adapter.py"
     adapter.write_text(adapter.read_text() + "\nfrom grader.runner import grade  # noqa\n")
     proc = lint(tmp_path)
     assert proc.returncode != 0
     assert "BROKEN" in proc.stdout and "grader.runner" in proc.stdout
+
+
+def test_a_check_importing_an_adapter_breaks_it(tmp_path: Path) -> None:
+    checks = copy_of_grader(tmp_path) / "parts" / "part3" / "checks.py"
+    checks.write_text(checks.read_text() + "\nfrom grader.parts.part3 import adapter  # noqa\n")
+    proc = lint(tmp_path)
+    assert proc.returncode != 0
+    assert "BROKEN" in proc.stdout and "grader.parts.part3.adapter" in proc.stdout

@@ -48,7 +48,7 @@ def test_autograder_zip_holds_exactly_what_grading_needs(autograder_zip: Path) -
     files = names(autograder_zip)
     assert {"setup.sh", "run_autograder", "requirements.txt"} <= set(files)
     assert "test_cases/hidden/part2.json" in files and "test_cases/manifest.json" in files
-    assert "grader/worker/main.py" in files and "grader/checks/part3.py" in files
+    assert "grader/worker/main.py" in files and "grader/parts/part3/checks.py" in files
     for forbidden in ("tests/", "solution/", "assignment/", "__pycache__", "mutant_library"):
         assert not any(forbidden in f for f in files), forbidden
     ta_only = (".pyc", "regen.py", "mutants.py", "build.py", "skeleton.py")

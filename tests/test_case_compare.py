@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from grader.arrays import encode_array
 from grader.case_compare import (
     ARRAYS,
     ROUNDED_JSON,
@@ -18,7 +19,6 @@ from grader.case_compare import (
     compare_files,
     compare_json,
 )
-from grader.cases_part2 import encode_array
 
 
 def test_rounding_the_other_way_is_not_a_change() -> None:
@@ -99,8 +99,8 @@ def test_part1_is_exact_arithmetic() -> None:
 
 
 def test_tolerances_stay_far_below_the_checks() -> None:
-    from grader.cases_part2 import ATOL as PART2_ATOL
-    from grader.cases_part3 import ATOL as PART3_ATOL
+    from grader.parts.part2.cases import ATOL as PART2_ATOL
+    from grader.parts.part3.cases import ATOL as PART3_ATOL
 
     assert ROUNDED_JSON.atol * 10 <= PART2_ATOL
     assert ARRAYS.atol * 10 <= min(PART2_ATOL, PART3_ATOL)

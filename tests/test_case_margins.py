@@ -12,7 +12,7 @@ import io
 import numpy as np
 import pytest
 
-from grader.cases_part2 import decode_array
+from grader.arrays import decode_array
 from grader.context import TEST_CASES, load_cases
 from tests.conftest import SOLUTION
 
@@ -37,7 +37,7 @@ def test_part4_expected_generations_have_a_margin() -> None:
 
 @pytest.fixture(scope="module")
 def part3_reference():
-    from grader.cases_part3_build import Observer, import_llama
+    from grader.parts.part3.build import Observer, import_llama
 
     with contextlib.redirect_stdout(io.StringIO()):  # the tokenizer announces itself
         return Observer(import_llama(SOLUTION), TEST_CASES / "public" / "part3" / "tiny_llama")

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from grader.mutants import load_mutants
+from grader.parts.part2.adapter import state_dict_problem
 from grader.points import POINTS
-from grader.worker.adapter_part2 import state_dict_problem
 from tests.conftest import PART2_LIMITS, ROOT, Graded, run_grade
 
 # One pytest-xdist worker runs this module: its module fixtures are built once.

@@ -18,8 +18,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from grader.cases_part3 import COURSE_PROMPTS, MODELS, checkpoint_shapes, plans
-from grader.cases_part3_build import llama_on_path
+from grader.parts.part3.build import llama_on_path
+from grader.parts.part3.cases import COURSE_PROMPTS, MODELS, checkpoint_shapes, plans
 from grader.regen import one_thread
 from tests.conftest import ROOT, SOLUTION
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from grader.cases_part2 import chunk_plan, decode_array, encode_array, fingerprint
+from grader.arrays import decode_array, encode_array, fingerprint
 from grader.checks.logits import compare, logits_problem, matching_mistakes
+from grader.parts.part2.cases import chunk_plan
 
 
 def logits(seed: int = 0, shape: tuple[int, int, int] = (2, 5, 12)) -> np.ndarray:
@@ -96,7 +97,7 @@ def test_an_error_signature_and_observed_logits_never_crash_the_naming() -> None
     from types import SimpleNamespace
 
     from grader.checks.logits import signature_matches
-    from grader.checks.part3_support import Part3Base
+    from grader.parts.part3.support import Part3Base
 
     got = logits(5)
     catalogue = {
@@ -185,7 +186,7 @@ def test_part2_naming_never_replaces_the_message() -> None:
     logits of another shape, which np.allclose refuses), the hint is empty."""
     from types import SimpleNamespace
 
-    from grader.checks.part2_support import Part2Base
+    from grader.parts.part2.support import Part2Base
 
     def forward(*args, **kwargs):
         return logits(0, (1, 3, 12)), []

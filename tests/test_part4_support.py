@@ -1,4 +1,4 @@
-"""Part 4's judgements on raw data (grader/checks/part4_support.py): the int8 cache's
+"""Part 4's judgements on raw data (grader/parts/part4/support.py): the int8 cache's
 format, memory, error and tokens, and measure_latency's figures against the grader's
 clock. Each known mistake is judged wrong and named; the handout's format passes;
 NaN never passes."""
@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from grader.checks.part4_support import (
+from grader.parts.part4.support import (
     expected_int8,
     judge_int8,
     judge_latency,

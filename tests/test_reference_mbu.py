@@ -9,7 +9,7 @@ from types import ModuleType
 import pytest
 import torch
 
-from grader.cases_part3_build import llama_on_path
+from grader.parts.part3.build import llama_on_path
 from grader.regen import import_path
 from tests.conftest import ROOT, SOLUTION
 

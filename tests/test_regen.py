@@ -31,7 +31,7 @@ def test_committed_cases_match_the_solution(fresh_cases: Path) -> None:
 
 def _nudge(value: object, factor: float) -> object:
     """Every float in a JSON document scaled by ``factor`` (float32 arrays too)."""
-    from grader.cases_part2 import decode_array, encode_array
+    from grader.arrays import decode_array, encode_array
 
     if isinstance(value, dict) and {"dtype", "shape", "data"} <= set(value):
         return encode_array(decode_array(value) * (1 + (factor - 1) / 100))  # float32 noise
@@ -153,7 +153,8 @@ def test_course_format_public_cases() -> None:
 
 
 def test_weights_are_reproducible_from_their_seed() -> None:
-    from grader.cases_part2 import make_state_dict, weights_digest
+    from grader.arrays import weights_digest
+    from grader.parts.part2.cases import make_state_dict
 
     meta = load_cases("part2")
     for name, spec in meta["models"].items():
@@ -223,12 +224,12 @@ def test_part3_checkpoint_is_in_metas_layout_and_manifest() -> None:
 
 
 def test_part3_weights_are_reproducible_and_hidden_model_differs() -> None:
-    from grader.cases_part3 import make_weights
+    from grader.parts.part3.cases import make_weights
 
     meta = load_cases("part3")
     for name, spec in meta["models"].items():
         weights = make_weights(spec["params"], spec["vocab_size"], spec["seed"])
-        from grader.cases_part2 import weights_digest
+        from grader.arrays import weights_digest
 
         assert weights_digest(weights) == spec["weights_sha256"], name
     hidden = meta["models"]["hidden"]["params"]

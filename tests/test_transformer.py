@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from grader.cases_part2 import PUBLIC_MODEL, chunk_plan, make_state_dict, state_dict_shapes
+from grader.parts.part2.cases import PUBLIC_MODEL, chunk_plan, make_state_dict, state_dict_shapes
 from grader.regen import import_path, one_thread
 from tests.conftest import ASSIGNMENT, ROOT, SOLUTION
 

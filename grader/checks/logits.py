@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from grader.cases_part2 import fingerprint, fingerprints_match
+from grader.arrays import fingerprint, fingerprints_match
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 whose CPU time the grader reads.
 
 The parts differ in what a prompt is (token ids or text), what a run is called with
-and what its answer must equal; those stay in ``part2_timed`` and ``part3_timed``.
+and what its answer must equal; those stay in each part's ``timed.py``.
 """
 
 from __future__ import annotations

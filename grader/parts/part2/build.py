@@ -8,7 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from grader.cases_part2 import (
+from grader.arrays import encode_array, fingerprint, weights_digest
+from grader.parts.part2 import adapter
+from grader.parts.part2.cases import (
     ABLATIONS,
     ATOL,
     CACHED_MODES,
@@ -26,20 +28,14 @@ from grader.cases_part2 import (
     ablate,
     bench_model,
     chunk_plan,
-    encode_array,
-    generate_tokens,
-    load,
     make_state_dict,
     pool_key,
     pool_size,
     probe_steps,
     random_ids,
-    signature,
     top2_gap,
     torch_state_dict_bytes,
-    weights_digest,
 )
-from grader.worker import adapter_part2 as adapter
 
 MODES = ("no_cache", "full_cache", "sequential", "chunks")
 N_PUBLIC = 10
@@ -327,3 +323,41 @@ def bench_pool(
         "prompts": prompts,
         "expected": expected,
     }
+
+
+# -------------------------------------------------------------- running modules
+
+
+def _forward(model: Any, ids: np.ndarray, steps: list[int] | None) -> np.ndarray:
+    return adapter.run_forward(model, ids, steps)["logits"]
+
+
+def signature(model: Any, ids: np.ndarray, steps: list[int] | None) -> dict[str, Any]:
+    """What a module shows on one probe: an error, nondeterminism, or a logits fingerprint."""
+    try:
+        first = _forward(model, ids, steps)
+        second = _forward(model, ids, steps)
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {str(exc)[:2000]}"}
+    if first.shape != second.shape or not np.allclose(first, second, atol=1e-5, equal_nan=True):
+        return {"nondeterministic": True}
+    return {"logits": fingerprint(first)}
+
+
+def generate_tokens(model: Any, probe: dict[str, Any], **overrides: Any) -> dict[str, Any]:
+    """Run the seeded ``generate`` of a probe (``overrides`` replace its settings)."""
+    settings = {**probe, **overrides}
+    ids = np.repeat(np.array(settings["prompt"], dtype=np.int64), settings["batch"], axis=0)
+    return adapter.run_generate(
+        model,
+        ids,
+        settings["new_tokens"],
+        settings["temperature"],
+        settings["use_cache"],
+        settings["seed"],
+    )
+
+
+def load(module: ModuleType, spec: dict[str, Any]) -> Any:
+    """A trusted module's model with the seeded weights of ``spec``."""
+    return adapter.build_model(module, spec["config"], make_state_dict(spec))

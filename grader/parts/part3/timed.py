@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from grader.cases_part3 import (
+from grader.checks.timed_pools import TimedPools
+from grader.parts.part3.cases import (
     MIN_WORK_RATIO,
     WORK_BATCH,
     WORK_NEW,
@@ -23,8 +24,7 @@ from grader.cases_part3 import (
     WORK_ROUNDS,
     pool_key,
 )
-from grader.checks.part3_support import Part3Base
-from grader.checks.timed_pools import TimedPools
+from grader.parts.part3.support import Part3Base
 from grader.timing import Ratio, Sample, Timing
 
 

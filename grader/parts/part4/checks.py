@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from grader.cases_part2 import decode_array
+from grader.arrays import decode_array
 from grader.checks.base import (
     GradedTestCase,
     Outcome,
@@ -27,7 +27,8 @@ from grader.checks.base import (
     likely_cause,
     with_output,
 )
-from grader.checks.part4_support import (
+from grader.client import Reply, SubmissionError
+from grader.parts.part4.support import (
     generation_problem,
     int8_reply,
     judge_int8,
@@ -36,7 +37,6 @@ from grader.checks.part4_support import (
     latency_figures,
     plain_value,
 )
-from grader.client import Reply, SubmissionError
 from grader.points import BONUS, points
 from grader.thresholds import load_thresholds
 from grader.timing import BenchmarkRecord, Criterion, Sample, Timing, clock_for

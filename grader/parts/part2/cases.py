@@ -17,18 +17,12 @@ positions, for its 1000-token prompt.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import io
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from grader.worker import adapter_part2 as adapter
-
 ATOL = 1e-2  # absolute tolerance on every logit, the handout's and the harness's
-FINGERPRINT_VOCAB = 8  # logits kept per position in a mutant's fingerprint
 
 PUBLIC_MODEL = {
     "config": {
@@ -157,15 +151,6 @@ def ablate(weights: dict[str, np.ndarray], kind: str) -> dict[str, np.ndarray]:
     return {k: np.zeros_like(v) if k.endswith(off) else v for k, v in weights.items()}
 
 
-def weights_digest(weights: dict[str, np.ndarray]) -> str:
-    """sha256 over names and bytes: detects a NumPy whose generator stream changed."""
-    h = hashlib.sha256()
-    for name in sorted(weights):
-        h.update(name.encode())
-        h.update(np.ascontiguousarray(weights[name], dtype="<f4").tobytes())
-    return h.hexdigest()
-
-
 def torch_state_dict_bytes(weights: dict[str, np.ndarray]) -> bytes:
     """``model_state_dict.pt`` as students load it with ``torch.load``."""
     import torch
@@ -173,24 +158,6 @@ def torch_state_dict_bytes(weights: dict[str, np.ndarray]) -> bytes:
     buf = io.BytesIO()
     torch.save({k: torch.from_numpy(v.copy()) for k, v in weights.items()}, buf)
     return buf.getvalue()
-
-
-# ------------------------------------------------------------------- array codec
-
-
-def encode_array(array: np.ndarray) -> dict[str, Any]:
-    """A float32 array as JSON: dtype, shape and little-endian bytes in base64."""
-    a = np.ascontiguousarray(array, dtype="<f4")
-    return {
-        "dtype": "float32",
-        "shape": list(a.shape),
-        "data": base64.b64encode(a.tobytes()).decode(),
-    }
-
-
-def decode_array(value: dict[str, Any]) -> np.ndarray:
-    raw = base64.b64decode(value["data"])
-    return np.frombuffer(raw, dtype="<f4").reshape(value["shape"]).astype(np.float32)
 
 
 # ------------------------------------------------------------------------- plans
@@ -215,56 +182,6 @@ def probe_steps(mode: str, length: int) -> list[int] | None:
     }[mode]
 
 
-def fingerprint(logits: np.ndarray) -> list[list[float | None]]:
-    """The first row's first logits at every position; non-finite values as None."""
-    head = logits[0, :, :FINGERPRINT_VOCAB].astype(float)
-    return [[round(float(x), 4) if np.isfinite(x) else None for x in row] for row in head]
-
-
-def fingerprints_match(got: list[list[float | None]], want: list[list[float | None]]) -> bool:
-    """Same shape, same non-finite places, finite values within :data:`ATOL`."""
-    if len(got) != len(want) or any(len(a) != len(b) for a, b in zip(got, want, strict=True)):
-        return False
-    for row_a, row_b in zip(got, want, strict=True):
-        for a, b in zip(row_a, row_b, strict=True):
-            if (a is None) != (b is None) or (a is not None and abs(a - b) > ATOL):
-                return False
-    return True
-
-
-# -------------------------------------------------------------- running modules
-
-
-def _forward(model: Any, ids: np.ndarray, steps: list[int] | None) -> np.ndarray:
-    return adapter.run_forward(model, ids, steps)["logits"]
-
-
-def signature(model: Any, ids: np.ndarray, steps: list[int] | None) -> dict[str, Any]:
-    """What a module shows on one probe: an error, nondeterminism, or a logits fingerprint."""
-    try:
-        first = _forward(model, ids, steps)
-        second = _forward(model, ids, steps)
-    except Exception as exc:
-        return {"error": f"{type(exc).__name__}: {str(exc)[:2000]}"}
-    if first.shape != second.shape or not np.allclose(first, second, atol=1e-5, equal_nan=True):
-        return {"nondeterministic": True}
-    return {"logits": fingerprint(first)}
-
-
-def generate_tokens(model: Any, probe: dict[str, Any], **overrides: Any) -> dict[str, Any]:
-    """Run the seeded ``generate`` of a probe (``overrides`` replace its settings)."""
-    settings = {**probe, **overrides}
-    ids = np.repeat(np.array(settings["prompt"], dtype=np.int64), settings["batch"], axis=0)
-    return adapter.run_generate(
-        model,
-        ids,
-        settings["new_tokens"],
-        settings["temperature"],
-        settings["use_cache"],
-        settings["seed"],
-    )
-
-
 def top2_gap(logits: np.ndarray) -> float:
     """Smallest gap between the best and second-best logit over (B, T, V) logits."""
     part = np.sort(logits, axis=-1)[..., -2:]
@@ -273,8 +190,3 @@ def top2_gap(logits: np.ndarray) -> float:
 
 def random_ids(rng: np.random.Generator, vocab: int, batch: int, length: int) -> np.ndarray:
     return rng.integers(0, vocab, size=(batch, length), dtype=np.int64)
-
-
-def load(module: ModuleType, spec: dict[str, Any]) -> Any:
-    """A trusted module's model with the seeded weights of ``spec``."""
-    return adapter.build_model(module, spec["config"], make_state_dict(spec))

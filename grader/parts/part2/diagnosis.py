@@ -4,7 +4,7 @@ The first public case's logits, or its error, are compared with the catalogue of
 signatures that ``regen`` recorded for every mutant. Two mistakes at once in the
 cached modes blend in the logits and match no single signature: the case then
 runs again on copies of the public model with its positions or its attention
-switched off (:func:`grader.cases_part2.ablate`), where each shows alone.
+switched off (:func:`grader.parts.part2.cases.ablate`), where each shows alone.
 Naming is a hint added to a message that stands on its own, so none of this
 ever raises.
 """
@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from grader.cases_part2 import ABLATIONS, CACHED_MODES
 from grader.checks.base import likely_cause
 from grader.checks.logits import explain, matching_mistakes, several_causes
 from grader.client import SubmissionError
+from grader.parts.part2.cases import ABLATIONS, CACHED_MODES
 
 
 class Part2Diagnosis:

@@ -8,8 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from grader.cases_part2 import decode_array
-from grader.cases_part3 import BENCH_MAX_BATCH, BENCH_MAX_SEQ_LEN, make_weights, plans
+from grader.arrays import decode_array
 from grader.checks.base import GradedTestCase, likely_cause, with_output
 from grader.checks.logits import (
     compare,
@@ -20,6 +19,7 @@ from grader.checks.logits import (
     signature_matches,
 )
 from grader.client import Reply, SubmissionError
+from grader.parts.part3.cases import BENCH_MAX_BATCH, BENCH_MAX_SEQ_LEN, make_weights, plans
 
 #: Check 3.8's mode switches: what goes wrong when a run's text differs.
 SWITCH_PROBLEMS = {

@@ -16,15 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from grader.cases_part2 import (
-    WORK_NEW,
-    WORK_PROMPT,
-    ablate,
-    bench_model,
-    decode_array,
-    make_state_dict,
-    weights_digest,
-)
+from grader.arrays import decode_array, weights_digest
 from grader.checks.base import GradedTestCase, Outcome, likely_cause, with_output
 from grader.checks.logits import (
     compare,
@@ -32,8 +24,9 @@ from grader.checks.logits import (
     matching_mistakes,
     position,
 )
-from grader.checks.part2_diagnosis import Part2Diagnosis
 from grader.client import Reply, SubmissionError
+from grader.parts.part2.cases import WORK_NEW, WORK_PROMPT, ablate, bench_model, make_state_dict
+from grader.parts.part2.diagnosis import Part2Diagnosis
 from grader.points import points
 from grader.thresholds import load_thresholds
 from grader.timing import Sample

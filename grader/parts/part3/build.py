@@ -14,9 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from grader.cases_part2 import encode_array
-from grader.cases_part2 import weights_digest as digest
-from grader.cases_part3 import (
+from grader.arrays import encode_array
+from grader.arrays import weights_digest as digest
+from grader.parts.part3 import adapter
+from grader.parts.part3.cases import (
     ATOL,
     BENCH_MAX_BATCH,
     BENCH_MAX_SEQ_LEN,
@@ -39,7 +40,6 @@ from grader.cases_part3 import (
     pool_size,
     sampling_case,
 )
-from grader.worker import adapter_part3 as adapter
 
 CKPT = "part3/tiny_llama"
 VOCAB = N_RANKS + 256
@@ -136,7 +136,7 @@ def _catch(fn: Any) -> Any:
 
 def probes(obs: Observer, tokens: np.ndarray) -> dict[str, Any]:
     """What a package shows on each diagnostic probe (plain JSON values)."""
-    from grader.cases_part2 import fingerprint
+    from grader.arrays import fingerprint
 
     out: dict[str, Any] = {}
     for mode in ("no_cache", "cached", "chunked"):

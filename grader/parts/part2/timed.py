@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from grader.cases_part2 import (
+from grader.checks.timed_pools import TimedPools
+from grader.parts.part2.cases import (
     MIN_WORK_RATIO,
     WORK_BATCH,
     WORK_NEW,
@@ -25,8 +26,7 @@ from grader.cases_part2 import (
     WORK_ROUNDS,
     pool_key,
 )
-from grader.checks.part2_support import Part2Base
-from grader.checks.timed_pools import TimedPools
+from grader.parts.part2.support import Part2Base
 from grader.timing import Ratio, Sample, Timing
 
 

@@ -18,9 +18,9 @@ import numpy as np
 
 from grader.checks.base import check, likely_cause, with_output
 from grader.checks.logits import position
-from grader.checks.part2_support import Part2Base
-from grader.checks.part2_timed import Part2Timed, bench_key
 from grader.client import SubmissionError
+from grader.parts.part2.support import Part2Base
+from grader.parts.part2.timed import Part2Timed, bench_key
 from grader.thresholds import load_thresholds
 from grader.timing import BenchmarkRecord, Criterion, Ratio, Sample, Timing, clock_for
 

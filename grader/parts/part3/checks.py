@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from grader.cases_part3 import TOP_P, TOP_P_NUCLEUS, TOP_P_PROBS
 from grader.checks.base import Outcome, check, with_output
-from grader.checks.part3_support import Part3Base
-from grader.checks.part3_timed import Part3Timed, bench_key
 from grader.client import SubmissionError
+from grader.parts.part3.cases import TOP_P, TOP_P_NUCLEUS, TOP_P_PROBS
+from grader.parts.part3.support import Part3Base
+from grader.parts.part3.timed import Part3Timed, bench_key
 from grader.points import points
 from grader.thresholds import load_thresholds
 from grader.timing import BenchmarkRecord, Criterion, Ratio, Sample, Timing, clock_for
