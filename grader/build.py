@@ -6,7 +6,9 @@
 * ``student.zip`` (hand out): the handout, the skeletons, the public test data
   and a self-check (``python selfcheck.py``) that runs the autograder's public
   checks with its messages. Nothing hidden, nothing from ``solution/``, and no
-  mutant library (its edits quote the solution).
+  mutant library (its edits quote the solution). Part 1's public cases are all
+  write-up answers: they hold their values sealed (``grader/parts/part1/seal.py``),
+  and a build refuses a public Part 1 case whose expected value is in plain form.
 
 Both refuse stale test cases: ``regen --check`` must pass first. Zips are
 deterministic (sorted entries, fixed timestamps), so a rebuild that changes
@@ -16,6 +18,7 @@ nothing gives the same bytes.
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 import stat
 import tomllib
@@ -82,6 +85,20 @@ def ensure_fresh_cases() -> None:
         raise StaleCases("stale test cases:\n  " + "\n  ".join(problems))
 
 
+class PlainAnswers(RuntimeError):
+    """A public Part 1 case holds its write-up answer in plain form (run ``regen``)."""
+
+
+def plain_answers(public: Path) -> list[str]:
+    """The public Part 1 cases under ``public`` that hold an expected value or a known
+    mistake's value in plain form instead of sealed (the student zip ships these)."""
+    path = public / "part1.json"
+    if not path.is_file():
+        return []
+    cases = json.loads(path.read_text())["cases"]
+    return [f"{c['check']} {c['label']}" for c in cases if "expected" in c or "mistakes" in c]
+
+
 def requirements() -> str:
     """The autograder image's requirements: the lock, every package at an exact version."""
     return IMAGE_LOCK.read_text()
@@ -111,6 +128,9 @@ def build_student(*, out: Path, check_cases: bool = True) -> Path:
     """Write the student handout zip to ``out`` (one top folder, the repository's layout)."""
     if check_cases:
         ensure_fresh_cases()
+    plain = plain_answers(PROJECT_ROOT / "test_cases" / "public")
+    if plain:
+        raise PlainAnswers("public Part 1 cases with plain answers: " + "; ".join(plain))
     top = "kv-cache-assignment/"
     out.parent.mkdir(parents=True, exist_ok=True)
     student = GRADESCOPE / "student"

@@ -88,11 +88,15 @@ def test_a_mutant_that_no_longer_applies_is_reported(tmp_path: Path) -> None:
 def test_tampering_with_a_case_file_is_reported(tmp_path: Path, fresh_cases: Path) -> None:
     cases = tmp_path / "cases"
     shutil.copytree(TEST_CASES, cases)
-    path = cases / "public" / "part1.json"
+    path = cases / "hidden" / "part1.json"
     path.write_text(path.read_text().replace("8030261248", "8030261249"))
+    public = cases / "public" / "part1.json"
+    seal = json.loads(public.read_text())["cases"][0]["sealed"]["expected"]["int"]
+    public.write_text(public.read_text().replace(seal, seal[::-1]))
     problems = regen.check(cases, SOLUTION, fresh=fresh_cases)
     assert any("changed since the manifest" in p for p in problems)
-    assert any("public/part1.json: differs" in p for p in problems)  # and by meaning
+    assert any("hidden/part1.json: differs" in p for p in problems)  # and by meaning
+    assert any("public/part1.json: differs" in p for p in problems)  # a seal, exactly
 
 
 def test_schema_rejects_a_malformed_case_file() -> None:
@@ -103,8 +107,13 @@ def test_schema_rejects_a_malformed_case_file() -> None:
 
 
 def test_public_cases_hold_the_handout_figures() -> None:
-    cases = load_cases("part1")["cases"]
-    by_label = {(c["func"], c["label"]): c["expected"] for c in cases}
+    """Sealed in the public file; in plain form in the hidden file's answers."""
+    merged = load_cases("part1")
+    by_label = {
+        (c["func"], c["label"]): merged["answers"][c["id"]]["expected"]
+        for c in merged["cases"]
+        if c["visibility"] == "public"
+    }
     assert by_label[("param_count", "LLaMA-3-8B")] == 8_030_261_248
     assert by_label[("param_count", "Llama-3.2-1B")] == 1_498_482_688
     assert by_label[("max_batch_size", "LLaMA-3-8B, 80 GiB, context 1024")] == 520
@@ -115,8 +124,7 @@ def test_public_cases_hold_the_handout_figures() -> None:
 
 
 def test_diagnosis_catalogue_records_mutant_values() -> None:
-    cases = load_cases("part1")["cases"]
-    kv = next(c for c in cases if c["label"] == "LLaMA-3-8B, context 1024, fp16")
+    kv = load_cases("part1")["answers"]["1.3 LLaMA-3-8B, context 1024, fp16"]
     assert kv["mistakes"]["mha_kv_cache"] == 4 * kv["expected"]
     assert kv["mistakes"]["kv_missing_factor_2"] == kv["expected"] // 2
 

@@ -10,6 +10,10 @@ has (other weights, random inputs); each has a public counterpart here that runs
 the same code on public data (listed at the end), so a submission that passes
 every check here can lose points only to the hidden cases. Results go to
 selfcheck_results.json.
+
+Part 1's public cases are the write-up's questions, so this folder holds their
+answers sealed, not in plain form: a check says whether your value is right (and
+names a known mistake), never what the right value is.
 """
 
 from __future__ import annotations

@@ -3,6 +3,11 @@
 Public cases use the handout's specs; hidden cases are seeded random specs
 and shapes. Each case stores the reference's value and, for every mutant
 whose value differs, that value: the diagnosis catalogue.
+
+Every public case is a write-up answer, and the public file ships in
+``student.zip``: its cases hold their expected value and mistakes sealed
+(:mod:`grader.parts.part1.seal`), and the hidden file holds them in plain form
+(``answers``, by case id) for the autograder.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from grader.checks.base import same_value
+from grader.parts.part1.seal import seal
 
 GIB = 2**30
 REL_TOL = 1e-6
@@ -69,6 +75,7 @@ def finish(
 
 
 def case(num: str, label: str, func: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """One call of ``func`` for check ``num``, with the label its feedback shows."""
     return {"check": num, "label": label, "func": func, "args": list(args), "kwargs": kwargs}
 
 
@@ -165,18 +172,48 @@ def hidden_cases(seed: int = SEED, n_specs: int = 8, n_shapes: int = 8) -> list[
     return out
 
 
+def case_id(case: dict[str, Any]) -> str:
+    """A public case's id: its check and label (unique within the file)."""
+    return f"{case['check']} {case['label']}"
+
+
+def sealed(case: dict[str, Any]) -> dict[str, Any]:
+    """A finished case with its expected value and mistakes sealed, for the public file."""
+    cid = case_id(case)
+    seals = {
+        "expected": seal(case["expected"], cid, "expected", REL_TOL),
+        "mistakes": {name: seal(v, cid, name, REL_TOL) for name, v in case["mistakes"].items()},
+    }
+    plain = {k: v for k, v in case.items() if k not in ("expected", "mistakes")}
+    return {**plain, "id": cid, "sealed": seals}
+
+
 def build(
     reference: ModuleType, mutants: dict[str, ModuleType], diagnoses: dict[str, str]
 ) -> dict[str, dict[str, Any]]:
-    """``{"public": ..., "hidden": ...}`` case files for Part 1."""
+    """``{"public": ..., "hidden": ...}`` case files for Part 1.
 
-    def document(cases: list[dict[str, Any]]) -> dict[str, Any]:
+    The public cases (all write-up answers) are sealed; the hidden file carries their
+    plain values in ``answers`` besides its own random cases.
+    """
+
+    def document(cases: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
         return {
             "part": "part1",
-            "version": 1,
+            "version": 2,
             "rel_tol": REL_TOL,
             "diagnoses": diagnoses,
-            "cases": [finish(c, reference, mutants) for c in cases],
+            "cases": cases,
+            **extra,
         }
 
-    return {"public": document(public_cases()), "hidden": document(hidden_cases())}
+    public = [finish(c, reference, mutants) for c in public_cases()]
+    ids = [case_id(c) for c in public]
+    if len(set(ids)) != len(ids):
+        raise ValueError("two public Part 1 cases share a check and a label")
+    answers = {case_id(c): {"expected": c["expected"], "mistakes": c["mistakes"]} for c in public}
+    hidden = [finish(c, reference, mutants) for c in hidden_cases()]
+    return {
+        "public": document([sealed(c) for c in public]),
+        "hidden": document(hidden, answers=answers),
+    }

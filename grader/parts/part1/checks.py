@@ -5,6 +5,11 @@ cases (the handout's spec in public checks, seeded random specs in hidden
 ones) and compares with the reference's values stored in ``test_cases/``.
 When a wrong value equals what a known mistake produces, the feedback names
 the mistake.
+
+The public cases hold write-up answers and are sealed (:mod:`grader.parts.part1.seal`).
+Where the hidden file is present (Gradescope, a TA's checkout) its ``answers`` give
+their plain values and they are compared as every other case; the student's
+self-check compares through the seals, with the same messages.
 """
 
 from __future__ import annotations
@@ -17,13 +22,12 @@ from grader.checks.base import (
     ValueProblem,
     as_number,
     check,
-    diagnose,
-    same_value,
-    values_match,
+    likely_cause,
     with_output,
 )
 from grader.client import SubmissionError
 from grader.images import problem_with_png
+from grader.parts.part1.seal import Verdict
 from grader.points import points
 
 FATAL = {"missing", "import", "timeout", "crash"}
@@ -42,26 +46,28 @@ def fmt(value: Any) -> str:
     return repr(value)
 
 
-def compared(value: Any, rel_tol: float) -> str:
-    """How a value is compared, in words."""
-    return "exactly" if isinstance(value, int) else f"within a relative tolerance of {rel_tol:g}"
+def compared(kind: str, rel_tol: float) -> str:
+    """How a value of ``kind`` ("int" or "float") is compared, in words."""
+    return "exactly" if kind == "int" else f"within a relative tolerance of {rel_tol:g}"
 
 
-def wrong_value(what: str, got: Any, expected: Any, rel_tol: float) -> str:
+def wrong_value(what: str, got: Any, verdict: Verdict) -> str:
     """What was compared and what the student returned, never the expected value.
 
-    Every Part 1 value is an answer of the write-up (parameter counts, cache sizes,
-    max batch sizes, intensities), public cases included: feedback says which value or
-    which table entries are wrong and shows the student's own numbers only.
+    Every public Part 1 value is an answer of the write-up (parameter counts, cache
+    sizes, max batch sizes, intensities), and the hidden ones are Gradescope's: feedback
+    says which value or which table entries are wrong and shows the student's own
+    numbers only.
     """
-    if isinstance(expected, dict) and isinstance(got, dict):
-        wrong = [k for k in expected if not values_match(got[k], expected[k], rel_tol)]
+    kinds, rel_tol = verdict.kinds(), verdict.rel_tol
+    if isinstance(kinds, dict) and isinstance(got, dict):
+        wrong = verdict.wrong_entries(got)
         yours = ", ".join(
-            f"{k} = {fmt(got[k])} (compared {compared(expected[k], rel_tol)})" for k in wrong
+            f"{k} = {fmt(got[k])} (compared {compared(kinds[k], rel_tol)})" for k in wrong
         )
-        right = len(expected) - len(wrong)
+        right = len(kinds) - len(wrong)
         return f"{what}: wrong entries: {yours}; the other {right} entries are right."
-    return f"{what} returned {fmt(got)}, which is wrong (compared {compared(expected, rel_tol)})."
+    return f"{what} returned {fmt(got)}, which is wrong (compared {compared(str(kinds), rel_tol)})."
 
 
 class Part1Checks(GradedTestCase):
@@ -83,30 +89,35 @@ class Part1Checks(GradedTestCase):
             reply = self.ctx.worker(self.part).request(header, what=what)
         except SubmissionError as exc:
             return False, with_output(exc.message, exc.output), exc.kind
+        rel_tol = self.ctx.cases(self.part)["rel_tol"]
+        verdict = Verdict(case, self.answer(case), rel_tol)
         try:
-            got = self.decode(reply.header["result"], case["want"], case, what)
+            got = self.decode(reply.header["result"], case["want"], verdict.kinds(), what)
         except ValueProblem as exc:
             return False, str(exc), "type"
-        expected = case["expected"]
-        rel_tol = self.ctx.cases(self.part)["rel_tol"]
-        if same_value(got, expected, rel_tol):
+        if verdict.right(got):
             return True, "", ""
-        cause = diagnose(got, case.get("mistakes", {}), self.diagnoses(), rel_tol)
-        return False, f"{wrong_value(what, got, expected, rel_tol)} {cause}".strip(), "value"
+        cause = likely_cause(verdict.mistakes(got), self.diagnoses())
+        return False, f"{wrong_value(what, got, verdict)} {cause}".strip(), "value"
 
-    def decode(self, enc: Any, want: str, case: dict[str, Any], what: str) -> Any:
-        if want != "table":
+    def answer(self, case: dict[str, Any]) -> dict[str, Any] | None:
+        """A case's plain expected value and mistakes: in the case itself, or for a sealed
+        case in the hidden file's ``answers``; ``None`` where only its seals are at hand."""
+        if "expected" in case:
+            return case
+        return self.ctx.cases(self.part).get("answers", {}).get(case["id"])
+
+    def decode(self, enc: Any, want: str, kinds: str | dict[str, str], what: str) -> Any:
+        """The worker's encoded reply as a number, or as a table with the expected keys."""
+        if want != "table" or not isinstance(kinds, dict):
             return as_number(enc, want, what)
         if not isinstance(enc, dict) or enc.get("kind") != "dict":
-            raise ValueProblem(f"{what} must return a dict with the keys {list(case['expected'])}.")
+            raise ValueProblem(f"{what} must return a dict with the keys {list(kinds)}.")
         entries = enc["value"]
-        missing = [k for k in case["expected"] if k not in entries]
+        missing = [k for k in kinds if k not in entries]
         if missing:
             raise ValueProblem(f"{what} is missing the keys {missing}.")
-        return {
-            key: as_number(entries[key], "int" if isinstance(exp, int) else "float", f"[{key!r}]")
-            for key, exp in case["expected"].items()
-        }
+        return {key: as_number(entries[key], kind, f"[{key!r}]") for key, kind in kinds.items()}
 
     def diagnoses(self) -> dict[str, str]:
         return self.ctx.cases(self.part)["diagnoses"]
