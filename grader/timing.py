@@ -282,10 +282,14 @@ def _process_cpu(process: psutil.Process, reaped: bool) -> float:
     return own + (t.children_user + t.children_system if reaped else 0.0)
 
 
-def cpu_snapshot(pid: int) -> dict[int, float] | None:
+def cpu_snapshot(pid: int, run_gid: int | None = None) -> dict[int, float] | None:
     """CPU seconds the kernel has charged so far to process ``pid`` (all its threads and
     the children it has reaped) and to each of its live descendants, by pid. None if the
-    worker cannot be read."""
+    worker cannot be read.
+
+    With ``run_gid`` (the grading's own group id, which a worker cannot leave: it runs
+    with no new privileges), every live process of that group counts too, so work handed
+    to a daemon that left the worker's process tree is still charged to the worker."""
     try:
         process = psutil.Process(pid)
         out = {pid: _process_cpu(process, reaped=True)}
@@ -294,6 +298,11 @@ def cpu_snapshot(pid: int) -> dict[int, float] | None:
                 out[child.pid] = _process_cpu(child, reaped=False)
     except psutil.Error:
         return None
+    if run_gid is not None:
+        for other in psutil.process_iter(["gids"]):
+            with contextlib.suppress(psutil.Error, TypeError):
+                if other.pid not in out and other.info["gids"].real == run_gid:
+                    out[other.pid] = _process_cpu(other, reaped=False)
     return out
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -196,6 +197,46 @@ def test_cpu_used_counts_busy_children_and_threads_that_ended() -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the process a group of its own")
+def test_work_handed_to_a_daemon_outside_the_tree_is_counted_by_the_run_gid() -> None:
+    # The worker double-forks a daemon (new session, re-parented to init) that does the
+    # work while the worker itself waits: invisible in the process tree, not in its group.
+    from grader.sandbox import fresh_gid
+
+    gid = fresh_gid()
+    code = (
+        "import os, sys, time\n"
+        "r, w = os.pipe()\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        f"        exec({BURN.format(s=0.4)!r})\n"
+        "        os.write(w, b'x'); time.sleep(30)\n"
+        "    os._exit(0)\n"
+        "os.wait(); os.read(r, 1)\n"
+        "print('done', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: (os.setgroups([]), os.setgid(gid)),
+    )
+    try:
+        before_tree, before_run = cpu_snapshot(proc.pid), cpu_snapshot(proc.pid, run_gid=gid)
+        assert proc.stdout.readline().strip() == "done"
+        after_tree, after_run = cpu_snapshot(proc.pid), cpu_snapshot(proc.pid, run_gid=gid)
+        assert cpu_used(before_tree, after_tree) < 0.2  # the tree alone misses the daemon
+        assert cpu_used(before_run, after_run) >= 0.35
+    finally:
+        proc.kill()
+        proc.wait()
+        from grader.processes import kill_matching
+
+        kill_matching(lambda p: p.info["gids"].real == gid, ["gids"])
 
 
 def test_cpu_used_never_shrinks_when_a_process_goes() -> None:
