@@ -14,6 +14,13 @@ from typing import Any
 from grader.timing import Ratio, Sample, Timing
 
 WITHOUT, WITH = "without the cache", "with the cache"
+EARLY_MARGIN = 2.0  # a work ratio this many times past its threshold needs no more rounds
+
+
+def decided(ratio: Ratio, threshold: float, margin: float = EARLY_MARGIN) -> bool:
+    """Whether ``ratio`` is so far from ``threshold`` (``margin`` times above or below)
+    that more rounds cannot change the verdict. False for NaN: keep measuring."""
+    return ratio.median >= threshold * margin or ratio.median <= threshold / margin
 
 
 class TimedPools:
@@ -41,16 +48,27 @@ class TimedPools:
         return pool, slice(first, first + rows)
 
     def interleaved_work(
-        self, rounds: int, run: Callable[[bool, int], Sample]
+        self,
+        rounds: int,
+        run: Callable[[bool, int], Sample],
+        threshold: float | None = None,
+        margin: float = EARLY_MARGIN,
     ) -> tuple[Ratio, dict[str, Timing]]:
-        """``run(use_cache, round)`` without then with the cache, ``rounds`` times, and the
-        ratio of their CPU times (cache-free over cached) as the grader measured them."""
+        """``run(use_cache, round)`` without then with the cache, up to ``rounds`` times,
+        and the ratio of their CPU times (cache-free over cached) as the grader measured
+        them. With a ``threshold``, rounds stop once the ratio so far is ``margin`` times
+        past it either way: more rounds only matter near the line."""
         runs: dict[str, list[Sample]] = {WITHOUT: [], WITH: []}
         for i in range(rounds):
             for variant, use_cache in ((WITHOUT, False), (WITH, True)):
                 runs[variant].append(run(use_cache, i))
-        timings = {v: Timing(tuple(s)) for v, s in runs.items()}
-        return Ratio.of(timings[WITHOUT], timings[WITH], "cpu"), timings
+            if threshold is not None and decided(self._ratio(runs), threshold, margin):
+                break
+        return self._ratio(runs), {v: Timing(tuple(s)) for v, s in runs.items()}
+
+    @staticmethod
+    def _ratio(runs: dict[str, list[Sample]]) -> Ratio:
+        return Ratio.of(Timing(tuple(runs[WITHOUT])), Timing(tuple(runs[WITH])), "cpu")
 
     @staticmethod
     def report_work(

@@ -11,6 +11,9 @@ Each part is one folder, ``grader/parts/<tag>/``:
   into each sandbox as ``adapter_<tag>.py`` and imports nothing of the grader;
 - ``mutants.toml``: the part's mutant library (known mistakes and correct variants).
 
+A part may hold more modules of its own (Part 1's ``seal.py``: the write-up answers sealed
+in the public cases students get).
+
 The shared machinery sits beside them: ``grader/checks`` (base classes, logit
 comparison, timed pools), ``grader/worker`` (the worker's main loop, protocol and
 value encoding), the client, sandbox, timing and results modules.

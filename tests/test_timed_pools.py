@@ -1,0 +1,53 @@
+"""The work probe shared by Parts 2 and 3: interleaved rounds, stopped early only when
+the verdict cannot change."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from grader.checks.timed_pools import WITH, WITHOUT, TimedPools, decided
+from grader.timing import Ratio, Sample
+
+
+def probe(cpu: dict[bool, list[float]], rounds: int, threshold: float | None):
+    """Run the probe on scripted CPU seconds (by use_cache, per round); the calls made."""
+    calls: list[tuple[bool, int]] = []
+
+    def run(use_cache: bool, i: int) -> Sample:
+        calls.append((use_cache, i))
+        return Sample(seconds=1.0, cpu_seconds=cpu[use_cache][i])
+
+    ratio, timings = TimedPools().interleaved_work(rounds, run, threshold)
+    return ratio, timings, calls
+
+
+def test_a_ratio_far_past_the_threshold_stops_after_one_round() -> None:
+    ratio, timings, calls = probe({False: [1.2, 1.2, 1.2], True: [0.1, 0.1, 0.1]}, 3, 3.0)
+    assert calls == [(False, 0), (True, 0)]
+    assert ratio.median == pytest.approx(12.0)
+    assert len(timings[WITHOUT].samples) == len(timings[WITH].samples) == 1
+
+
+def test_a_ratio_far_below_the_threshold_stops_after_one_round() -> None:
+    _, _, calls = probe({False: [1.0, 1.0], True: [1.0, 1.0]}, 2, 3.0)
+    assert calls == [(False, 0), (True, 0)]
+
+
+def test_a_ratio_near_the_threshold_runs_every_round() -> None:
+    ratio, _, calls = probe({False: [3.5, 2.0, 3.4], True: [1.0, 1.0, 1.0]}, 3, 3.0)
+    assert calls == [(use, i) for i in range(3) for use in (False, True)]
+    assert ratio.median == pytest.approx(3.4)
+
+
+def test_without_a_threshold_every_round_runs() -> None:
+    _, _, calls = probe({False: [9.0, 9.0], True: [0.1, 0.1]}, 2, None)
+    assert len(calls) == 4
+
+
+def test_nan_is_never_decided() -> None:
+    nan = Ratio(math.nan, math.nan, math.nan)
+    assert not decided(nan, 3.0)
+    assert decided(Ratio(6.0, 6.0, 6.0), 3.0) and decided(Ratio(1.5, 1.5, 1.5), 3.0)
+    assert not decided(Ratio(5.9, 5.9, 5.9), 3.0) and not decided(Ratio(1.6, 1.6, 1.6), 3.0)
