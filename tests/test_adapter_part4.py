@@ -1,14 +1,24 @@
 """The Part 4 adapter (grader/parts/part4/adapter.py) runs on the grading device: the
 worker's environment names it (KVGRADER_DEVICE), and models and inputs go there, so
-the cuda profile's benchmark measures the GPU. No GPU here: the meta device stands in."""
+the cuda profile's benchmark measures the GPU. No GPU here: the meta device stands in.
+The driven clock of measure_latency and the float16 int8 round trip run the reference
+(and slips of it) in-process, as the worker would."""
 
 from __future__ import annotations
+
+import time
+import timeit
+from types import ModuleType
 
 import numpy as np
 import pytest
 
+from grader.arrays import decode_array
 from grader.parts.part4 import adapter as adapter_part4
-from grader.parts.part4.build import LAB_MODEL
+from grader.parts.part4.build import LAB_MODEL, int8_cache_case
+from grader.parts.part4.int8 import int8_reply, judge_int8_cache, restored_dtypes
+from grader.parts.part4.latency import CLOCKED_CASES, clocked_problem, latency_figures
+from grader.parts.part4.support import plain_value
 from tests.conftest import ROOT
 
 
@@ -52,3 +62,88 @@ def test_the_first_model_call_of_measure_latency_is_delayed_once(monkeypatch) ->
     out = adapter_part4.run_latency(Lab, Model(), {**request, "warmup": 1, "repeats": 1})
     assert out["forward_calls"] == 3
     assert out["result"]["value"]["L"]["value"] == [{"kind": "int", "value": 8}]
+
+
+def reference_lab(monkeypatch, *edits: tuple[str, str]) -> ModuleType:
+    """solution/kv_lab.py as a module, with edits of its source (each old text replaced
+    wherever it occurs)."""
+    monkeypatch.syspath_prepend(str(ROOT / "grader" / "worker"))  # values.py, as in the worker
+    source = (ROOT / "solution" / "kv_lab.py").read_text()
+    for old, new in edits:
+        assert old in source
+        source = source.replace(old, new)
+    lab = ModuleType("kv_lab_under_test")
+    exec(compile(source, "kv_lab.py", "exec"), lab.__dict__)
+    return lab
+
+
+@pytest.fixture(scope="module")
+def lab_model():
+    return adapter_part4.build(LAB_MODEL["config"], LAB_MODEL["seed"], on="cpu")
+
+
+def clocked(lab: ModuleType, model, case) -> dict[str, list[float]]:
+    out = adapter_part4.run_latency_clock(lab, model, case.request())
+    figures, problem = latency_figures(plain_value(out["result"]), list(case.L_values))
+    assert not problem, problem
+    return figures
+
+
+def test_the_driven_clock_gives_the_reference_the_figures_foretold(monkeypatch, lab_model):
+    lab = reference_lab(monkeypatch)
+    real = time.perf_counter
+    for case in CLOCKED_CASES:
+        assert clocked_problem(case, clocked(lab, lab_model, case)) == ("", None)
+    assert time.perf_counter is real and timeit.default_timer is real
+    assert lab.time.perf_counter is real
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        ("prompt_len: int = 8,", "prompt_len: int = 7,"),
+        ("warmup: int = 1,", "warmup: int = 2,"),
+        ("repeats: int = 3,", "repeats: int = 2,"),
+        ("(1, prompt_len), generator=gen)", "(2, prompt_len), generator=gen)"),
+        ("if i >= warmup:", "if i == warmup:"),
+        ("* 1000 / L)", "* 1000 // L)"),
+        ("* 1000 / L)", "* 1001 / L)"),
+    ],
+    ids=lambda e: e[1],
+)
+def test_the_driven_clock_tells_a_changed_measure_latency(monkeypatch, lab_model, edit):
+    lab = reference_lab(monkeypatch, edit)
+    problems = [clocked_problem(c, clocked(lab, lab_model, c))[0] for c in CLOCKED_CASES]
+    assert any(problems)
+
+
+def test_a_clock_alias_taken_at_import_is_driven_too(monkeypatch, lab_model):
+    lab = reference_lab(
+        monkeypatch,
+        ("import time\n", "import time\nfrom time import perf_counter\n"),
+        ("time.perf_counter()", "perf_counter()"),
+    )
+    case = CLOCKED_CASES[0]
+    assert clocked_problem(case, clocked(lab, lab_model, case)) == ("", None)
+    assert lab.perf_counter is time.perf_counter
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        ("", ""),
+        ("scale == 0, torch.ones_like", "scale == -1, torch.ones_like"),
+        ("dtype = pairs[0][0].dtype if pairs else", "dtype = pairs[0][0].dtype if not pairs else"),
+        (".clamp(-127, 127).to(torch.int8)", ".clamp(-126, 127).to(torch.int8)"),
+    ],
+    ids=lambda e: e[1] or "reference",
+)
+def test_the_float16_round_trip_of_the_reference_passes_and_of_a_slip_fails(monkeypatch, edit):
+    lab = reference_lab(monkeypatch, edit) if edit[0] else reference_lab(monkeypatch)
+    cache = [decode_array(t).astype(np.float16) for t in int8_cache_case()["cache"]]
+    arrays = {f"{'kv'[i % 2]}{i // 2}": x for i, x in enumerate(cache)}
+    header, out = adapter_part4.run_int8_cache(lab, arrays, len(cache) // 2)
+    q_arrays, q_dtypes, reported, restored, _ = int8_reply(header, out, cache)
+    v = judge_int8_cache(cache, q_arrays, q_dtypes, reported, restored, restored_dtypes(header))
+    assert v.passed is (edit[1] == ""), v.failures(0)
+    assert header["deq_dtypes"] == ["float32" if "not pairs" in edit[1] else "float16"] * 4

@@ -92,3 +92,26 @@ def test_a_forged_int8_report_earns_no_bonus(tmp_path) -> None:
     submission = patched_solution(tmp_path / "submission", "kv_lab.py", edits)
     graded = run_grade(submission, tmp_path / "out", parts=["part4"], tags=frozenset({"bonus"}))
     assert graded.score("4.7") == 0
+
+
+def test_measure_latency_with_other_defaults_loses_4_8_and_is_told_which(tmp_path) -> None:
+    """The exact case with the handout's defaults, on the clock the model calls drive."""
+    edit = ("    warmup: int = 1,\n", "    warmup: int = 0,\n")
+    submission = patched_solution(tmp_path / "submission", "kv_lab.py", [edit])
+    graded = run_grade(
+        submission, tmp_path / "out", parts=["part4"], skip_tags=frozenset({"benchmark"})
+    )
+    assert graded.score("4.8") == 0
+    output = graded.output("4.8")
+    assert "with the handout's defaults returned" in output
+    assert "They match 0 warm-up and 3 timed runs per L and mode." in output
+    assert "the defaults must be the handout's (prompt_len=8, warmup=1, repeats=3)" in output
+    assert graded.score("4.2") == POINTS["part4"]["4.2"]
+
+
+def test_an_unguarded_all_zero_vector_loses_the_bonus_and_is_told_why(tmp_path) -> None:
+    edit = ("torch.where(scale == 0, torch.ones_like", "torch.where(scale < 0, torch.ones_like")
+    submission = patched_solution(tmp_path / "submission", "kv_lab.py", [edit])
+    graded = run_grade(submission, tmp_path / "out", parts=["part4"], tags=frozenset({"bonus"}))
+    assert graded.score("4.7") == 0
+    assert "0 / 0; the handout stores a scale of 1 where max|x| is 0" in graded.output("4.7")

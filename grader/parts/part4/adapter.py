@@ -178,18 +178,16 @@ def plain(t: Any) -> np.ndarray:
     return t.to(torch.float32).numpy()
 
 
-def run_int8(mod: Any, model: Any, ids: np.ndarray, n: int) -> tuple[dict, dict]:
-    """Quantise the fp32 cache of all but the last token the student's way, dequantise
-    it, and continue greedy generation from the dequantised cache for ``n`` tokens.
-    Returns every tensor the quantised cache holds, the dequantised keys and values,
-    the tokens and what ``quantized_kv_bytes`` said: the parent measures the rest."""
-    import torch
+def round_trip(mod: Any, cache: Any) -> tuple[dict, dict]:
+    """Quantise ``cache`` the student's way and dequantise it. Returns every tensor the
+    quantised cache holds (and their dtypes), what ``quantized_kv_bytes`` said, and the
+    dequantised keys and values with their dtypes; the dequantised cache is kept in
+    ``arrays["_deq"]`` for the caller to generate from (popped before sending)."""
     from values import encode_value
 
-    cache = real_cache(model, ids[:, :-1], "float32")
     q = mod.quantize_kv_int8(cache)
     found = list(tensors_in(q))[:MAX_INT8_TENSORS]
-    arrays = {f"q{i}": plain(t) for i, (_, t) in enumerate(found)}
+    arrays: dict[str, Any] = {f"q{i}": plain(t) for i, (_, t) in enumerate(found)}
     header: dict[str, Any] = {
         "q_paths": [p for p, _ in found],
         "q_dtypes": [str(t.dtype).removeprefix("torch.") for _, t in found],
@@ -200,10 +198,39 @@ def run_int8(mod: Any, model: Any, ids: np.ndarray, n: int) -> tuple[dict, dict]
     for i, (k, v) in enumerate(pairs):
         arrays[f"deq_k{i}"], arrays[f"deq_v{i}"] = plain(k), plain(v)
     header["deq_layers"] = len(pairs)
+    header["deq_dtypes"] = [str(t.dtype).removeprefix("torch.") for kv in pairs for t in kv]
+    arrays["_deq"] = deq
+    return header, arrays
+
+
+def run_int8(mod: Any, model: Any, ids: np.ndarray, n: int) -> tuple[dict, dict]:
+    """Quantise the fp32 cache of all but the last token the student's way, dequantise
+    it, and continue greedy generation from the dequantised cache for ``n`` tokens.
+    Returns what :func:`round_trip` does and the tokens: the parent measures the rest."""
+    import torch
+
+    cache = real_cache(model, ids[:, :-1], "float32")
+    header, arrays = round_trip(mod, cache)
+    deq = arrays.pop("_deq")
     x = as_ids(model, ids)
     with torch.no_grad():
         arrays["tokens"] = greedy_from(model, x, deq, n).to("cpu").numpy()
     return header, arrays
+
+
+def run_int8_cache(mod: Any, arrays: dict[str, np.ndarray], layers: int) -> tuple[dict, dict]:
+    """:func:`round_trip` of a cache the grader made up: ``k0``, ``v0``, ``k1``, ... in
+    their own dtype, put into a fresh DynamicCache on the grading device."""
+    import torch
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    for i in range(layers):
+        k, v = (torch.as_tensor(np.array(arrays[f"{kv}{i}"])).to(device()) for kv in "kv")
+        cache.update(k, v, i)
+    header, out = round_trip(mod, cache)
+    out.pop("_deq")
+    return header, out
 
 
 def greedy_from(model: Any, ids: Any, cache: Any, n: int) -> Any:
@@ -251,6 +278,65 @@ def run_latency(mod: Any, model: Any, request: dict[str, Any]) -> dict[str, Any]
     return {"result": encode_value(result), "forward_calls": calls[0]}
 
 
+def run_latency_clock(mod: Any, model: Any, request: dict[str, Any]) -> dict[str, Any]:
+    """The student's ``measure_latency`` with ``time.perf_counter`` (and its ``_ns`` form,
+    and any alias the module holds) replaced by a clock that moves only inside the
+    model's calls: ``per_token_s`` per token fed, and in the second call of every
+    generation (when its mode shows) ``run_extra_s[(2 k + cached) % len]`` for the
+    mode's k-th generation (the modes take turns along the list). A generation starts
+    with a call of exactly ``prompt_len`` tokens. The parent knows from this rule what
+    every figure must be; the real clock is back afterwards. ``args`` are the keyword
+    arguments passed (none: the defaults)."""
+    import time as clock_module
+    import timeit
+
+    from values import encode_value
+
+    rule = request["clock"]
+    prompt_len, per_token = int(rule["prompt_len"]), float(rule["per_token_s"])
+    extras = [float(x) for x in rule["run_extra_s"]]
+    state: dict[str, Any] = {"now": 1000.0, "call": None, "runs": {True: 0, False: 0}}
+    original = model.forward
+
+    def ticking(*args: Any, **kwargs: Any) -> Any:
+        given = args[0] if args else kwargs.get("input_ids")
+        length = int(given.shape[-1]) if getattr(given, "ndim", 0) else -1
+        if length == prompt_len:
+            state["call"] = 0
+        elif state["call"] is not None:
+            state["call"] += 1
+        state["now"] += per_token * (int(given.numel()) if hasattr(given, "numel") else 0)
+        if state["call"] == 1:
+            cached = length == 1
+            k = state["runs"][cached]
+            state["runs"][cached] = k + 1
+            state["now"] += extras[(2 * k + cached) % len(extras)]
+        return original(*args, **kwargs)
+
+    real, real_ns = clock_module.perf_counter, clock_module.perf_counter_ns
+    fakes = {id(real): lambda: state["now"], id(real_ns): lambda: round(state["now"] * 1e9)}
+    places = [(clock_module, "perf_counter"), (clock_module, "perf_counter_ns")]
+    places += [(timeit, "default_timer")] + [(mod, name) for name in list(vars(mod))]
+    saved = [
+        (obj, name, value)
+        for obj, name in places
+        if (value := getattr(obj, name, None)) is real or value is real_ns
+    ]
+    model.forward = ticking
+    try:
+        for obj, name, value in saved:
+            setattr(obj, name, fakes[id(value)])
+        result = mod.measure_latency(
+            model, tuple(request["L_values"]), **request["args"], device=device()
+        )
+        sync()
+    finally:
+        for obj, name, value in saved:
+            setattr(obj, name, value)
+        del model.forward
+    return {"result": encode_value(result)}
+
+
 # ----------------------------------------------------------------- the protocol
 
 
@@ -292,4 +378,8 @@ def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict
         return run_int8(module, MODELS[request["model"]], arrays["ids"], request["n"])
     if op == "latency":
         return run_latency(module, MODELS[request["model"]], request), {}
+    if op == "latency_clock":
+        return run_latency_clock(module, MODELS[request["model"]], request), {}
+    if op == "int8_cache":
+        return run_int8_cache(module, arrays, int(request["layers"]))
     raise ValueError(f"unknown request {op!r}")

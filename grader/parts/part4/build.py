@@ -34,6 +34,8 @@ BENCH_PROMPTS = 8  # per file: one per timed round at most (warm-up + repeats + 
 MARGIN = 1e-3  # every expected greedy step beats the runner-up by this much
 INT8_PROMPT = (np.arange(3, 67, dtype=np.int64)[None, :] % 500).tolist()  # 64 tokens
 INT8_NEW_TOKENS = 64
+INT8_CACHE_SEED = 1616  # the made-up float16 cache of the int8 round trip
+INT8_CACHE_SHAPE = (1, 2, 6, 4)  # (batch, heads, tokens, head_dim): ±127 is 1 value in 4
 
 
 def min_gap(step_logits: np.ndarray) -> float:
@@ -87,17 +89,20 @@ def generation_cases(
 
 
 def theory_cases(
-    reference: ModuleType, rng: np.random.Generator, n: int = 8
+    reference: ModuleType, rng: np.random.Generator, n: int = 8, n_default: int = 2
 ) -> list[dict[str, Any]]:
-    """Random ``(L, D, n_layers, bytes)`` with the reference's byte count."""
+    """Random ``(L, D, n_layers, bytes)`` with the reference's byte count; then
+    ``n_default`` cases of ``(L, D, n_layers)`` alone, for the signature's default
+    ``bytes_per_elem=2`` (fp16, the lab's formula)."""
     cases = []
-    for _ in range(n):
+    for i in range(n + n_default):
         args = [
             int(rng.integers(1, 8193)),  # L
             int(rng.choice([64, 768, 2048, 4096])),  # D
             int(rng.integers(1, 49)),  # n_layers
-            int(rng.choice([1, 2, 4])),  # bytes per element
         ]
+        if i < n:
+            args.append(int(rng.choice([1, 2, 4])))  # bytes per element
         cases.append(
             {"check": "4.4", "args": args, "expected": int(reference.theoretical_kv_bytes(*args))}
         )
@@ -149,6 +154,38 @@ def int8_case(reference: ModuleType) -> dict[str, Any]:
     }
 
 
+def int8_cache_case(seed: int = INT8_CACHE_SEED) -> dict[str, Any]:
+    """A float16 cache made up for the int8 round trip: 2 layers of (1, 2, 6, 4) keys and
+    values. Every vector is scale x u with scale a power of 2 and u whole or a quarter
+    off (never a half, so rounding has no ties, in float16 or float32 alike) and one
+    entry exactly ±127 (its sign alternating), so the clamp's ends are a quarter of the
+    values; a few vectors are all zeros (scale 0 unless guarded). Stored as float32,
+    which holds every value exactly; the check sends them as float16."""
+    rng = np.random.default_rng(seed)
+    shape = INT8_CACHE_SHAPE
+    cache = []
+    for t in range(4):  # k0, v0, k1, v1
+        u = rng.integers(-126, 127, size=shape) + rng.choice([0, 0.25, 0.75, -0.25, -0.75], shape)
+        u = np.clip(u, -126.75, 126.75)
+        vectors = u.reshape(-1, shape[-1])
+        at = rng.integers(0, shape[-1], size=len(vectors))
+        vectors[np.arange(len(vectors)), at] = np.where(np.arange(len(vectors)) % 2 == t % 2,
+                                                        127.0, -127.0)  # fmt: skip
+        scale = 2.0 ** rng.integers(-6, 3, size=(*shape[:-1], 1))
+        x = vectors.reshape(shape) * scale
+        for b, h, tok in ((0, t % 2, t), (0, (t + 1) % 2, 5 - t)):
+            x[b, h, tok] = 0.0  # all-zero vectors
+        x16 = x.astype(np.float16)
+        assert (x16.astype(np.float64) == x).all(), "every value must be exact in float16"
+        cache.append(encode_array(x16.astype(np.float32)))
+    return {
+        "check": "4.7",
+        "label": "a float16 cache with all-zero vectors and 4 values per vector",
+        "dtype": "float16",
+        "cache": cache,
+    }
+
+
 def build(reference: ModuleType, mutants: dict[str, ModuleType], diagnoses: dict[str, str]) -> dict:
     """Part 4's files: relative path -> (schema name, document)."""
     rng = np.random.default_rng(SEED)
@@ -178,14 +215,14 @@ def build(reference: ModuleType, mutants: dict[str, ModuleType], diagnoses: dict
 def public_cases(reference: ModuleType) -> list[dict[str, Any]]:
     """The self-check's counterparts of the hidden cases: other prompts on the same two
     models and other ``theoretical_kv_bytes`` inputs, judged with the same messages;
-    the latency prompts and the int8 case."""
+    the latency prompts and the int8 cases."""
     rng = np.random.default_rng(PUBLIC_SEED)
     shapes = (("lab", LAB_MODEL, 1, 6), ("hidden", HIDDEN_MODEL, 2, 5))
     return (
         generation_cases(reference, rng, shapes, prefix="public prompt, ")
         + theory_cases(reference, rng, n=4)
         + latency_cases(reference, BENCH_SEED, "public ")
-        + [int8_case(reference)]
+        + [int8_case(reference), int8_cache_case()]
     )
 
 

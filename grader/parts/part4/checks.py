@@ -4,11 +4,13 @@ The models are GPT-2s of known sizes with seeded weights, built in the worker
 (never downloaded). Generation is checked against the reference's tokens and
 per-step logits on public prompts (the student's self-check runs them) and, on
 Gradescope, hidden ones too, with the same messages; the memory functions
-against exact byte counts; latency by the grader's own clock (CPU time of the worker
-on a CPU, wall time on a GPU); ``measure_latency``'s figures against the grader's
-clock around the call; the int8 cache (bonus) from the tensors it holds, judged
-here against the reference cache stored with the cases (format, memory,
-reconstruction error, and the tokens it leads to).
+against exact byte counts (the defaults included); latency by the grader's own clock
+(CPU time of the worker on a CPU, wall time on a GPU); ``measure_latency``'s figures
+against the grader's clock around the call and, exactly, on a clock the model calls
+drive (with every argument passed and with the handout's defaults); the int8 cache
+(bonus) from the tensors it holds, judged here against the reference cache stored
+with the cases (format, memory, reconstruction error, and the tokens it leads to)
+and on a float16 cache with all-zero vectors that the grader made up.
 """
 
 from __future__ import annotations
@@ -19,25 +21,23 @@ import numpy as np
 
 from grader.arrays import decode_array
 from grader.checks.base import (
-    GradedTestCase,
     Outcome,
     ValueProblem,
     as_number,
     check,
-    likely_cause,
-    with_output,
 )
-from grader.client import Reply, SubmissionError
-from grader.parts.part4.support import (
-    generation_problem,
-    int8_reply,
-    judge_int8,
+from grader.client import SubmissionError
+from grader.parts.part4.int8 import int8_reply, judge_int8, judge_int8_cache, restored_dtypes
+from grader.parts.part4.latency import (
+    CLOCKED_CASES,
+    clocked_problem,
+    follows_call_pattern,
     judge_latency,
     latency_criteria,
     latency_figures,
-    plain_value,
 )
-from grader.points import BONUS, points
+from grader.parts.part4.support import Part4Base, generation_problem, plain_value
+from grader.points import BONUS
 from grader.thresholds import load_thresholds
 from grader.timing import BenchmarkRecord, Criterion, Sample, Timing, clock_for
 
@@ -47,76 +47,8 @@ CONFIG_KEYS = {"n_layers": "n_layer", "hidden_size": "n_embd", "n_heads": "n_hea
                "vocab_size": "vocab_size", "n_positions": "n_positions"}  # fmt: skip
 
 
-class Part4Checks(GradedTestCase):
-    part = "part4"
-
-    # ------------------------------------------------------------- machinery
-
-    def meta(self) -> dict[str, Any]:
-        return self.ctx.cases(self.part)
-
-    def ensure(self, name: str) -> None:
-        spec = self.meta()["models"][name]
-        header = {"op": "build", "model": name, **spec}
-        self.once_per_worker(
-            name,
-            lambda: self.ctx.worker(self.part).request(header, what="building the GPT-2 model"),
-        )
-
-    def call(
-        self,
-        header: dict[str, Any],
-        arrays: dict[str, np.ndarray],
-        what: str,
-        soft: bool = False,
-        **kw: Any,
-    ) -> Reply:
-        """One request; a submission problem fails the check (``soft``: is raised)."""
-        try:
-            self.ensure(header.get("model", "lab"))
-            return self.ctx.worker(self.part).request(header, arrays, what=what, **kw)
-        except SubmissionError as exc:
-            if soft:
-                raise
-            self.fail(with_output(exc.message, exc.output))
-
-    def generate(
-        self, model: str, ids: np.ndarray, n: int, cached: bool, prefix: int = 0, **kw: Any
-    ) -> Reply:
-        if prefix:
-            fn, past = "generate_with_cache_from", f"a cache of its first {prefix} tokens, "
-        else:
-            fn, past = ("generate_with_cache" if cached else "generate_no_cache"), ""
-        header = {"op": "generate", "model": model, "n": n, "cached": cached}
-        if prefix:
-            header["cached_prefix"] = prefix
-        return self.call(
-            header, {"ids": ids}, f"{fn}(model, input_ids {ids.shape}, {past}{n})", **kw
-        )
-
-    def named(self, observed: dict[str, Any]) -> str:
-        """ "Likely cause: ..." for the catalogued mistakes that match ``observed`` (probe ->
-        what the submission did): a mistake is named when everything it is known to do
-        differently on those probes is what this submission did, so the right tokens rule
-        out the mistakes that change them."""
-        table = self.meta().get("signatures", {})
-        known = dict.fromkeys(name for probe in observed for name in table.get(probe, {}))
-        names = [
-            name
-            for name in known
-            if all(
-                table[probe][name] == value
-                for probe, value in observed.items()
-                if name in table.get(probe, {})
-            )
-        ]
-        return likely_cause(names, self.meta()["diagnoses"])
-
-    def finish(self, num: str, outcome: Outcome, set_score: Any) -> None:
-        set_score(round(points(num) * outcome.fraction, 4))
-        print(f"{outcome.passed} of {outcome.total} cases correct.")
-        if outcome.failures:
-            self.fail("\n".join(outcome.failures[:3]))
+class Part4Checks(Part4Base):
+    """The checks of Part 4, in their handout order."""
 
     # ---------------------------------------------------------------- checks
 
@@ -183,28 +115,6 @@ class Part4Checks(GradedTestCase):
             outcome.failures[0] += f"\n{self.diagnose_generation()}".rstrip()
         self.finish("4.2", outcome, set_score)
 
-    def cause(self, names: list[str]) -> str:
-        """ "Likely cause: ..." for catalogued mistakes named by what was seen."""
-        return likely_cause(names, self.meta()["diagnoses"])
-
-    def diagnose_generation(self) -> str:
-        """Run the catalogue's probe (8 tokens after ids 1..8) and name a matching mistake."""
-        ids = np.arange(1, 9, dtype=np.int64)[None, :]
-        try:
-            reply = self.ctx.worker(self.part).request(
-                {"op": "generate", "model": "lab", "n": 8, "cached": True},
-                {"ids": ids},
-                what="generate_with_cache(probe)",
-            )
-        except SubmissionError:
-            return ""
-        tokens = reply.arrays.get("tokens")
-        return self.named({
-            "cached_lengths": reply.header.get("lengths"),
-            "cached_use_cache": reply.header.get("use_cache"),
-            "cached_tokens": tokens.tolist() if isinstance(tokens, np.ndarray) else None,
-        })  # fmt: skip
-
     @check("4.3", partial=True)
     def test_step_logits(self, set_score: Any = None) -> None:
         """4.3 the logits of every cached step match the reference's"""
@@ -241,7 +151,9 @@ class Part4Checks(GradedTestCase):
         outcome = Outcome()
         for case in self.cases("4.4"):
             outcome.total += 1
-            what = f"theoretical_kv_bytes{tuple(case['args'])}"
+            what = f"theoretical_kv_bytes{tuple(case['args'])}" + (
+                " (bytes_per_elem left at its default)" if len(case["args"]) == 3 else ""
+            )
             reply = self.call(
                 {"op": "call", "func": "theoretical_kv_bytes", "args": case["args"]}, {}, what
             )
@@ -281,12 +193,6 @@ class Part4Checks(GradedTestCase):
                 problems.append(f"{what} returned {got:,}; the cache holds {want:,} bytes.")
         if problems:
             self.fail("\n".join(problems))
-
-    def timed_prompts(self) -> list[dict[str, Any]]:
-        """The latency prompts with the reference's tokens: the hidden ones where present."""
-        cases = self.cases("4.6")
-        hidden = [c for c in cases if c.get("visibility") == "hidden"]
-        return hidden or cases
 
     @check("4.6", extra_tags=("benchmark",))
     def test_latency(self) -> None:
@@ -344,7 +250,7 @@ class Part4Checks(GradedTestCase):
     def test_int8_bonus(self, set_score: Any = None) -> None:
         """4.7 bonus: an int8 KV cache in the handout's format (memory, reconstruction error,
         greedy agreement)"""
-        case = self.cases("4.7")[0]
+        [case] = [c for c in self.cases("4.7") if "tokens" in c]
         ids = np.array(case["ids"], dtype=np.int64)
         expected = np.array(case["tokens"], dtype=np.int64)
         reply = self.call(
@@ -359,25 +265,39 @@ class Part4Checks(GradedTestCase):
             f"fp16 cache; max relative error {v.max_error:.2%}; greedy agreement "
             f"{v.agreement:.0%} of {expected.shape[1]} tokens"
         )
-        if not v.passed:
+        [edge] = [c for c in self.cases("4.7") if "dtype" in c]
+        cache = [decode_array(t).astype(edge["dtype"]) for t in edge["cache"]]
+        reply = self.call(
+            {"op": "int8_cache", "layers": len(cache) // 2},
+            {f"{'kv'[i % 2]}{i // 2}": x for i, x in enumerate(cache)},
+            f"the int8 round trip of {edge['label']}",
+        )
+        q_arrays, q_dtypes, reported, restored, _ = int8_reply(reply.header, reply.arrays, cache)
+        e = judge_int8_cache(
+            cache, q_arrays, q_dtypes, reported, restored, restored_dtypes(reply.header)
+        )
+        print(f"{edge['label']}: {'as the handout asks' if e.passed else 'wrong, see below'}")
+        if not (v.passed and e.passed):
             set_score(0)
-            self.fail("\n".join([*v.failures(expected.shape[1]), self.cause(v.mistakes)]).strip())
+            failures = [*v.failures(expected.shape[1]), *e.failures(0)]
+            self.fail("\n".join([*failures, self.cause([*v.mistakes, *e.mistakes])]).strip())
         set_score(BONUS["4.7"])
 
     @check("4.8")
     def test_measure_latency(self) -> None:
-        """4.8 measure_latency reports ms per generated token of its timed runs, after warm-up"""
+        """4.8 measure_latency reports ms per generated token of its timed runs, after warm-up
+        (by the grader's clock, and exactly on a clock the model calls drive)"""
         L_values, repeats = [8, 24], 1
         ids = np.arange(1, 9, dtype=np.int64)[None, :]
         try:  # one run of every generation, by the grader's clock: what sizes the delay
-            work = sum(
-                self.generate("lab", ids, L, cached, soft=True).seconds
+            runs = {
+                (cached, L): self.generate("lab", ids, L, cached, soft=True)
                 for cached in (True, False)
                 for L in L_values
-            )
+            }
         except SubmissionError as exc:
             self.fail(f"measure_latency times your generate functions, which must run: {exc}")
-        delay = round(min(max(8 * work, 0.5), 6.0), 3)
+        delay = round(min(max(8 * sum(r.seconds for r in runs.values()), 0.5), 6.0), 3)
         what = (
             f"measure_latency(model, {tuple(L_values)}, prompt_len=8, warmup=1, repeats={repeats})"
         )
@@ -396,3 +316,31 @@ class Part4Checks(GradedTestCase):
             self.fail(
                 f"{verdict.explain(what, figures)}\n{self.cause([mistake] if mistake else [])}"
             )
+        if not all(
+            follows_call_pattern(r.header.get("lengths"), 8, L, cached)
+            for (cached, L), r in runs.items()
+        ):
+            print(
+                "The exact cases on the grader's own clock are skipped: they find each "
+                "generation by the handout's model calls (the prompt, then one token per "
+                "call with the cache), which yours do not make (see 4.2 and 4.3)."
+            )
+            return
+        self.clocked_cases()
+
+    def clocked_cases(self) -> None:
+        """4.8's exact cases: measure_latency on the adapter's driven clock, with every
+        argument passed, then with the handout's defaults."""
+        problems: list[str] = []
+        for case in CLOCKED_CASES:
+            reply = self.call(case.request(), {}, case.what)
+            result = plain_value(reply.header.get("result"))
+            got, problem = latency_figures(result, list(case.L_values))
+            name = None
+            if not problem:  # the defaults are suspect once the case passing them all is right
+                suspect = not case.args and problems == [""]
+                problem, name = clocked_problem(case, got, defaults_only=suspect)
+            problems.append(f"{problem}\n{self.cause([name] if name else [])}".strip())
+        if any(problems):
+            self.fail("\n".join(p for p in problems if p))
+        print(f"Exact on the grader's own clock: {'; '.join(c.what for c in CLOCKED_CASES)}.")

@@ -1,0 +1,318 @@
+"""Part 4's latency judgements, in trusted code: the figures ``measure_latency``
+returned (check 4.8) against the grader's clock around the call and, exactly,
+against a clock the adapter drives from the model calls; and check 4.6's verdicts
+on the timed generations.
+
+No figure measured in the worker is trusted as a time: the grader's clock bounds
+what the figures may stand for, and on the driven clock every figure is known in
+advance from the clock's rule. Every pass condition is written so that NaN fails.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from grader.timing import Criterion, Ratio, Timing
+
+LATENCY_KEYS = ("no_cache_ms_per_token", "cache_ms_per_token")
+MAX_SHARE = 1.1  # timed runs (from the figures) may fill at most this share of the work time
+MIN_SHARE = 0.02  # ... and at least this share of it (ms, not seconds): stalls may fill the rest
+
+
+def latency_figures(result: Any, L_values: list[int]) -> tuple[dict[str, list[float]], str]:
+    """The figures of a decoded ``measure_latency`` result, or "" and a problem."""
+    if not isinstance(result, dict):
+        return {}, "measure_latency must return a dict."
+    got: dict[str, list[float]] = {}
+    if result.get("L") != L_values:
+        return {}, f"measure_latency returned L = {result.get('L')!r} for L_values = {L_values}."
+    for key in LATENCY_KEYS:
+        values = result.get(key)
+        if not (
+            isinstance(values, list)
+            and len(values) == len(L_values)
+            and all(isinstance(x, int | float) and not isinstance(x, bool) for x in values)
+            and all(math.isfinite(x) and x > 0 for x in values)
+        ):
+            return {}, (
+                f"measure_latency's {key!r} must be {len(L_values)} finite positive "
+                f"numbers, got {values!r}."
+            )
+        got[key] = [float(x) for x in values]
+    return got, ""
+
+
+@dataclass(frozen=True)
+class LatencyVerdict:
+    """The timed runs the figures stand for, against the grader's clock."""
+
+    timed_s: float  # sum over L and modes of ms/token x L x repeats, in seconds
+    work_s: float  # the call's wall time less the grader's one-off delay
+    delay_s: float
+    longest_run_s: float  # the slowest single run the figures stand for
+
+    @property
+    def share(self) -> float:
+        return self.timed_s / self.work_s if self.work_s > 0 else math.inf
+
+    @property
+    def passed(self) -> bool:
+        return MIN_SHARE <= self.share <= MAX_SHARE
+
+    def summary(self, what: str, figures: dict[str, list[float]]) -> str:
+        return (
+            f"{what} returned {rounded(figures)}; the timed runs they stand for add up to "
+            f"{self.timed_s:.3f} s; the call spent {self.work_s:.3f} s generating."
+        )
+
+    def explain(self, what: str, figures: dict[str, list[float]]) -> str:
+        """Why the figures do not fit the grader's clock, and what they should be."""
+        return (
+            f"{what} returned {rounded(figures)}. As ms per token x L for every timed run they "
+            f"stand for {self.timed_s:.3f} s of timed generation, but by the grader's clock "
+            f"the call spent {self.work_s:.3f} s generating (its whole time less a one-off delay "
+            f"of {self.delay_s:.2f} s that the grader put in the very first model call, which "
+            "a warm-up run absorbs). The timed runs must fit in that time and fill a fair part "
+            "of it: report the median of the timed runs, after the warm-up runs, divided by L, "
+            "in milliseconds."
+        )
+
+    def mistake(self, totals_share: float) -> str | None:
+        """``"latency_no_warmup"`` when one run holds at least half the delay and the others
+        fit in the work time; ``"latency_totals"`` when the figures fit as whole-run times;
+        None otherwise."""
+        if self.passed:
+            return None
+        rest = self.timed_s - self.longest_run_s
+        if self.longest_run_s >= self.delay_s / 2 and rest <= MAX_SHARE * self.work_s:
+            return "latency_no_warmup"
+        if MIN_SHARE <= totals_share <= MAX_SHARE:
+            return "latency_totals"
+        return None
+
+
+def rounded(figures: dict[str, list[float]]) -> dict[str, list[float]]:
+    return {k: [float(f"{x:.4g}") for x in v] for k, v in figures.items()}
+
+
+def judge_latency(
+    figures: dict[str, list[float]],
+    L_values: list[int],
+    repeats: int,
+    wall_s: float,
+    delay_s: float,
+) -> tuple[LatencyVerdict, float]:
+    """The verdict, and the share the figures would fill were they whole-run times."""
+    runs = [
+        ms * L / 1000 for key in LATENCY_KEYS for ms, L in zip(figures[key], L_values, strict=True)
+    ]
+    totals = [ms / 1000 for key in LATENCY_KEYS for ms in figures[key]]
+    work = wall_s - delay_s
+    verdict = LatencyVerdict(sum(runs) * repeats, work, delay_s, max(runs))
+    totals_share = sum(totals) * repeats / work if work > 0 else math.inf
+    return verdict, totals_share
+
+
+# ------------------------------------------------------------------------- 4.6
+
+
+def latency_criteria(
+    timings: dict[str, Timing], bench: dict[str, Any], clock: str
+) -> list[Criterion]:
+    """4.6's verdicts on per-token timings of the variants ``"with/without the cache, L =
+    N"``: cached nearly flat, cache-free growing, and the cache faster at the longest L
+    (a cache that does not cache can look flat enough on a tiny model; it is never faster)."""
+    lo, hi = bench["L_values"]
+    on = "CPU time" if clock == "cpu" else "time"
+
+    def mode(cached: bool, L: int) -> list[float]:
+        return timings[f"{'with' if cached else 'without'} the cache, L = {L}"].on(clock)
+
+    return [
+        Criterion(
+            "part4.max_cached_growth",
+            f"cached {on} per token, L = {hi} over L = {lo}",
+            Ratio.between(mode(True, hi), mode(True, lo)),
+            bench["max_cached_growth"],
+            False,
+        ),
+        Criterion(
+            "part4.min_no_cache_growth",
+            f"cache-free {on} per token, L = {hi} over L = {lo}",
+            Ratio.between(mode(False, hi), mode(False, lo)),
+            bench["min_no_cache_growth"],
+            True,
+        ),
+        Criterion(
+            "part4.min_speedup",
+            f"cache-free over cached {on} per token, L = {hi}",
+            Ratio.between(mode(False, hi), mode(True, hi)),
+            bench["min_speedup"],
+            True,
+        ),
+    ]
+
+
+# ------------------------------------------------------ measure_latency on a driven clock
+
+# The adapter replaces time.perf_counter, during one measure_latency call, by a clock that
+# only moves inside the model's calls: CLOCK_PER_TOKEN_S per token fed (batch x length),
+# and, in the second call of every generation (when its mode shows: one token fed with
+# the cache, the whole sequence without), ``extras_s[(2 k + cached) % len(extras_s)]``
+# for the mode's k-th generation (the modes take turns along the list). A generation
+# starts with a call of exactly prompt_len tokens. So every run gets the extra of its
+# place, and every figure is known here in advance: a timed warm-up, another number of
+# runs, another prompt, a single timed run or a rounded figure all give other numbers.
+CLOCK_PER_TOKEN_S = 0.00037  # not a whole number of ms per token at any L
+CLOCK_RTOL = 1e-6  # float sums of the driven clock's steps; a rounding is far larger
+HANDOUT_DEFAULTS = {"prompt_len": 8, "warmup": 1, "repeats": 3}  # the handout's signature
+# The extras, the odd ms from 11 to 73 in a shuffled order: with them every run count
+# (warmup 0-3, repeats 1-5), a single timed run and a batch of 2 give figures of their
+# own on both cases (tests/test_part4_latency.py checks it), so the feedback can tell
+# which one a submission's figures are.
+CLOCK_EXTRAS_S = tuple(ms / 1000 for ms in (
+    15, 33, 61, 53, 31, 19, 69, 43, 57, 23, 47, 63, 17, 71, 27, 11,
+    49, 35, 51, 37, 25, 21, 45, 39, 65, 55, 29, 67, 59, 13, 41, 73,
+))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ClockedCase:
+    """One measure_latency call on the driven clock: ``args`` are the keyword arguments
+    passed (none: the handout's defaults); every L is at least 2, so that every
+    generation has a second call."""
+
+    L_values: tuple[int, ...]
+    args: dict[str, int] = field(default_factory=dict)
+    extras_s: tuple[float, ...] = CLOCK_EXTRAS_S
+
+    @property
+    def settings(self) -> dict[str, int]:
+        return {**HANDOUT_DEFAULTS, **self.args}
+
+    @property
+    def what(self) -> str:
+        if not self.args:
+            return f"measure_latency(model, {self.L_values}) with the handout's defaults"
+        given = ", ".join(f"{k}={v}" for k, v in self.args.items())
+        return f"measure_latency(model, {self.L_values}, {given})"
+
+    def request(self) -> dict[str, Any]:
+        """The worker's request (the device is the grading one, passed by the adapter)."""
+        return {
+            "op": "latency_clock",
+            "model": "lab",
+            "L_values": list(self.L_values),
+            "args": dict(self.args),
+            "clock": {
+                "prompt_len": self.settings["prompt_len"],
+                "per_token_s": CLOCK_PER_TOKEN_S,
+                "run_extra_s": list(self.extras_s),
+            },
+        }
+
+
+CLOCKED_CASES = (
+    ClockedCase((2, 5), {"prompt_len": 6, "warmup": 2, "repeats": 3}),
+    ClockedCase((3, 4)),  # the handout's defaults
+)
+
+
+def clocked_figures(
+    case: ClockedCase,
+    batch: int = 1,
+    warmup: int | None = None,
+    repeats: int | None = None,
+    first_only: bool = False,
+) -> dict[str, list[float]]:
+    """The figures ``measure_latency`` returns for ``case`` on the driven clock: the
+    median of the timed runs' clock time over L, in ms. The other arguments describe a
+    known mistake (a prompt of ``batch`` rows, other run counts, only the first timed
+    run kept), for the feedback."""
+    s = case.settings
+    w = s["warmup"] if warmup is None else warmup
+    r = s["repeats"] if repeats is None else repeats
+    P, extras = s["prompt_len"], case.extras_s
+    figures: dict[str, list[float]] = {}
+    for key in LATENCY_KEYS:
+        k = 0  # this mode's generations so far, as the adapter counts them
+        figures[key] = []
+        for L in case.L_values:
+            fed = P + L - 1 if key == "cache_ms_per_token" else sum(P + j for j in range(L))
+            times = []
+            for i in range(w + r):
+                cached = key == "cache_ms_per_token"
+                run = CLOCK_PER_TOKEN_S * batch * fed + extras[(2 * k + cached) % len(extras)]
+                k += 1
+                if i >= w:
+                    times.append(run)
+            kept = times[:1] if first_only else times
+            figures[key].append(statistics.median(kept) * 1000 / L if kept else math.nan)
+    return figures
+
+
+def same_figures(got: dict[str, list[float]], want: dict[str, list[float]]) -> bool:
+    """Equal within the driven clock's float error (NaN never is)."""
+    return all(
+        len(got.get(key, [])) == len(want[key])
+        and all(abs(g - x) <= CLOCK_RTOL * abs(x) for g, x in zip(got[key], want[key], strict=True))
+        for key in LATENCY_KEYS
+    )
+
+
+def clocked_problem(
+    case: ClockedCase, got: dict[str, list[float]], defaults_only: bool = False
+) -> tuple[str, str | None]:
+    """ "" if ``got`` are the figures the driven clock gives for ``case``; else what is
+    wrong, and the catalogued mistake they match (or None). ``defaults_only``: the case
+    that passes every argument was right, so the defaults are suspect."""
+    want = clocked_figures(case)
+    if same_figures(got, want):
+        return "", None
+    s = case.settings
+    known: list[tuple[str, str | None, dict[str, list[float]]]] = [
+        (f"{w} warm-up and {r} timed runs per L and mode", None if w else "latency_no_warmup",
+         clocked_figures(case, warmup=w, repeats=r))
+        for w in range(4)
+        for r in range(1, 6)
+        if (w, r) != (s["warmup"], s["repeats"])
+    ]  # fmt: skip
+    known += [
+        ("keeping only the first timed run instead of the median of `repeats` of them", None,
+         clocked_figures(case, first_only=True)),
+        ("a prompt of 2 rows (the prompt is a single row of prompt_len tokens)", None,
+         clocked_figures(case, batch=2)),
+        ("ms per token rounded down to whole milliseconds", None,
+         {k: [float(math.floor(x)) for x in v] for k, v in want.items()}),
+        ("the time of whole generations, not divided by L", "latency_totals",
+         {k: [x * L for x, L in zip(v, case.L_values, strict=True)] for k, v in want.items()}),
+    ]  # fmt: skip
+    problem = (
+        f"{case.what} returned {rounded(got)}. The grader ran it on a clock of its own: "
+        "time.perf_counter moved only inside the model's calls, by a fixed time per token "
+        "fed, plus in every generation an amount set by its place among the warmup + "
+        "repeats runs of its L. On that clock each figure must be exactly the median of "
+        "the timed runs divided by L, in ms, and they are not."
+    )
+    matches = {(text, name) for text, name, figures in known if same_figures(got, figures)}
+    name = None
+    if len(matches) == 1:
+        [(text, name)] = matches
+        problem += f" They match {text}."
+    if defaults_only:
+        problem += (
+            " With every argument passed the figures were right: the defaults must be the "
+            "handout's (prompt_len=8, warmup=1, repeats=3)."
+        )
+    return problem, name
+
+
+def follows_call_pattern(lengths: Any, prompt_len: int, L: int, cached: bool) -> bool:
+    """The model calls of a generation are the handout's: with the cache the prompt then
+    one token per call, without it the whole sequence so far every call (the driven
+    clock finds generations and their mode by this pattern)."""
+    want = [prompt_len] + [1] * (L - 1) if cached else list(range(prompt_len, prompt_len + L))
+    return lengths == want
