@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import numpy as np
+import psutil
 
 from grader.mounts import mount_isolation, plan_for
 from grader.processes import kill_tree
@@ -278,6 +279,17 @@ class WorkerClient:
 
     # ------------------------------------------------------------------- requests
 
+    def rss_bytes(self) -> int | None:
+        """The worker's resident memory as the kernel reports it, read from here (None when
+        no worker runs or it cannot be read): the submission can change it only by what it
+        really holds, never forge it."""
+        if self._proc is None:
+            return None
+        try:
+            return int(psutil.Process(self._proc.pid).memory_info().rss)
+        except psutil.Error:
+            return None
+
     def request(
         self,
         header: dict[str, Any],
@@ -317,8 +329,11 @@ class WorkerClient:
         rid = self._next_id
         sample_rss = timed and self.device != "cuda"
         pid = self._proc.pid
+        # The run's own gid when the worker was dropped to it: work a daemon does outside
+        # the worker's tree is charged too (see cpu_snapshot).
+        run_gid = self.sandbox.identity.gid if self.sandbox.identity.dropped else None
         with rss_peak(pid) if sample_rss else contextlib.nullcontext() as rss:
-            cpu_before = cpu_snapshot(pid) if timed else None
+            cpu_before = cpu_snapshot(pid, run_gid) if timed else None
             start = time.perf_counter()
             try:
                 write_message(
@@ -346,7 +361,7 @@ class WorkerClient:
                     self._timed_out.add(key)
                 raise
             seconds = time.perf_counter() - start
-            cpu = cpu_used(cpu_before, cpu_snapshot(pid)) if timed else None
+            cpu = cpu_used(cpu_before, cpu_snapshot(pid, run_gid)) if timed else None
         peak = reply.get("cuda_peak_bytes") if timed else None
         if rss is not None and rss["start"]:
             peak = max(0, rss["peak"] - rss["start"])

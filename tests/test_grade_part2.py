@@ -9,9 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from grader.mutants import load_mutants
+from grader.parts.part2.cases import frequency_band, softmax64
 from grader.points import POINTS, part_total
 from tests.conftest import PART2_LIMITS, ROOT, SOLUTION, patched_solution, run_grade
 
@@ -245,3 +247,22 @@ def test_positions_in_feedback_are_counted_from_1(tmp_path: Path) -> None:
     graded = grade_edit(tmp_path, list(mutant.edits))
     first_case = graded.output("2.4").splitlines()[2]
     assert re.search(r"first wrong position 2 of \d+\.$", first_case), first_case
+
+
+def test_a_wrong_default_temperature_loses_2_10(tmp_path: Path) -> None:
+    """generate's default temperature is the handout's 1.0: the default-temperature draws
+    are judged against softmax(logits / 1.0), and the feedback tells a wrong default from
+    a wrong sampler by drawing again with temperature=1.0 passed explicitly."""
+    hot = ("        temperature: float = 1.0,\n", "        temperature: float = 2.0,\n")
+    graded = grade_edit(tmp_path, [hot])
+    assert graded.score("2.10") == 0
+    assert "generate's default temperature must be 1.0" in graded.output("2.10")
+    floor = ("softmax(logits / temperature, dim=-1)", "softmax(logits // temperature, dim=-1)")
+    graded = grade_edit(tmp_path / "floor", [floor])
+    assert graded.score("2.10") == 0
+    assert "the logits divided by the temperature as real numbers" in graded.output("2.10")
+
+
+def test_a_nan_probability_never_passes_the_sampling_band() -> None:
+    p = float(softmax64(np.array([np.nan, 1.0]))[0])
+    assert not abs(0.5 - p) <= frequency_band(p, 1000)

@@ -160,3 +160,23 @@ def test_all_nan_logits_never_pass(tmp_path: Path) -> None:
     for number in ("3.2", "3.3", "3.5", "3.6"):
         assert graded.score(number) == 0, number
     assert "NaN" in graded.output("3.2") or "nan" in graded.output("3.6").lower()
+
+
+def test_a_cache_kept_when_switched_off_loses_3_1(tmp_path: Path) -> None:
+    """set_kv_caching freeing the caches when switched on instead of off: the outputs are
+    right, but the worker's resident memory, read by the grader, does not shrink."""
+    keep = ("            if not enabled:\n", "            if enabled:\n")
+    graded = grade_edit(tmp_path, "llama/model.py", [keep])
+    assert graded.score("3.1") == 0
+    assert "set_kv_caching(False) must drop every layer's cache" in graded.output("3.1")
+    assert graded.score("3.5") == graded.test("3.5")["max_score"]
+
+
+def test_a_prompt_of_max_seq_len_tokens_is_accepted(tmp_path: Path) -> None:
+    """Meta's guard refuses only prompts longer than max_seq_len; one that refuses a prompt
+    of exactly max_seq_len tokens loses 3.5 on the full batch."""
+    guard = ("if max_prompt_len > params.max_seq_len:", "if max_prompt_len >= params.max_seq_len:")
+    graded = grade_edit(tmp_path, "llama/generation.py", [guard])
+    assert graded.score("3.5") == 0
+    assert "the longest exactly max_seq_len = 128" in graded.output("3.5")
+    assert graded.score("3.1") == graded.test("3.1")["max_score"]

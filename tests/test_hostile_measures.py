@@ -1,11 +1,12 @@
 """Hostile submissions against what the grader measures: forged records, memos, dummy answers.
 
 A submission can rewrite anything its own process records about it (the
-adapter's forward-call counts, its CUDA peak memory) and keep state between
-requests. Each test here is a cache-free submission in disguise that used one
-of those to earn points; the points now rest on the work the grader measures
-(CPU time read from the kernel) and on timed answers checked against the
-reference's, on prompts the submission has never seen.
+adapter's forward-call counts and cache shapes, its CUDA peak memory) and keep
+state between requests. Each test here is a submission in disguise that used
+one of those to earn points; the points now rest on the work the grader
+measures (CPU time read from the kernel) and on answers checked against the
+reference's: timed runs on prompts the submission has never seen, and logits
+of a batch that fills the whole cache.
 """
 
 from __future__ import annotations
@@ -157,3 +158,44 @@ def test_a_memo_of_earlier_requests_does_not_pass_check_3_11(tmp_path: Path) -> 
     graded = grade_part3(tmp_path, edits, tags=frozenset({"benchmark"}))
     assert graded.score("3.11") == 0
     assert "NOT MET" in graded.output("3.11")
+
+
+# ------------------------------------------------------------ forged cache shapes
+
+# Part 3: a cache of half max_seq_len positions, which short prompts never outgrow.
+HALF_CACHE = (
+    "return (self.max_batch_size, self.max_seq_len, self.n_kv_heads, self.head_dim)",
+    "return (self.max_batch_size, self.max_seq_len // 2, self.n_kv_heads, self.head_dim)",
+)
+FORGE_PART3_SHAPES = """import sys as _sys
+
+_adapter = _sys.modules.get("adapter_part3")
+if _adapter is not None:  # inside the grader's worker: report Meta's cache shape
+    def _forged_cache_shapes(model):
+        a = model.params
+        want = [a.max_batch_size, a.max_seq_len, a.n_kv_heads, a.dim // a.n_heads]
+        return [[want, want] if a.kv_caching else [None, None] for _ in model.layers]
+
+    _adapter.cache_shapes = _forged_cache_shapes
+
+
+"""
+
+
+def test_forged_cache_shapes_do_not_earn_check_3_1(tmp_path: Path) -> None:
+    # The worker's reading of cache_k / cache_v is forged to Meta's shape; check 3.1
+    # judges the logits of a batch that fills every row and position of the cache.
+    forge = ("class RMSNorm(nn.Module):", FORGE_PART3_SHAPES + "class RMSNorm(nn.Module):")
+    submission = patched_solution(tmp_path / "part3", "llama/model.py", [HALF_CACHE, forge])
+    graded = run_grade(
+        submission,
+        tmp_path / "out3",
+        parts=["part3"],
+        limits=PART3_LIMITS,
+        skip_tags=frozenset({"benchmark"}),
+    )
+    assert graded.score("3.1") == 0
+    message = graded.output("3.1")
+    assert "batch 4 (max_batch_size), 128 tokens (max_seq_len)" in message
+    assert "Hint, as your process reports them" in message  # shown, never judged
+    assert graded.score("3.3") == graded.test("3.3")["max_score"]  # short prompts fit

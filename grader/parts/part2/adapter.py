@@ -181,12 +181,13 @@ def run_generate(
     model: Any,
     input_ids: np.ndarray,
     max_new_tokens: int,
-    temperature: float,
-    use_cache: bool,
+    temperature: float | None,
+    use_cache: bool | None,
     seed: int,
 ) -> dict[str, Any]:
     """Seeded ``generate``, recording how many tokens every ``forward`` call received
-    (a hint for feedback: the submission can rewrite this record)."""
+    (a hint for feedback: the submission can rewrite this record). A ``temperature`` or
+    ``use_cache`` of None is left out of the call, so generate's own default applies."""
     import torch
 
     ids = torch.as_tensor(input_ids, dtype=torch.long, device=_device_of(model))
@@ -202,9 +203,9 @@ def run_generate(
     try:
         torch.manual_seed(seed)
         with torch.no_grad():
-            tokens = model.generate(
-                ids, max_new_tokens, temperature=temperature, use_cache=use_cache
-            )
+            given = {"temperature": temperature, "use_cache": use_cache}
+            options = {k: v for k, v in given.items() if v is not None}
+            tokens = model.generate(ids, max_new_tokens, **options)
         _sync()
     finally:
         del model.forward
@@ -225,6 +226,11 @@ def _model(request: dict[str, Any]) -> Any:
     return MODELS[name]
 
 
+def _maybe(kind: Any, value: Any) -> Any:
+    """``kind(value)``, or None for None (an argument left to generate's default)."""
+    return None if value is None else kind(value)
+
+
 def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict, dict]:
     op = request.get("op")
     if op == "load":
@@ -239,8 +245,8 @@ def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict
             _model(request),
             arrays["input_ids"],
             int(request["max_new_tokens"]),
-            float(request["temperature"]),
-            bool(request["use_cache"]),
+            _maybe(float, request.get("temperature")),
+            _maybe(bool, request.get("use_cache")),
             int(request["seed"]),
         )
         return {"forward_lengths": result["forward_lengths"]}, {"tokens": result["tokens"]}

@@ -16,11 +16,16 @@ from grader.parts.part2.cases import (
     CACHED_MODES,
     HIDDEN_MODEL,
     HIDDEN_SEED,
+    ONE_LAYER_MODEL,
     POOL_MIN_GAP,
     POOL_SEED,
     POOL_TEMPERATURE,
     PUBLIC_MODEL,
     PUBLIC_SEED,
+    SAMPLE_CALLS,
+    SAMPLE_ROWS,
+    SAMPLE_SEED,
+    SAMPLE_SIGMAS,
     WORK_BATCH,
     WORK_NEW,
     WORK_PROMPT,
@@ -28,11 +33,13 @@ from grader.parts.part2.cases import (
     ablate,
     bench_model,
     chunk_plan,
+    frequency_band,
     make_state_dict,
     pool_key,
     pool_size,
     probe_steps,
     random_ids,
+    softmax64,
     top2_gap,
     torch_state_dict_bytes,
 )
@@ -55,6 +62,8 @@ HIDDEN_PLANS: list[tuple[str, str, int, int, Any]] = [
     ("2.7", "public", 2, 128, "sequential"),
     ("2.7", "public", 3, 90, (31, 5)),
     ("2.7", "public", 1, 128, (120, 1)),
+    ("2.7", "one_layer", 2, 40, "sequential"),
+    ("2.7", "one_layer", 3, 64, (20, 5)),
 ]
 
 
@@ -115,6 +124,31 @@ def course_cases(reference: Any, rng: np.random.Generator, vocab: int) -> list[d
         case.update({k: np.round(v.astype(float), 4).tolist() for k, v in expected.items()})
         cases.append(case)
     return cases
+
+
+def sampling_probe(reference: Any) -> dict[str, Any]:
+    """Check 2.10's sampling probe: a seeded prompt whose likeliest next token has a
+    probability the draws can tell from what sampling at temperature 2, or from
+    softmax(floor(logits / T)), would give (regen refuses a probe that cannot)."""
+    rng = np.random.default_rng(SAMPLE_SEED)
+    n = SAMPLE_ROWS * SAMPLE_CALLS
+    for _ in range(500):
+        ids = random_ids(rng, PUBLIC_MODEL["config"]["vocab_size"], 1, 8)
+        z = adapter.run_forward(reference, ids, None)["logits"][0, -1].astype(np.float64)
+        top = int(z.argmax())
+        p, floor, hot = (float(softmax64(x)[top]) for x in (z, np.floor(z), z / 2))
+        band = frequency_band(p, n)
+        if 0.2 <= p <= 0.8 and min(abs(p - floor), abs(p - hot)) > 2 * band:
+            return {
+                "prompt": ids.tolist(),
+                "rows": SAMPLE_ROWS,
+                "calls": SAMPLE_CALLS,
+                "sigmas": SAMPLE_SIGMAS,
+                "top_probability": p,
+                "floor_probability": floor,
+                "at_2_probability": hot,
+            }
+    raise RuntimeError("no sampling probe prompt found")
 
 
 def catalogue(
@@ -221,6 +255,7 @@ def build(
         "course_cases": "part2/test_cases.json",
         "chunk_plans": [chunk_plan(len(c["input_ids"][0])) for c in cases],
         "generate": probe,
+        "sampling": sampling_probe(reference),
         "diagnoses": diagnoses,
         "signatures": {
             **catalogue(reference, mutants, probe_ids, probe),
@@ -242,7 +277,7 @@ def build(
 def hidden_cases(reference_module: ModuleType) -> dict[str, Any]:
     """Other weights and sizes, batches, lengths up to max_seq_len, chunked decoding."""
     rng = np.random.default_rng(HIDDEN_SEED)
-    specs = {"public": PUBLIC_MODEL, "hidden": HIDDEN_MODEL}
+    specs = {"public": PUBLIC_MODEL, "hidden": HIDDEN_MODEL, "one_layer": ONE_LAYER_MODEL}
     models = {name: load(reference_module, spec) for name, spec in specs.items()}
     cases = []
     for check, model_name, batch, length, plan in HIDDEN_PLANS:
@@ -268,7 +303,10 @@ def hidden_cases(reference_module: ModuleType) -> dict[str, Any]:
     return {
         "part": "part2",
         "version": 1,
-        "models": {"hidden": model_entry(HIDDEN_MODEL)},
+        "models": {
+            "hidden": model_entry(HIDDEN_MODEL),
+            "one_layer": model_entry(ONE_LAYER_MODEL),
+        },
         "bench_pools": bench_pools(reference_module),
         "cases": cases,
     }

@@ -39,6 +39,11 @@ HIDDEN_MODEL = {
     "config": {"vocab_size": 640, "d_model": 64, "d_ff": 160, "num_layers": 3, "max_seq_len": 320},
     "seed": 77031,
 }
+# A hidden model of one layer: the cache of "every layer" is then a single pair.
+ONE_LAYER_MODEL = {
+    "config": {"vocab_size": 300, "d_model": 32, "d_ff": 64, "num_layers": 1, "max_seq_len": 64},
+    "seed": 41041,
+}
 PUBLIC_SEED = 5150
 HIDDEN_SEED = 90210
 POOL_SEED = 60606  # the timed runs' prompts (hidden), see cases_part2_build.bench_pool()
@@ -53,6 +58,25 @@ POOL_MIN_GAP = 1e-3
 # reference measured 9.3x here on one thread.
 WORK_ROUNDS, WORK_BATCH, WORK_PROMPT, WORK_NEW = 2, 8, 64, 192
 MIN_WORK_RATIO = 3.0  # cache-free CPU time / cached CPU time the probe must reach
+# Check 2.10's sampling probe: the first new token after one prompt, drawn SAMPLE_ROWS x
+# SAMPLE_CALLS times (seeds 0, 1, ...) with generate's temperature left at its default, 1.0.
+# The likeliest token's frequency must lie within SAMPLE_SIGMAS standard deviations of its
+# probability under softmax(logits / 1.0) of the submission's own forward.
+SAMPLE_ROWS, SAMPLE_CALLS, SAMPLE_SIGMAS = 1024, 8, 6.0
+SAMPLE_SEED = 8080  # the prompts tried when the probe is built
+
+
+def frequency_band(p: float, draws: int, sigmas: float = SAMPLE_SIGMAS) -> float:
+    """Half-width of the accepted band for the frequency of an outcome of probability
+    ``p`` in ``draws`` independent draws (NaN for a NaN ``p``)."""
+    return sigmas * float(np.sqrt(p * (1 - p) / draws))
+
+
+def softmax64(logits: np.ndarray) -> np.ndarray:
+    """softmax over the last axis in float64 (NaN logits give NaN probabilities)."""
+    z = np.asarray(logits, dtype=np.float64)
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
 
 
 def pool_key(prompt_len: int, new_tokens: int) -> str:

@@ -19,6 +19,7 @@ import numpy as np
 from grader.checks.base import check, likely_cause, with_output
 from grader.checks.logits import position
 from grader.client import SubmissionError
+from grader.parts.part2.cases import frequency_band, softmax64
 from grader.parts.part2.support import Part2Base
 from grader.parts.part2.timed import Part2Timed, bench_key
 from grader.thresholds import load_thresholds
@@ -168,7 +169,7 @@ class Part2GenerateChecks(Part2Timed):
 
     @check("2.10")
     def test_temperature(self) -> None:
-        """2.10 generate: at a very low temperature it picks the model's top token"""
+        """2.10 generate: sampling follows softmax(logits / T), at a low and the default T"""
         settings = self.meta()["generate"]
         low = {
             "batch": settings["low_batch"],
@@ -176,6 +177,7 @@ class Part2GenerateChecks(Part2Timed):
             "temperature": settings["low_temperature"],
             "use_cache": True,
         }
+        self.check_sampling()
         tokens, _, _ = self.generate_or_fail(**low)
         prompt_len, n = len(settings["prompt"][0]), low["new_tokens"]
         # Your own model's ranking, through the same cached path generate uses.
@@ -211,6 +213,65 @@ class Part2GenerateChecks(Part2Timed):
             "own model ranks highest; dividing the logits by a tiny temperature makes "
             f"sampling (almost) greedy. {cause}".strip()
         )
+
+    def sampling_frequency(self, temperature: float | None) -> tuple[float, float, int, int]:
+        """The first new token after the sampling probe's prompt, drawn rows x calls times
+        (seeds 0, 1, ...) at ``temperature`` (None: generate's default): how often it was
+        the likeliest token of the submission's own cache-free forward, that token's
+        probability under softmax(logits / 1.0), the token, and the number of draws."""
+        probe = self.meta()["sampling"]
+        ids = np.array(probe["prompt"], dtype=np.int64)
+        logits, _ = self.forward("public", ids, None, what="forward (no cache)")
+        if not isinstance(logits, np.ndarray) or logits.ndim != 3:
+            self.fail("forward(input_ids, use_cache=False) did not return (B, T, vocab) logits.")
+        z = logits[0, -1]
+        top = int(np.argmax(z))
+        p = float(softmax64(z)[top])
+        drawn = []
+        for seed in range(probe["calls"]):
+            run = {"batch": probe["rows"], "new_tokens": 1, "use_cache": True, "seed": seed}
+            tokens, _, _ = self.generate_or_fail(
+                prompt=probe["prompt"], temperature=temperature, **run
+            )
+            drawn.append(tokens[:, ids.shape[1]])
+        draws = np.concatenate(drawn)
+        return float(np.mean(draws == top)), p, top, int(draws.size)
+
+    def check_sampling(self) -> None:
+        """``generate`` with its temperature left at the default (1.0 in the handout's
+        signature) draws the next token from softmax(logits / 1.0) of the model's own
+        logits: the likeliest token comes up as often as its probability says (within a
+        band of several standard deviations, so a correct sampler with any seeding passes)."""
+        probe = self.meta()["sampling"]
+        freq, p, top, n = self.sampling_frequency(None)
+        band = frequency_band(p, n, probe["sigmas"])
+        if abs(freq - p) <= band:  # False for NaN
+            return
+        lines = [
+            f"generate(input_ids, 1) with temperature left at its default was run on "
+            f"{probe['rows']} copies of a prompt, {probe['calls']} times (seeds 0 to "
+            f"{probe['calls'] - 1}). The first new token was your model's likeliest one "
+            f"(id {top}, probability {p:.3f} under softmax(logits / 1.0) of your own forward "
+            f"without the cache) {freq:.3f} of the time; accepted: {max(0.0, p - band):.3f} "
+            f"to {min(1.0, p + band):.3f}."
+        ]
+        try:
+            explicit, _, _, _ = self.sampling_frequency(1.0)
+        except self.failureException:
+            explicit = float("nan")
+        if abs(explicit - p) <= band:
+            lines.append(
+                f"With temperature=1.0 passed explicitly it came up {explicit:.3f} of the time, "
+                "as it should: generate's default temperature must be 1.0, as in the "
+                "handout's signature."
+            )
+        else:
+            lines.append(
+                "With temperature=1.0 passed explicitly it was no better: sample must draw "
+                "from softmax(logits / temperature), the logits divided by the temperature "
+                "as real numbers."
+            )
+        self.fail("\n".join(lines))
 
     def low_temperature_hits(self, settings: dict[str, Any]) -> tuple[int, int] | None:
         """How many of cache-free ``generate``'s tokens at a very low temperature are the

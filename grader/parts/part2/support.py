@@ -327,10 +327,11 @@ class Part2Base(Part2Diagnosis, GradedTestCase):
             "use_cache": settings["use_cache"],
             "seed": settings["seed"],
         }
-        what = (
-            f"generate(input_ids of shape {ids.shape}, {settings['new_tokens']}, "
-            f"temperature={settings['temperature']}, use_cache={settings['use_cache']})"
+        # None leaves an argument out of the call, to generate's own default.
+        given = "".join(
+            f", {k}={settings[k]}" for k in ("temperature", "use_cache") if settings[k] is not None
         )
+        what = f"generate(input_ids of shape {ids.shape}, {settings['new_tokens']}{given})"
         if timing:
             what = f"timed {what}"
         timeout = max(self.ctx.limits.request_timeout_s, 30.0) if timing else None

@@ -49,12 +49,13 @@ class Part2Timed(TimedPools, Part2Base):
         model: str,
         key: str,
         shape: tuple[int, int, int],
-        use_cache: bool,
+        use_cache: bool | None,
         seed: int,
     ) -> Sample:
         """One timed ``generate`` of ``shape`` (rows, prompt length, new tokens) on fresh
         prompts of pool ``key``; its new tokens must be the reference's, or the check
-        fails (a run whose answer is wrong cannot count)."""
+        fails (a run whose answer is wrong cannot count). ``use_cache`` None leaves it to
+        generate's default."""
         rows, prompt_len, new_tokens = shape
         vocab = self.model_spec(model)["config"]["vocab_size"]
         prompts, expected = self.take(key, rows, prompt_len, vocab)
@@ -75,7 +76,7 @@ class Part2Timed(TimedPools, Part2Base):
             if not np.array_equal(got, want):
                 row, k = (int(x) for x in np.argwhere(got != want)[0])
                 self.fail(
-                    f"A timed generate(use_cache={use_cache}) of {new_tokens} tokens after "
+                    f"A timed generate({cache_argument(use_cache)}) of {new_tokens} tokens after "
                     f"{rows} prompt(s) of {prompt_len} tokens, at temperature {temperature:g} "
                     "(so the model's top token every step), returned other tokens than the "
                     f"reference (first difference: row {row + 1}, new token {k + 1}): its "
@@ -89,12 +90,15 @@ class Part2Timed(TimedPools, Part2Base):
         ``WORK_BATCH`` prompts of ``WORK_PROMPT`` tokens, on the CPU, interleaved
         ``WORK_ROUNDS`` times), every
         run's tokens checked against the reference's. Measured by the grader: a "cache"
-        that recomputes the prefix cannot do less work than no cache."""
+        that recomputes the prefix cannot do less work than no cache. The cached runs
+        leave ``use_cache`` to its default, which the handout's signature sets to True."""
         self.ensure_model("work")
         shape = (WORK_BATCH, WORK_PROMPT, WORK_NEW)
-        return self.interleaved_work(
-            WORK_ROUNDS, lambda cache, i: self.timed_generate("work", "work", shape, cache, seed=i)
-        )
+
+        def run(cache: bool, i: int) -> Sample:
+            return self.timed_generate("work", "work", shape, None if cache else False, seed=i)
+
+        return self.interleaved_work(WORK_ROUNDS, run)
 
     def work_problem(self) -> str:
         """Why the cached path was not seen to do less work ("" when it was)."""
@@ -103,7 +107,8 @@ class Part2Timed(TimedPools, Part2Base):
         if ratio.median >= MIN_WORK_RATIO:  # False for NaN
             return ""
         return (
-            f"generate(use_cache=True) did not do less work than generate(use_cache=False): "
+            "generate with use_cache left at its default (True in the handout's signature) "
+            "did not do less work than generate(use_cache=False): "
             f"generating {WORK_NEW} tokens after {WORK_BATCH} prompts of {WORK_PROMPT} tokens "
             "took "
             f"{cpu['with the cache']:.0f} ms of CPU time with the cache and "
@@ -112,6 +117,11 @@ class Part2Timed(TimedPools, Part2Base):
             "reprocesses the whole sequence). With the cache, each step after the prompt must "
             "process only the newest token and reuse the cached keys and values."
         )
+
+
+def cache_argument(use_cache: bool | None) -> str:
+    """How a timed run passed ``use_cache``, for messages."""
+    return "use_cache left at its default" if use_cache is None else f"use_cache={use_cache}"
 
 
 def bench_key(bench: dict[str, Any]) -> str:

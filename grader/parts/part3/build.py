@@ -21,7 +21,9 @@ from grader.parts.part3.cases import (
     ATOL,
     BENCH_MAX_BATCH,
     BENCH_MAX_SEQ_LEN,
+    CAPACITY_SEED,
     COURSE_PROMPTS,
+    FULL_SEED,
     MODELS,
     N_RANKS,
     POOL_MIN_GAP,
@@ -33,12 +35,15 @@ from grader.parts.part3.cases import (
     WORK_NEW,
     WORK_PROMPT,
     WORK_ROUNDS,
+    benchmark_prompt,
     checkpoint_files,
     make_weights,
+    plain_words,
     plans,
     pool_key,
     pool_size,
     sampling_case,
+    words_prompt,
 )
 
 CKPT = "part3/tiny_llama"
@@ -48,6 +53,8 @@ POSITIONS = 6
 GENERATE = {"max_gen_len": 16, "temperature": 0.0, "top_p": 0.9, "seed": 0}
 SECOND_PROMPTS = ["Hello", "The capital of France is"]
 HIDDEN_PROMPTS = ["Once upon a time", "def fibonacci(n):", "Les sanglots longs des violons"]
+# Check 3.5's full batch: one prompt per cache row, the longest filling every position.
+FULL_LENGTHS = (MAX_SEQ_LEN, MAX_SEQ_LEN - 8, 57, 23)
 
 
 @contextlib.contextmanager
@@ -230,6 +237,8 @@ def build(
             c: ref.generate("hidden", HIDDEN_PROMPTS, c)["texts"] for c in (True, False)
         }
         sampling = sampling_probe(ref)
+        capacity = capacity_case(ref)
+        full = full_batch(ref)
         pools = bench_pools(reference, ckpt)
     assert hidden_texts[True] == hidden_texts[False], "reference: cached and cache-free differ"
     public = {
@@ -242,13 +251,14 @@ def build(
         "generate": {**GENERATE, "prompts": COURSE_PROMPTS, "second_prompts": SECOND_PROMPTS},
         "expected_texts": expected["generate_cached"],
         "expected_second": expected["second_call"],
+        "full_generate": full,
         "probe_tokens": probe_tokens.tolist(),
         "sampling": sampling,
         "benchmark_prompts": {str(n): benchmark_prompt(ref.tokenizer, n) for n in (64, 128, 256)},
         "diagnoses": diagnoses,
         "signatures": signatures,
         "models": {"public": model_entry("public")},
-        "cases": [{**c, "check": "3.2"} for c in cases],
+        "cases": [*({**c, "check": "3.2"} for c in cases), capacity],
     }
     hidden_doc = {
         "part": "part3",
@@ -261,6 +271,50 @@ def build(
     out["public/part3.json"] = ("part3_cases", public)
     out["hidden/part3.json"] = ("part3_cases", hidden_doc)
     return out
+
+
+def capacity_case(ref: Observer) -> dict[str, Any]:
+    """Check 3.1's capacity probe: ``max_batch_size`` rows of ``max_seq_len`` seeded tokens,
+    compared at the end of the prefill, the first decode step and the last two cache slots
+    (the cached plan: prefill, then one token per call)."""
+    tokens = np.random.default_rng(CAPACITY_SEED).integers(0, VOCAB, (MAX_BATCH, MAX_SEQ_LEN))
+    logits = ref.forward("public", tokens, "no_cache")
+    cached = ref.forward("public", tokens, "cached")
+    assert np.abs(cached - logits).max() <= ATOL / 10, "reference: cached and cache-free differ"
+    k = plans(MAX_SEQ_LEN)["cached"][0][1]
+    positions = [k - 1, k, MAX_SEQ_LEN - 2, MAX_SEQ_LEN - 1]
+    return {
+        "check": "3.1",
+        "label": f"public model, batch {MAX_BATCH} (max_batch_size), {MAX_SEQ_LEN} tokens "
+        "(max_seq_len)",
+        "model": "public",
+        "tokens": tokens.tolist(),
+        "positions": positions,
+        "expected": encode_array(logits[:, positions, :]),
+    }
+
+
+def full_batch(ref: Observer) -> dict[str, Any]:
+    """Check 3.5's full batch: ``max_batch_size`` seeded prompts of ``FULL_LENGTHS`` tokens,
+    the longest exactly ``max_seq_len`` (Meta's guard refuses only longer ones), so the
+    loop runs to the last cache slot; every greedy step of a generating row wins clearly."""
+    rng = np.random.default_rng(FULL_SEED)
+    words = plain_words(ref.tokenizer)
+    for _ in range(50):
+        prompts = [words_prompt(ref.tokenizer, words, n, rng) for n in FULL_LENGTHS]
+        runs = {cache: ref.generate("public", prompts, cache) for cache in (True, False)}
+        top2 = np.sort(runs[True]["step_logits"], axis=-1)[..., -2:]  # (steps, B, 2)
+        cur_pos = min(FULL_LENGTHS) + np.arange(top2.shape[0])[:, None]  # (steps, 1)
+        generating = cur_pos >= np.array(FULL_LENGTHS)[None, :]
+        gaps = (top2[..., 1] - top2[..., 0])[generating]
+        if runs[True]["texts"] == runs[False]["texts"] and gaps.min() >= POOL_MIN_GAP:
+            return {
+                "prompts": prompts,
+                "prompt_tokens": list(FULL_LENGTHS),
+                "max_gen_len": GENERATE["max_gen_len"],
+                "expected_texts": runs[True]["texts"],
+            }
+    raise RuntimeError("no full batch whose greedy steps all win clearly")
 
 
 def bench_pools(reference: dict[str, ModuleType], ckpt: Path) -> dict[str, Any]:
@@ -286,18 +340,6 @@ def bench_pools(reference: dict[str, ModuleType], ckpt: Path) -> dict[str, Any]:
     size = 2 * WORK_ROUNDS * WORK_BATCH
     pools["work"] = bench_pool(model, tokenizer, words, WORK_PROMPT, WORK_NEW, size, rng)
     return pools
-
-
-def plain_words(tokenizer: Any) -> list[str]:
-    """Token texts that are a space and lower-case letters: prompts joined from them
-    encode to one token per word."""
-    out = []
-    for i in range(N_RANKS):
-        text = tokenizer.decode([i])
-        word = text[1:]
-        if text.startswith(" ") and len(word) > 1 and word.isascii() and word.isalpha():
-            out += [text] if word.islower() else []
-    return out
 
 
 def bench_pool(
@@ -329,20 +371,6 @@ def bench_pool(
                 prompts.append(text)
                 texts.append(generated)
     return {"prompts": prompts, "expected_texts": texts}
-
-
-def benchmark_prompt(tokenizer: Any, n_tokens: int) -> str:
-    """A text whose encoding (BOS included) is exactly ``n_tokens`` long."""
-    words = ["Once", "upon", "a", "time", "in", "a", "galaxy", "far", "away"]
-    text = ""
-    i = 0
-    while len(tokenizer.encode(text, bos=True, eos=False)) < n_tokens:
-        text += words[i % len(words)] + " "
-        i += 1
-    while len(tokenizer.encode(text, bos=True, eos=False)) > n_tokens:
-        text = text[:-1]
-    assert len(tokenizer.encode(text, bos=True, eos=False)) == n_tokens
-    return text
 
 
 def model_entry(name: str) -> dict[str, Any]:

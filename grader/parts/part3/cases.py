@@ -56,6 +56,22 @@ POOL_MIN_GAP = 1e-3  # every expected greedy step wins by at least this (logits)
 # 1.7x (1.7-1.9x), one that recomputes it all about 1x. Check 3.11 separates the former.
 WORK_ROUNDS, WORK_BATCH, WORK_PROMPT, WORK_NEW = 3, 4, 32, 96
 MIN_WORK_RATIO = 2.0  # cache-free CPU time / cached CPU time the probe must reach
+# Check 3.1's capacity probe (seeded tokens): max_batch_size rows of max_seq_len tokens,
+# prefill then one token per call, so the cached model writes and reads its last slot.
+CAPACITY_SEED = 4141
+# Check 3.1's memory probe: the public weights with a cache large enough (32 MiB) to show
+# in the worker's resident memory, which the grader reads from the kernel (on the CPU).
+MEMORY_MAX_BATCH, MEMORY_MAX_SEQ_LEN = 16, 4096
+# Check 3.5's full batch: max_batch_size prompts, the longest exactly max_seq_len tokens.
+FULL_SEED = 5353
+MIB = 1024 * 1024
+
+
+def cache_bytes(params: dict[str, Any], batch: int, seq_len: int) -> int:
+    """Bytes of a float32 model's preallocated caches: keys and values of every layer,
+    each (batch, seq_len, n_kv_heads, head_dim)."""
+    head_dim = params["dim"] // params["n_heads"]
+    return 2 * params["n_layers"] * batch * seq_len * params["n_kv_heads"] * head_dim * 4
 
 
 def pool_key(input_len: int, output_len: int) -> str:
@@ -221,3 +237,40 @@ def sampling_case(logits: np.ndarray, text_of: list[str]) -> dict[str, Any]:
         "band": band,
         "top_probability_at_1": plain.get(top, 0.0),
     }
+
+
+# ------------------------------------------------------------------- prompts
+
+
+def plain_words(tokenizer: Any) -> list[str]:
+    """Token texts that are a space and lower-case letters: prompts joined from them
+    encode to one token per word."""
+    out = []
+    for i in range(N_RANKS):
+        text = tokenizer.decode([i])
+        word = text[1:]
+        if text.startswith(" ") and len(word) > 1 and word.isascii() and word.isalpha():
+            out += [text] if word.islower() else []
+    return out
+
+
+def benchmark_prompt(tokenizer: Any, n_tokens: int) -> str:
+    """A text whose encoding (BOS included) is exactly ``n_tokens`` long."""
+    words = ["Once", "upon", "a", "time", "in", "a", "galaxy", "far", "away"]
+    text = ""
+    i = 0
+    while len(tokenizer.encode(text, bos=True, eos=False)) < n_tokens:
+        text += words[i % len(words)] + " "
+        i += 1
+    while len(tokenizer.encode(text, bos=True, eos=False)) > n_tokens:
+        text = text[:-1]
+    assert len(tokenizer.encode(text, bos=True, eos=False)) == n_tokens
+    return text
+
+
+def words_prompt(tokenizer: Any, words: list[str], n_tokens: int, rng: np.random.Generator) -> str:
+    """A seeded text of ``words`` whose encoding (BOS included) is exactly ``n_tokens`` long."""
+    while True:
+        text = "".join(rng.choice(words, n_tokens - 1))
+        if len(tokenizer.encode(text, bos=True, eos=False)) == n_tokens:
+            return text

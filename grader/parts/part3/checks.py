@@ -48,7 +48,7 @@ class Part3ForwardChecks(Part3Base):
 
     @check("3.1")
     def test_build(self) -> None:
-        """3.1 Llama.build loads Meta's layout (params.json, consolidated.00.pth, tokenizer)"""
+        """3.1 Llama.build loads Meta's layout; the cache serves its full size, and only when on"""
         try:
             self.ensure("public", True, full=True)
             self.ensure("public", False, full=True)
@@ -72,45 +72,24 @@ class Part3ForwardChecks(Part3Base):
                     f"Llama.build on a checkpoint with {what} should raise an error naming "
                     f"{wanted!r}; it {did}."
                 )
-        problems += self.cache_allocation_problems()
+        problems += self.capacity_problems()
+        problems += self.memory_problems()
         if problems:
-            self.fail("\n".join(problems))
+            self.fail("\n".join([*problems, self.reported_shapes()]).strip())
 
-    def cache_allocation_problems(self) -> list[str]:
-        """With kv_caching off a forward pass must hold no cache (or the memory comparison
-        of the benchmark is meaningless); with it on, Meta's preallocated shape."""
-        tokens = np.array(self.meta()["probe_tokens"], dtype=np.int64)
-        spec = self.meta()["models"]["public"]["params"]
-        head_dim = spec["dim"] // spec["n_heads"]
-        want = [
-            self.meta()["max_batch_size"],
-            self.meta()["max_seq_len"],
-            spec["n_kv_heads"],
-            head_dim,
-        ]
+    def capacity_problems(self) -> list[str]:
+        """With kv_caching on, ``max_batch_size`` rows of ``max_seq_len`` tokens fed as a
+        prefill, then one token per call up to the last cache slot, must give the
+        reference's logits (compared here): a cache smaller than (max_batch_size,
+        max_seq_len, n_kv_heads, head_dim) cannot hold them."""
         problems = []
-        for cache in (False, True):
-            try:
-                self.forward("public", tokens, "no_cache" if not cache else "cached")
-                reply = self.call(
-                    {"op": "cache_shapes", "model": "public", "kv_caching": cache},
-                    {},
-                    f"inspecting cache_k / cache_v (kv_caching={cache})",
-                )
-            except SubmissionError as exc:
-                return [with_output(exc.message, exc.output)]
-            shapes = reply.header.get("shapes", [])
-            held = [pair for pair in shapes if pair != [None, None]]
-            if not cache and held:
+        for case in self.cases("3.1"):
+            problem = self.check_case(case, "cached")
+            if problem:
                 problems.append(
-                    f"With kv_caching=False a forward pass left caches of shapes {held[0]} in "
-                    "the attention layers; a cache-free model must not allocate cache_k/cache_v."
-                )
-            if cache and (not held or any(pair != [want, want] for pair in shapes)):
-                problems.append(
-                    f"With kv_caching=True every attention layer should hold cache_k and cache_v "
-                    f"of shape {want} (max_batch_size, max_seq_len, n_kv_heads, head_dim); "
-                    f"found {shapes}."
+                    f"{problem}\nWith kv_caching=True the model must serve every row up to "
+                    "max_batch_size and every position up to max_seq_len from its cache of "
+                    "shape (max_batch_size, max_seq_len, n_kv_heads, head_dim)."
                 )
         return problems
 
@@ -167,8 +146,39 @@ class Part3GenerateChecks(Part3Timed):
                     f"reference for prompt(s) {[i + 1 for i in wrong] or 'all'}. "
                     + self.name_mistakes(probe, got)
                 )
+        problems += self.full_batch_problems()
         if problems:
             self.fail("\n".join(problems))
+
+    def full_batch_problems(self) -> list[str]:
+        """Greedy text of a batch that fills the cache: ``max_batch_size`` prompts, the
+        longest exactly ``max_seq_len`` tokens (Meta's guard refuses only longer ones), so
+        decoding runs to the last cache slot."""
+        full = self.meta().get("full_generate")
+        if not full:
+            return []
+        setting = (
+            f"on {len(full['prompts'])} prompts (max_batch_size) of {full['prompt_tokens']} "
+            f"tokens, the longest exactly max_seq_len = {self.meta()['max_seq_len']}"
+        )
+        problems = []
+        for cache in (True, False):
+            try:
+                reply = self.generate(full["prompts"], cache, max_gen_len=full["max_gen_len"])
+            except SubmissionError as exc:
+                problems.append(
+                    f"generate(kv_caching={cache}) {setting}: "
+                    + with_output(exc.message, exc.output)
+                )
+                continue
+            got, want = self.texts(reply), full["expected_texts"]
+            wrong = [i + 1 for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b]
+            if len(got) != len(want) or wrong:
+                problems.append(
+                    f"generate(kv_caching={cache}) at temperature 0 {setting}, gave other "
+                    f"text than the reference for prompt(s) {wrong or 'all'}."
+                )
+        return problems
 
     @check("3.6")
     def test_step_logits_agree(self) -> None:

@@ -19,7 +19,16 @@ from grader.checks.logits import (
     signature_matches,
 )
 from grader.client import Reply, SubmissionError
-from grader.parts.part3.cases import BENCH_MAX_BATCH, BENCH_MAX_SEQ_LEN, make_weights, plans
+from grader.parts.part3.cases import (
+    BENCH_MAX_BATCH,
+    BENCH_MAX_SEQ_LEN,
+    MEMORY_MAX_BATCH,
+    MEMORY_MAX_SEQ_LEN,
+    MIB,
+    cache_bytes,
+    make_weights,
+    plans,
+)
 
 #: Check 3.8's mode switches: what goes wrong when a run's text differs.
 SWITCH_PROBLEMS = {
@@ -89,7 +98,9 @@ class Part3Base(GradedTestCase):
         extra = {"ckpt_dir": ckpt, "tokenizer_path": f"{ckpt}/tokenizer.model"}
         if name in ("bench", "work"):
             extra.update(max_seq_len=BENCH_MAX_SEQ_LEN, max_batch_size=BENCH_MAX_BATCH)
-        if name == "work":  # check 3.7's work probe runs on the CPU on every device
+        if name == "memory":
+            extra.update(max_seq_len=MEMORY_MAX_SEQ_LEN, max_batch_size=MEMORY_MAX_BATCH)
+        if name in ("work", "memory"):  # the probes of checks 3.7 and 3.1 run on the CPU
             extra["device"] = "cpu"
         # "fresh" and "switch": the public model once more, built for check 3.8 alone.
         header = {"op": "build", **self.settings(name, cache), **extra}
@@ -158,7 +169,7 @@ class Part3Base(GradedTestCase):
             "seed": kw.pop("seed", gen["seed"]),
             "record_logits": kw.pop("record_logits", True),
         }
-        if model == "work":
+        if model in ("work", "memory"):
             header["device"] = "cpu"
         if model != "public":  # other models share the public checkpoint's tokenizer
             self.ensure("public", True)
@@ -271,6 +282,75 @@ class Part3Base(GradedTestCase):
             names.append("temperature_ignored")
         lines.append(likely_cause(names, self.meta()["diagnoses"]))
         self.fail("\n".join(line for line in lines if line))
+
+    # ------------------------------------------------------------ cache memory
+
+    def memory_problems(self) -> list[str]:
+        """Check 3.1's memory probe, judged on the worker's resident memory as the kernel
+        reports it (read here, after the worker handed its free pages back): on a CPU model
+        built without the cache, a cache-free ``generate`` must not grow it by anything
+        like a cache, and what a cached ``generate`` then allocated must be released when
+        ``generate(kv_caching=False)`` switches the cache off. Only growth that is seen is
+        judged (a cache of ``torch.empty`` pages never touched does not show)."""
+        params = self.meta()["models"]["public"]["params"]
+        cache = cache_bytes(params, MEMORY_MAX_BATCH, MEMORY_MAX_SEQ_LEN)
+        prompts = self.meta()["generate"]["second_prompts"]
+        worker = self.ctx.worker(self.part)
+        resident: list[float] = []
+        try:
+            for cache_on in (None, False, True, False):
+                if cache_on is not None:
+                    run = {"max_gen_len": 2, "record_logits": False}
+                    self.generate(prompts, cache_on, model="memory", built_with=False, **run)
+                header = {"op": "settle", "model": "memory", "kv_caching": False}
+                self.call(header, {}, "releasing freed memory")
+                rss = worker.rss_bytes()
+                resident.append(float("nan") if rss is None else float(rss))
+        except SubmissionError as exc:
+            return [with_output(exc.message, exc.output)]
+        plain, cached = resident[1] - resident[0], resident[2] - resident[1]
+        freed = resident[2] - resident[3]
+        where = (
+            f"On the tiny model built with kv_caching=False, max_batch_size={MEMORY_MAX_BATCH} "
+            f"and max_seq_len={MEMORY_MAX_SEQ_LEN} (a cache of {cache / MIB:.0f} MiB), your "
+            "process's resident memory, read by the grader"
+        )
+        print(
+            f"Memory probe (resident memory read by the grader, a {cache / MIB:.0f} MiB cache): "
+            f"generate without the cache {plain / MIB:+.1f} MiB, then with it "
+            f"{cached / MIB:+.1f} MiB, then switched off {-freed / MIB:+.1f} MiB."
+        )
+        problems = []
+        if not plain < cache / 2:  # NaN is never below
+            problems.append(
+                f"{where}, grew by {plain / MIB:.1f} MiB during generate(kv_caching=False): "
+                "with the cache off, no cache_k/cache_v may be allocated."
+            )
+        elif not cached < cache / 2 and not freed >= cached / 2:  # NaN fails both ways
+            problems.append(
+                f"{where}, grew by {cached / MIB:.1f} MiB during generate(kv_caching=True) and "
+                f"shrank by only {freed / MIB:.1f} MiB when generate(kv_caching=False) switched "
+                "the cache off: set_kv_caching(False) must drop every layer's cache "
+                "(cache_k = cache_v = None) so its memory is freed."
+            )
+        return problems
+
+    def reported_shapes(self) -> str:
+        """What the worker says the attention layers of the public models hold: a hint for
+        feedback (the submission's process reports it, so it never decides a check)."""
+        found = []
+        for cache in (True, False):
+            try:
+                header = {"op": "cache_shapes", "model": "public", "kv_caching": cache}
+                reply = self.call(header, {}, f"inspecting cache_k / cache_v (kv_caching={cache})")
+                found.append(f"kv_caching={cache}: {reply.header.get('shapes', [])}")
+            except SubmissionError:
+                continue
+        if not found:
+            return ""
+        return "Hint, as your process reports them: cache_k / cache_v shapes per layer, " + (
+            "; ".join(found) + "."
+        )
 
     # ------------------------------------------------------------ mode switches
 
