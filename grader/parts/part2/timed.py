@@ -98,7 +98,7 @@ class Part2Timed(TimedPools, Part2Base):
         def run(cache: bool, i: int) -> Sample:
             return self.timed_generate("work", "work", shape, None if cache else False, seed=i)
 
-        return self.interleaved_work(WORK_ROUNDS, run)
+        return self.interleaved_work(WORK_ROUNDS, run, threshold=MIN_WORK_RATIO)
 
     def work_problem(self) -> str:
         """Why the cached path was not seen to do less work ("" when it was)."""

@@ -82,6 +82,7 @@ class Part3Timed(TimedPools, Part3Base):
         return self.interleaved_work(
             WORK_ROUNDS,
             lambda cache, _: self.timed_generate("work", "work", shape, cache, key="work generate"),
+            threshold=MIN_WORK_RATIO,
         )
 
     def work_problem(self) -> str:
