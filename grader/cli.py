@@ -40,11 +40,6 @@ def cmd_regen(args: argparse.Namespace) -> int:
     """assignment/ from solution/'s markers, then test_cases/; ``--check`` only compares."""
     from grader import regen, skeleton
 
-    if args.parts and not args.check:
-        print(
-            "error: --parts goes with --check (a regeneration writes every part)", file=sys.stderr
-        )
-        return 2
     if args.check:
         problems = regen.check(parts=parse_parts(args.parts))  # assignment/ included
         for problem in problems:
@@ -59,7 +54,8 @@ def cmd_regen(args: argparse.Namespace) -> int:
         return 1
     for path in skeletons:
         print(f"wrote {path.relative_to(skeleton.PROJECT_ROOT)}")
-    written = regen.write_cases(regen.TEST_CASES)
+    parts = parse_parts(args.parts) if args.parts else None
+    written = regen.write_cases(regen.TEST_CASES, parts=parts)
     for path in written:
         print(f"wrote {path.relative_to(regen.TEST_CASES.parent)}")
     return 0
@@ -253,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("regen", help="regenerate assignment/ and test_cases/ from solution/")
     r.add_argument("--check", action="store_true", help="only report drift; exit 1 if stale")
     r.add_argument(
-        "--parts", default="", help="with --check: regenerate only these parts (default: all)"
+        "--parts", default="", help="regenerate (or check) only these parts (default: all)"
     )
     r.set_defaults(func=cmd_regen)
 

@@ -314,9 +314,10 @@ def _edit(source: str, diff: str, line: int) -> tuple[str, str]:
     return old, " ".join(added)
 
 
-def verdict(copy: Path, part: str) -> int:
-    """Grade ``part`` of ``copy`` (public and hidden checks, no benchmarks): 0 when every
-    check passed (the mutant survived), 1 naming the checks that failed (killed)."""
+def verdict(copy: Path, part: str, checks: frozenset[str] | None = None) -> int:
+    """Grade ``part`` of ``copy`` (public and hidden checks, no benchmarks; only the checks
+    numbered in ``checks`` when given): 0 when every check passed (the mutant survived),
+    1 naming the checks that failed (killed)."""
     from grader.runner import grade
 
     with tempfile.TemporaryDirectory(prefix="mutation-verdict-") as tmp:
@@ -325,6 +326,7 @@ def verdict(copy: Path, part: str) -> int:
             results_path=Path(tmp) / "results.json",
             parts=[part],
             skip_tags=frozenset({"benchmark"}),
+            numbers=checks,
         )
     if results is None:
         print("grading crashed")

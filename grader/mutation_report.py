@@ -14,6 +14,7 @@ non-equivalent mutants.
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -39,6 +40,11 @@ class Entry:
     @property
     def key(self) -> tuple[str, str, str, str, str]:
         return (self.part, self.file, self.function, self.old, self.new)
+
+    @property
+    def check_numbers(self) -> frozenset[str]:
+        """The check numbers a "killed" entry names before its first comma ("4.8, ...")."""
+        return frozenset(re.findall(r"\b\d+\.\d+\b", self.check.split(",")[0]))
 
 
 def load_triage(path: Path = TRIAGE) -> list[Entry]:

@@ -155,7 +155,8 @@ def write_cases(
     out: Path, solution: Path = SOLUTION, parts: Collection[str] | None = None
 ) -> list[Path]:
     """Generate the cases of ``parts`` (default: every part) into ``out`` with a manifest;
-    return the files written."""
+    return the files written. With ``parts``, the manifest keeps the entries of the files
+    the other parts wrote there before, so one part can be regenerated on its own."""
     written = []
     with one_thread():
         built = [b(solution) for name, b in BUILDERS.items() if parts is None or name in parts]
@@ -167,10 +168,12 @@ def write_cases(
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(serialise(rel, payload))
             written.append(path)
-    manifest = {
-        "generated_by": "python -m grader regen",
-        "files": {str(p.relative_to(out)): sha256(p) for p in sorted(written)},
-    }
+    files = {p.relative_to(out).as_posix(): sha256(p) for p in sorted(written)}
+    if parts is not None and (out / MANIFEST).is_file():
+        before = json.loads((out / MANIFEST).read_text()).get("files", {})
+        kept = {rel: digest for rel, digest in before.items() if (out / rel).is_file()}
+        files = {**kept, **files}
+    manifest = {"generated_by": "python -m grader regen", "files": dict(sorted(files.items()))}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return written
 

@@ -68,11 +68,13 @@ def build_suite(
     public_only: bool = False,
     tags: frozenset[str] | None = None,
     skip_tags: frozenset[str] = frozenset(),
+    numbers: frozenset[str] | None = None,
 ) -> unittest.TestSuite:
     """The checks of ``parts``, each class bound to this run's context (without the
     hidden-case checks when ``public_only``: a student's self-check; only those
     carrying one of ``tags`` when given, e.g. ``{"benchmark"}`` for calibration; never
-    those carrying one of ``skip_tags``)."""
+    those carrying one of ``skip_tags``; only the checks numbered in ``numbers`` when
+    given, e.g. ``{"3.5"}``)."""
     loader = unittest.TestLoader()
     suite = unittest.TestSuite()
     for part in parts:
@@ -84,6 +86,8 @@ def build_suite(
                 if public_only and "hidden" in marks:
                     continue
                 if (tags is not None and not marks & tags) or marks & skip_tags:
+                    continue
+                if numbers is not None and getattr(method, "__number__", None) not in numbers:
                     continue
                 suite.addTest(test)
     return suite
@@ -179,12 +183,14 @@ def grade(
     tags: frozenset[str] | None = None,
     hide: tuple[Path, ...] = (),
     skip_tags: frozenset[str] = frozenset(),
+    numbers: frozenset[str] | None = None,
 ) -> GradingResults | None:
     """Grade ``submission`` and write ``results_path``; return the results (None on a crash).
 
     ``device`` ("auto", "cpu" or "cuda") is where the submission runs and which
     benchmark threshold profile applies; ``tags`` keeps only the checks carrying one;
-    ``hide`` names folders the worker must not see besides the grader's own (an export).
+    ``hide`` names folders the worker must not see besides the grader's own (an export);
+    ``numbers`` keeps only those checks.
     """
     parts = parts or list(PARTS)
     started = time.monotonic()
@@ -239,7 +245,7 @@ def grade(
             # each other, turning milliseconds into seconds.
             threads=int(os.environ.get("KVGRADER_THREADS", "1")),
         )
-        results = run_suite(build_suite(ctx, parts, public_only, tags, skip_tags))
+        results = run_suite(build_suite(ctx, parts, public_only, tags, skip_tags, numbers))
         benchmarks = {num: rec.summary() for num, rec in sorted(ctx.benchmarks.items())}
         notes = [
             f"{PARTS[p].main_file} was not found in your submission, so {p} scores 0."

@@ -44,10 +44,10 @@ def test_regen_check_passes_on_committed_cases() -> None:
     assert "up to date" in proc.stdout
 
 
-def test_regen_parts_only_with_check() -> None:
-    proc = run("regen", "--parts", "part1")
+def test_regen_refuses_an_unknown_part_before_writing() -> None:
+    proc = run("regen", "--parts", "part9")
     assert proc.returncode == 2
-    assert "--parts goes with --check" in proc.stderr
+    assert "unknown part(s) part9" in proc.stderr
 
 
 def test_grade_only_the_benchmark_checks(tmp_path: Path) -> None:

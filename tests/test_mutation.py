@@ -197,20 +197,25 @@ def test_the_committed_triage_names_lines_of_the_graded_functions() -> None:
         )
 
 
-def test_every_survivor_triaged_as_killed_loses_points(tmp_path: Path) -> None:
+KILLED = [e for e in report.load_triage(report.TRIAGE) if e.status == "killed"]
+
+
+def test_the_triage_holds_killed_entries_that_name_their_checks() -> None:
+    assert KILLED
+    assert all(e.check_numbers for e in KILLED), [e.check for e in KILLED if not e.check_numbers]
+
+
+@pytest.mark.parametrize("entry", KILLED, ids=lambda e: f"{e.part}-{e.function}-{e.new[:40]}")
+def test_every_survivor_triaged_as_killed_loses_points(tmp_path: Path, entry) -> None:
     """The check named by each "killed" entry really catches it: the mutated line put back
-    into a copy of the solution fails grading (without the benchmarks)."""
-    killed = [e for e in report.load_triage(report.TRIAGE) if e.status == "killed"]
-    assert killed
-    for n, e in enumerate(killed):
-        copy = tmp_path / f"copy{n}"
-        shutil.copytree(ROOT / "solution", copy, ignore=shutil.ignore_patterns("__pycache__"))
-        path = copy / e.file
-        lines = path.read_text().splitlines(keepends=True)
-        start, end = mutation.function_ranges("".join(lines), mutation.TARGETS[e.part][e.file])[
-            e.function
-        ]
-        [i] = [i for i in range(start - 1, end) if lines[i].strip() == e.old]
-        lines[i] = lines[i].replace(e.old, e.new)
-        path.write_text("".join(lines))
-        assert mutation.verdict(copy, e.part) == 1, e
+    into a copy of the solution fails that check (graded alone, without the benchmarks)."""
+    copy = tmp_path / "copy"
+    shutil.copytree(ROOT / "solution", copy, ignore=shutil.ignore_patterns("__pycache__"))
+    path = copy / entry.file
+    lines = path.read_text().splitlines(keepends=True)
+    names = mutation.TARGETS[entry.part][entry.file]
+    start, end = mutation.function_ranges("".join(lines), names)[entry.function]
+    [i] = [i for i in range(start - 1, end) if lines[i].strip() == entry.old]
+    lines[i] = lines[i].replace(entry.old, entry.new)
+    path.write_text("".join(lines))
+    assert mutation.verdict(copy, entry.part, checks=entry.check_numbers) == 1, entry

@@ -262,3 +262,21 @@ def test_a_part_scoped_check_regenerates_only_that_part(tmp_path: Path) -> None:
     assert regen.check(TEST_CASES, changed, parts=["part1"]) == []
     written = regen.write_cases(tmp_path / "part1", changed, parts=["part1"])
     assert written and all("part1" in str(p.relative_to(tmp_path / "part1")) for p in written)
+
+
+def test_one_part_regenerated_in_place_keeps_the_others_in_the_manifest(tmp_path: Path) -> None:
+    """``regen --parts part1`` rewrites Part 1's files and their manifest entries only."""
+    cases = tmp_path / "cases"
+    shutil.copytree(TEST_CASES, cases)
+    before = json.loads((cases / regen.MANIFEST).read_text())["files"]
+    (cases / "public" / "part1.json").write_text("{}")  # stale: regeneration must fix it
+    written = regen.write_cases(cases, parts=["part1"])
+    after = json.loads((cases / regen.MANIFEST).read_text())["files"]
+    assert {p.relative_to(cases).as_posix() for p in written} <= {
+        rel for rel in after if "part1" in rel
+    }
+    assert set(after) == set(before)
+    assert {k: v for k, v in after.items() if "part1" not in k} == {
+        k: v for k, v in before.items() if "part1" not in k
+    }
+    assert regen.check(cases, parts=["part1"]) == []

@@ -29,6 +29,9 @@ from grader.parts.part3.cases import (
     POOL_MIN_GAP,
     POOL_SEED,
     SAMPLE_PROMPT,
+    STOP_NEW,
+    STOP_PROMPT,
+    STOP_SEED,
     TOP_P,
     TOP_P_PROBS,
     WORK_BATCH,
@@ -128,10 +131,10 @@ class Observer:
         plan = plans(tokens.shape[1])[mode]
         return adapter.run_forward(self.models[model, mode != "no_cache"], tokens, plan)
 
-    def generate(self, model: str, prompts: list[str], cache: bool) -> dict[str, Any]:
-        return adapter.run_generate(
-            self.models[model, cache], self.tokenizer, prompts, {**GENERATE, "kv_caching": cache}
-        )
+    def generate(self, model: str, prompts: list[str], cache: bool, **kw: Any) -> dict[str, Any]:
+        """The seeded ``generate`` of the handout's settings (``kw`` overrides them)."""
+        run = {**GENERATE, "kv_caching": cache, **kw}
+        return adapter.run_generate(self.models[model, cache], self.tokenizer, prompts, run)
 
 
 def _catch(fn: Any) -> Any:
@@ -239,6 +242,7 @@ def build(
         sampling = sampling_probe(ref)
         capacity = capacity_case(ref)
         full = full_batch(ref)
+        stop = stop_batch(ref)
         pools = bench_pools(reference, ckpt)
     assert hidden_texts[True] == hidden_texts[False], "reference: cached and cache-free differ"
     public = {
@@ -252,6 +256,7 @@ def build(
         "expected_texts": expected["generate_cached"],
         "expected_second": expected["second_call"],
         "full_generate": full,
+        "stop_generate": stop,
         "probe_tokens": probe_tokens.tolist(),
         "sampling": sampling,
         "benchmark_prompts": {str(n): benchmark_prompt(ref.tokenizer, n) for n in (64, 128, 256)},
@@ -315,6 +320,36 @@ def full_batch(ref: Observer) -> dict[str, Any]:
                 "expected_texts": runs[True]["texts"],
             }
     raise RuntimeError("no full batch whose greedy steps all win clearly")
+
+
+def stop_batch(ref: Observer) -> dict[str, Any]:
+    """Check 3.5's stop batch: two seeded prompts, the first one's greedy continuation
+    reaching one of the tokenizer's stop tokens (the text must end there), the second one
+    not; every greedy step up to a row's stop wins clearly."""
+    rng = np.random.default_rng(STOP_SEED)
+    words = plain_words(ref.tokenizer)
+    stops = set(ref.tokenizer.stop_tokens)
+    for _ in range(400):
+        prompts = [words_prompt(ref.tokenizer, words, STOP_PROMPT, rng) for _ in range(2)]
+        run = ref.generate("public", prompts, True, max_gen_len=STOP_NEW)
+        logits = run["step_logits"]  # (steps, B, vocab)
+        chosen = logits.argmax(axis=-1)  # (steps, B)
+        hits = [np.flatnonzero(np.isin(chosen[:, b], list(stops))) for b in range(2)]
+        if not (len(hits[0]) and hits[0][0] < len(chosen) - 1 and not len(hits[1])):
+            continue
+        top2 = np.sort(logits, axis=-1)[..., -2:]  # (steps, B, 2)
+        gaps = top2[..., 1] - top2[..., 0]  # (steps, B)
+        if gaps[: hits[0][0] + 1, 0].min() < POOL_MIN_GAP or gaps[:, 1].min() < POOL_MIN_GAP:
+            continue
+        plain = ref.generate("public", prompts, False, max_gen_len=STOP_NEW)
+        if plain["texts"] == run["texts"]:
+            return {
+                "prompts": prompts,
+                "prompt_tokens": [STOP_PROMPT, STOP_PROMPT],
+                "max_gen_len": STOP_NEW,
+                "expected_texts": run["texts"],
+            }
+    raise RuntimeError("no seeded prompt whose greedy continuation reaches a stop token")
 
 
 def bench_pools(reference: dict[str, ModuleType], ckpt: Path) -> dict[str, Any]:

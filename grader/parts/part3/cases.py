@@ -64,6 +64,9 @@ CAPACITY_SEED = 4141
 MEMORY_MAX_BATCH, MEMORY_MAX_SEQ_LEN = 16, 4096
 # Check 3.5's full batch: max_batch_size prompts, the longest exactly max_seq_len tokens.
 FULL_SEED = 5353
+# Check 3.5's stop batch: two prompts of STOP_PROMPT tokens, STOP_NEW new tokens; the
+# first one's greedy continuation reaches a stop token, which generate must cut off.
+STOP_SEED, STOP_PROMPT, STOP_NEW = 6464, 32, 96
 MIB = 1024 * 1024
 
 

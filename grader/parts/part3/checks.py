@@ -153,25 +153,38 @@ class Part3GenerateChecks(Part3Timed):
     def full_batch_problems(self) -> list[str]:
         """Greedy text of a batch that fills the cache: ``max_batch_size`` prompts, the
         longest exactly ``max_seq_len`` tokens (Meta's guard refuses only longer ones), so
-        decoding runs to the last cache slot."""
+        decoding runs to the last cache slot; then a batch whose first continuation reaches
+        a stop token, where the text must end."""
+        problems = []
         full = self.meta().get("full_generate")
-        if not full:
-            return []
-        setting = (
-            f"on {len(full['prompts'])} prompts (max_batch_size) of {full['prompt_tokens']} "
-            f"tokens, the longest exactly max_seq_len = {self.meta()['max_seq_len']}"
-        )
+        if full:
+            setting = (
+                f"on {len(full['prompts'])} prompts (max_batch_size) of {full['prompt_tokens']} "
+                f"tokens, the longest exactly max_seq_len = {self.meta()['max_seq_len']}"
+            )
+            problems += self.batch_problems(full, setting)
+        stop = self.meta().get("stop_generate")
+        if stop:
+            setting = (
+                f"on {len(stop['prompts'])} prompts of {stop['prompt_tokens'][0]} tokens whose "
+                "first continuation reaches a stop token (the text ends before it)"
+            )
+            problems += self.batch_problems(stop, setting)
+        return problems
+
+    def batch_problems(self, case: dict[str, Any], setting: str) -> list[str]:
+        """What differs from the reference's greedy text of ``case`` in either mode."""
         problems = []
         for cache in (True, False):
             try:
-                reply = self.generate(full["prompts"], cache, max_gen_len=full["max_gen_len"])
+                reply = self.generate(case["prompts"], cache, max_gen_len=case["max_gen_len"])
             except SubmissionError as exc:
                 problems.append(
                     f"generate(kv_caching={cache}) {setting}: "
                     + with_output(exc.message, exc.output)
                 )
                 continue
-            got, want = self.texts(reply), full["expected_texts"]
+            got, want = self.texts(reply), case["expected_texts"]
             wrong = [i + 1 for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b]
             if len(got) != len(want) or wrong:
                 problems.append(
