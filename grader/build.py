@@ -37,6 +37,7 @@ TA_ONLY = [
     "mutants.py",
     "mutation*.py",
     "build.py",  # grader/build.py, and every part's case builder (grader/parts/*/build.py)
+    "build_*.py",  # the builders' own modules (grader/parts/part3/build_pools.py)
     "mutants.toml",
     "skeleton.py",
 ]

@@ -5,8 +5,8 @@ Each part is one folder, ``grader/parts/<tag>/``:
 - ``checks.py`` (with ``support.py``, ``timed.py``, ``diagnosis.py`` where the part needs
   them): the part's checks, trusted, run in the grader;
 - ``cases.py``: the constants and seeded data both the checks and the builder use;
-- ``build.py``: builds the part's test cases and diagnosis catalogue from ``solution/``
-  (``python -m grader regen``); TA-side only, never in the autograder zip;
+- ``build.py`` (and ``build_*.py``): builds the part's test cases and diagnosis catalogue
+  from ``solution/`` (``python -m grader regen``); TA-side only, never in the autograder zip;
 - ``adapter.py``: the worker side, the only file that touches student code. It is copied
   into each sandbox as ``adapter_<tag>.py`` and imports nothing of the grader;
 - ``mutants.toml``: the part's mutant library (known mistakes and correct variants).

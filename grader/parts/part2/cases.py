@@ -46,7 +46,7 @@ ONE_LAYER_MODEL = {
 }
 PUBLIC_SEED = 5150
 HIDDEN_SEED = 90210
-POOL_SEED = 60606  # the timed runs' prompts (hidden), see cases_part2_build.bench_pool()
+POOL_SEED = 60606  # the timed runs' prompts (hidden), see build.bench_pool()
 # Timed runs sample at this temperature: the model's top token, whatever the sampler,
 # since every expected step wins by at least POOL_MIN_GAP (a factor e^-100 for the next).
 POOL_TEMPERATURE = 1e-5

@@ -17,34 +17,26 @@ import numpy as np
 from grader.arrays import encode_array
 from grader.arrays import weights_digest as digest
 from grader.parts.part3 import adapter
+from grader.parts.part3.build_pools import bench_pools
 from grader.parts.part3.cases import (
     ATOL,
-    BENCH_MAX_BATCH,
-    BENCH_MAX_SEQ_LEN,
     CAPACITY_SEED,
     COURSE_PROMPTS,
     FULL_SEED,
     MODELS,
     N_RANKS,
     POOL_MIN_GAP,
-    POOL_SEED,
     SAMPLE_PROMPT,
     STOP_NEW,
     STOP_PROMPT,
     STOP_SEED,
     TOP_P,
     TOP_P_PROBS,
-    WORK_BATCH,
-    WORK_NEW,
-    WORK_PROMPT,
-    WORK_ROUNDS,
     benchmark_prompt,
     checkpoint_files,
     make_weights,
     plain_words,
     plans,
-    pool_key,
-    pool_size,
     sampling_case,
     words_prompt,
 )
@@ -243,7 +235,7 @@ def build(
         capacity = capacity_case(ref)
         full = full_batch(ref)
         stop = stop_batch(ref)
-        pools = bench_pools(reference, ckpt)
+        pools = bench_pools(reference, settings("bench", True, ckpt))
     assert hidden_texts[True] == hidden_texts[False], "reference: cached and cache-free differ"
     public = {
         "part": "part3",
@@ -350,62 +342,6 @@ def stop_batch(ref: Observer) -> dict[str, Any]:
                 "expected_texts": run["texts"],
             }
     raise RuntimeError("no seeded prompt whose greedy continuation reaches a stop token")
-
-
-def bench_pools(reference: dict[str, ModuleType], ckpt: Path) -> dict[str, Any]:
-    """For every benchmark shape of the thresholds profiles, a fresh prompt for every row
-    of every timed run of one grading, with the reference's greedy text for each (hidden:
-    a submission can neither recognise a timed prompt nor look its answer up)."""
-    from grader.thresholds import DEVICES, load_thresholds
-
-    wanted: dict[tuple[int, int], int] = {}
-    for device in DEVICES:
-        bench = load_thresholds(device)["part3"]
-        shape = (bench["input_len"], bench["output_len"])
-        wanted[shape] = max(wanted.get(shape, 0), pool_size(bench))
-    run = {**settings("bench", True, ckpt)}
-    run.update(max_seq_len=BENCH_MAX_SEQ_LEN, max_batch_size=BENCH_MAX_BATCH)
-    model, tokenizer = adapter.build_from_checkpoint(reference, run)
-    rng = np.random.default_rng(POOL_SEED)
-    words = plain_words(tokenizer)
-    pools = {
-        pool_key(*shape): bench_pool(model, tokenizer, words, *shape, size, rng)
-        for shape, size in sorted(wanted.items())
-    }
-    size = 2 * WORK_ROUNDS * WORK_BATCH
-    pools["work"] = bench_pool(model, tokenizer, words, WORK_PROMPT, WORK_NEW, size, rng)
-    return pools
-
-
-def bench_pool(
-    model: Any,
-    tokenizer: Any,
-    words: list[str],
-    input_len: int,
-    output_len: int,
-    size: int,
-    rng: np.random.Generator,
-) -> dict[str, Any]:
-    """``size`` random prompts of ``input_len`` tokens (BOS included) whose greedy
-    continuation wins by at least ``POOL_MIN_GAP`` at every step, with its text."""
-    run = {"max_gen_len": output_len, "temperature": 0.0, "top_p": 0.9, "seed": 0}
-    run.update(kv_caching=True, record_logits=True)
-    prompts: list[str] = []
-    texts: list[str] = []
-    while len(prompts) < size:
-        batch = []
-        while len(batch) < BENCH_MAX_BATCH:
-            text = "".join(rng.choice(words, input_len - 1))
-            if len(tokenizer.encode(text, bos=True, eos=False)) == input_len:
-                batch.append(text)
-        out = adapter.run_generate(model, tokenizer, batch, run)
-        top2 = np.sort(out["step_logits"], axis=-1)[..., -2:]  # (steps, B, 2)
-        gaps = (top2[..., 1] - top2[..., 0]).min(axis=0)  # (B,)
-        for text, generated, gap in zip(batch, out["texts"], gaps, strict=True):
-            if gap >= POOL_MIN_GAP and len(prompts) < size:
-                prompts.append(text)
-                texts.append(generated)
-    return {"prompts": prompts, "expected_texts": texts}
 
 
 def model_entry(name: str) -> dict[str, Any]:

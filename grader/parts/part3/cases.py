@@ -47,7 +47,7 @@ TOP_P_NUCLEUS = [[0, 1], [2, 3]]
 MODELS = {"public": (TINY_PARAMS, 3101), "hidden": (HIDDEN_PARAMS, 3202)}
 
 BENCH_MAX_SEQ_LEN, BENCH_MAX_BATCH = 320, 16  # the benchmark's model: the public weights
-POOL_SEED = 70707  # the timed runs' prompts (hidden), see cases_part3_build.bench_pools()
+POOL_SEED = 70707  # the timed runs' prompts (hidden), see build_pools.bench_pools()
 POOL_MIN_GAP = 1e-3  # every expected greedy step wins by at least this (logits)
 # Check 3.7's work probe: rounds of one cached and one cache-free generate of WORK_NEW
 # tokens after WORK_BATCH prompts of WORK_PROMPT tokens, on the CPU, in CPU time. The

@@ -1,0 +1,79 @@
+"""Part 3's hidden prompt pools for the timed runs (``regen`` only): a fresh prompt for
+every row of every timed run of one grading, with the reference's greedy text."""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from grader.parts.part3 import adapter
+from grader.parts.part3.cases import (
+    BENCH_MAX_BATCH,
+    BENCH_MAX_SEQ_LEN,
+    POOL_MIN_GAP,
+    POOL_SEED,
+    WORK_BATCH,
+    WORK_NEW,
+    WORK_PROMPT,
+    WORK_ROUNDS,
+    plain_words,
+    pool_key,
+    pool_size,
+)
+
+
+def bench_pools(reference: dict[str, ModuleType], run: dict[str, Any]) -> dict[str, Any]:
+    """For every benchmark shape of the thresholds profiles, a fresh prompt for every row
+    of every timed run of one grading, with the reference's greedy text for each (hidden:
+    a submission can neither recognise a timed prompt nor look its answer up)."""
+    from grader.thresholds import DEVICES, load_thresholds
+
+    wanted: dict[tuple[int, int], int] = {}
+    for device in DEVICES:
+        bench = load_thresholds(device)["part3"]
+        shape = (bench["input_len"], bench["output_len"])
+        wanted[shape] = max(wanted.get(shape, 0), pool_size(bench))
+    run = {**run, "max_seq_len": BENCH_MAX_SEQ_LEN, "max_batch_size": BENCH_MAX_BATCH}
+    model, tokenizer = adapter.build_from_checkpoint(reference, run)
+    rng = np.random.default_rng(POOL_SEED)
+    words = plain_words(tokenizer)
+    pools = {
+        pool_key(*shape): bench_pool(model, tokenizer, words, *shape, size, rng)
+        for shape, size in sorted(wanted.items())
+    }
+    size = 2 * WORK_ROUNDS * WORK_BATCH
+    pools["work"] = bench_pool(model, tokenizer, words, WORK_PROMPT, WORK_NEW, size, rng)
+    return pools
+
+
+def bench_pool(
+    model: Any,
+    tokenizer: Any,
+    words: list[str],
+    input_len: int,
+    output_len: int,
+    size: int,
+    rng: np.random.Generator,
+) -> dict[str, Any]:
+    """``size`` random prompts of ``input_len`` tokens (BOS included) whose greedy
+    continuation wins by at least ``POOL_MIN_GAP`` at every step, with its text."""
+    run = {"max_gen_len": output_len, "temperature": 0.0, "top_p": 0.9, "seed": 0}
+    run.update(kv_caching=True, record_logits=True)
+    prompts: list[str] = []
+    texts: list[str] = []
+    while len(prompts) < size:
+        batch = []
+        while len(batch) < BENCH_MAX_BATCH:
+            text = "".join(rng.choice(words, input_len - 1))
+            if len(tokenizer.encode(text, bos=True, eos=False)) == input_len:
+                batch.append(text)
+        out = adapter.run_generate(model, tokenizer, batch, run)
+        top2 = np.sort(out["step_logits"], axis=-1)[..., -2:]  # (steps, B, 2)
+        gaps = (top2[..., 1] - top2[..., 0]).min(axis=0)  # (B,)
+        for text, generated, gap in zip(batch, out["texts"], gaps, strict=True):
+            if gap >= POOL_MIN_GAP and len(prompts) < size:
+                prompts.append(text)
+                texts.append(generated)
+    return {"prompts": prompts, "expected_texts": texts}

@@ -1,0 +1,81 @@
+"""What a worker says besides its replies: the output it prints, drained and capped per
+request, and the exceptions it reports, turned into sentences a student can act on."""
+
+from __future__ import annotations
+
+import os
+import select
+import threading
+from typing import Any
+
+
+class OutputCollector(threading.Thread):
+    """Drains the worker's stdout/stderr, keeping at most ``cap`` bytes.
+
+    The cap applies per request. Reads happen under a lock, so
+    :meth:`since_mark` can drain whatever is still in the pipe: everything the
+    worker printed before its reply is attributed to that request.
+    """
+
+    def __init__(self, fd: int, cap: int) -> None:
+        super().__init__(daemon=True)
+        self.fd = fd
+        self.cap = cap
+        self.kept = bytearray()
+        self.total = 0
+        self.closed = False
+        self.lock = threading.Lock()
+
+    def _read_available(self) -> bool:
+        """Read what the pipe holds now; False once the worker closed it. Lock held."""
+        while not self.closed and select.select([self.fd], [], [], 0)[0]:
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                self.closed = True
+                break
+            self.total += len(chunk)
+            room = self.cap - len(self.kept)
+            if room > 0:
+                self.kept += chunk[:room]
+        return not self.closed
+
+    def run(self) -> None:
+        while True:
+            select.select([self.fd], [], [], 0.05)
+            with self.lock:
+                if not self._read_available():
+                    return
+
+    def since_mark(self) -> str:
+        """Output since the last call (at most ``cap`` bytes of it), then start afresh."""
+        with self.lock:
+            self._read_available()
+            text = self.kept.decode("utf-8", "replace")
+            total = self.total
+            self.kept, self.total = bytearray(), 0
+        if total > len(text.encode("utf-8", "replace")) and text:
+            text += f"\n[... output truncated: {total:,} bytes printed in all]"
+        return text
+
+
+def describe_error(error: dict[str, Any], what: str, module_file: str) -> str:
+    """Turn a worker-side exception description into a student-facing sentence."""
+    etype = str(error.get("type", "Exception"))
+    message = str(error.get("message", ""))
+    where = str(error.get("where", ""))
+    at = f" ({where})" if where else ""
+    if etype == "MissingName":
+        return f"{module_file} does not define `{message}`, which the grader calls."
+    if etype == "LoadError":  # raised by an adapter: the reason is already student-facing
+        return f"{what} cannot be loaded: {message}."
+    if etype == "NotImplementedError":
+        return f"{what} is not implemented yet: it raises NotImplementedError{at}."
+    if etype == "SystemExit":
+        return f"{what} called sys.exit({message}){at}; the grader needs it to return a value."
+    if etype == "MemoryError":
+        return f"{what} ran out of memory{at}."
+    text = f"{what} raised {etype}: {message}{at}"
+    tb = str(error.get("traceback", "")).strip()
+    if tb:
+        text += f"\nTraceback (your code):\n{tb}"
+    return text
