@@ -27,6 +27,24 @@ class TimedPools:
     """A mixin of a part's checks (it needs ``meta``, ``ctx`` and ``fail``)."""
 
     part: str  # set by the part's base class; names the pool counters in the scratch state
+    min_work_ratio: float  # the work probe's threshold: cache-free over cached CPU time
+    work_shape: tuple[int, int, int]  # the work probe's (new tokens, prompts, prompt tokens)
+
+    def work_probe(self) -> tuple[Ratio, dict[str, Timing]]:
+        """The part's interleaved cached and cache-free runs (see :meth:`interleaved_work`)."""
+        raise NotImplementedError
+
+    def work_advice(self, ratio: Ratio, cpu: dict[str, float]) -> str:
+        """The part's message when its cached path did not do less work."""
+        raise NotImplementedError
+
+    def work_problem(self) -> str:
+        """Why the cached path was not seen to do less work ("" when it was)."""
+        ratio, timings = self.work_probe()
+        cpu = self.report_work(ratio, timings, *self.work_shape)
+        if ratio.median >= self.min_work_ratio:  # False for NaN
+            return ""
+        return self.work_advice(ratio, cpu)
 
     def pool(self, key: str) -> dict[str, Any] | None:
         """The hidden prompt pool ``key`` (e.g. "1000x20", "work"), or None without it."""

@@ -33,6 +33,9 @@ from grader.timing import Ratio, Sample, Timing
 class Part2Timed(TimedPools, Part2Base):
     """Timed ``generate`` runs on fresh prompts, checked against the reference's tokens."""
 
+    min_work_ratio = MIN_WORK_RATIO
+    work_shape = (WORK_NEW, WORK_BATCH, WORK_PROMPT)
+
     def take(
         self, key: str, rows: int, prompt_len: int, vocab: int
     ) -> tuple[list[list[int]], list[list[int]] | None]:
@@ -98,14 +101,10 @@ class Part2Timed(TimedPools, Part2Base):
         def run(cache: bool, i: int) -> Sample:
             return self.timed_generate("work", "work", shape, None if cache else False, seed=i)
 
-        return self.interleaved_work(WORK_ROUNDS, run, threshold=MIN_WORK_RATIO)
+        return self.interleaved_work(WORK_ROUNDS, run, threshold=self.min_work_ratio)
 
-    def work_problem(self) -> str:
-        """Why the cached path was not seen to do less work ("" when it was)."""
-        ratio, timings = self.work_probe()
-        cpu = self.report_work(ratio, timings, WORK_NEW, WORK_BATCH, WORK_PROMPT)
-        if ratio.median >= MIN_WORK_RATIO:  # False for NaN
-            return ""
+    def work_advice(self, ratio: Ratio, cpu: dict[str, float]) -> str:
+        """Why this part's cached path failed the work probe, for the student."""
         return (
             "generate with use_cache left at its default (True in the handout's signature) "
             "did not do less work than generate(use_cache=False): "

@@ -31,6 +31,9 @@ from grader.timing import Ratio, Sample, Timing
 class Part3Timed(TimedPools, Part3Base):
     """Timed greedy ``generate`` runs on fresh prompts, checked against the reference."""
 
+    min_work_ratio = MIN_WORK_RATIO
+    work_shape = (WORK_NEW, WORK_BATCH, WORK_PROMPT)
+
     def take(self, key: str, rows: int, input_len: int) -> tuple[list[str], list[str] | None]:
         """The next ``rows`` unused prompts of pool ``key`` and the reference's text for
         each; without the pool, a public benchmark prompt in every row and None."""
@@ -82,15 +85,11 @@ class Part3Timed(TimedPools, Part3Base):
         return self.interleaved_work(
             WORK_ROUNDS,
             lambda cache, _: self.timed_generate("work", "work", shape, cache, key="work generate"),
-            threshold=MIN_WORK_RATIO,
+            threshold=self.min_work_ratio,
         )
 
-    def work_problem(self) -> str:
-        """Why the cached path was not seen to do less work ("" when it was)."""
-        ratio, timings = self.work_probe()
-        cpu = self.report_work(ratio, timings, WORK_NEW, WORK_BATCH, WORK_PROMPT)
-        if ratio.median >= MIN_WORK_RATIO:  # False for NaN
-            return ""
+    def work_advice(self, ratio: Ratio, cpu: dict[str, float]) -> str:
+        """Why this part's cached path failed the work probe, for the student."""
         return (
             f"generate(kv_caching=True) did not do much less work than "
             f"generate(kv_caching=False): {WORK_NEW} new tokens after {WORK_BATCH} prompts "
