@@ -51,3 +51,18 @@ def test_nan_is_never_decided() -> None:
     assert not decided(nan, 3.0)
     assert decided(Ratio(6.0, 6.0, 6.0), 3.0) and decided(Ratio(1.5, 1.5, 1.5), 3.0)
     assert not decided(Ratio(5.9, 5.9, 5.9), 3.0) and not decided(Ratio(1.6, 1.6, 1.6), 3.0)
+
+
+def test_cached_growth_is_cpu_per_token_of_the_long_run_over_the_short_one() -> None:
+    calls: list[tuple[int, int]] = []
+
+    def run(new_tokens: int, i: int) -> Sample:
+        calls.append((new_tokens, i))
+        per_token = 0.001 if new_tokens == 32 else 0.003  # a path that recomputes the prefix
+        return Sample(seconds=9.0, cpu_seconds=per_token * new_tokens)
+
+    growth = TimedPools.cached_growth(2, run, 32, 256)
+    assert calls == [(32, 0), (256, 0), (32, 1), (256, 1)]
+    assert growth.median == pytest.approx(3.0)
+    nan = TimedPools.cached_growth(1, lambda n, i: Sample(1.0, cpu_seconds=math.nan), 8, 64)
+    assert not nan.median <= 10.0  # a NaN figure never passes a maximum
