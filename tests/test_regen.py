@@ -61,7 +61,9 @@ def test_cases_from_another_cpu_are_not_stale(tmp_path: Path, fresh_cases: Path)
     assert regen.check(cases, SOLUTION, fresh=fresh_cases) == []
 
 
+@pytest.mark.slow  # a second regeneration of every part (about 2 CPU-minutes): make slow-tests
 def test_generation_is_deterministic(tmp_path: Path, fresh_cases: Path) -> None:
+    """Byte for byte, so a regeneration leaves git clean (the drift test compares meaning)."""
     regen.write_cases(tmp_path / "b")
     files = [p for p in fresh_cases.rglob("*") if p.is_file()]
     assert any(p.suffix == ".pt" for p in files)
