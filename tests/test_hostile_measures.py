@@ -199,3 +199,31 @@ def test_forged_cache_shapes_do_not_earn_check_3_1(tmp_path: Path) -> None:
     assert "batch 4 (max_batch_size), 128 tokens (max_seq_len)" in message
     assert "Hint, as your process reports them" in message  # shown, never judged
     assert graded.score("3.3") == graded.test("3.3")["max_score"]  # short prompts fit
+
+# ------------------------------------------------- a cache-free path slowed on purpose
+
+
+# Every cache-free step runs the model 5 times (4 of them out of the worker's count), so
+# the cache-free path costs 5 times what it should: both paths' ratios are inflated.
+BURNS_WITHOUT_CACHE = (
+    "                logits = self.forward(tokens)[0][:, -1, :]  # whole sequence, every step\n",
+    "                logits = self.forward(tokens)[0][:, -1, :]  # whole sequence, every step\n"
+    "                for _ in range(0 if use_cache else 4):\n"
+    "                    type(self).forward(self, tokens)\n",
+)
+
+
+def test_a_slowed_cache_free_path_does_not_earn_check_2_9(tmp_path: Path) -> None:
+    # Cache-free (the whole prefix recomputed at every cached step, the call counts forged),
+    # with a cache-free path 5 times too slow: the work ratio passes, the growth does not.
+    edits = [RECOMPUTES, BURNS_WITHOUT_CACHE]
+    graded = grade_part2(tmp_path, edits, FORGE_PART2_LENGTHS)
+    assert graded.score("2.9") == 0
+    message = graded.output("2.9")
+    assert "did not do less work" not in message  # the inflated work ratio alone passed
+    assert "did not keep the cost of a step flat" in message
+    assert "Growth probe" in message and "CPU time per new token" in message
+    assert graded.score("2.11") == 0
+    assert "The speedup cannot count" in graded.output("2.11")
+    assert graded.score("2.8") == graded.test("2.8")["max_score"]  # its outputs are right
+

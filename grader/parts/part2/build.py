@@ -10,6 +10,7 @@ import numpy as np
 
 from grader.arrays import encode_array, fingerprint, weights_digest
 from grader.parts.part2 import adapter
+from grader.parts.part2.build_pools import bench_pools
 from grader.parts.part2.cases import (
     ABLATIONS,
     ATOL,
@@ -17,26 +18,16 @@ from grader.parts.part2.cases import (
     HIDDEN_MODEL,
     HIDDEN_SEED,
     ONE_LAYER_MODEL,
-    POOL_MIN_GAP,
-    POOL_SEED,
-    POOL_TEMPERATURE,
     PUBLIC_MODEL,
     PUBLIC_SEED,
     SAMPLE_CALLS,
     SAMPLE_ROWS,
     SAMPLE_SEED,
     SAMPLE_SIGMAS,
-    WORK_BATCH,
-    WORK_NEW,
-    WORK_PROMPT,
-    WORK_ROUNDS,
     ablate,
-    bench_model,
     chunk_plan,
     frequency_band,
     make_state_dict,
-    pool_key,
-    pool_size,
     probe_steps,
     random_ids,
     softmax64,
@@ -309,57 +300,6 @@ def hidden_cases(reference_module: ModuleType) -> dict[str, Any]:
         },
         "bench_pools": bench_pools(reference_module),
         "cases": cases,
-    }
-
-
-def bench_pools(reference_module: ModuleType) -> dict[str, Any]:
-    """For every benchmark shape of the thresholds profiles, fresh prompts for every timed
-    run of one grading and the reference's tokens for each (hidden, so a submission can
-    neither recognise a timed prompt nor look its answer up)."""
-    from grader.thresholds import DEVICES, load_thresholds
-
-    wanted: dict[tuple[int, int], int] = {}
-    for device in DEVICES:
-        bench = load_thresholds(device)["part2"]
-        shape = (bench["prompt_len"], bench["new_tokens"])
-        wanted[shape] = max(wanted.get(shape, 0), pool_size(bench))
-    rng = np.random.default_rng(POOL_SEED)
-    pools = {
-        pool_key(*shape): bench_pool(reference_module, *shape, size, rng)
-        for shape, size in sorted(wanted.items())
-    }
-    size = 2 * WORK_ROUNDS * WORK_BATCH
-    pools["work"] = bench_pool(reference_module, WORK_PROMPT, WORK_NEW, size, rng)
-    return pools
-
-
-def bench_pool(
-    reference_module: ModuleType,
-    prompt_len: int,
-    new_tokens: int,
-    size: int,
-    rng: np.random.Generator,
-) -> dict[str, Any]:
-    """``size`` random prompts on the benchmark's model whose greedy continuation wins by
-    at least ``POOL_MIN_GAP`` at every step, with the reference's new tokens."""
-    spec = bench_model(PUBLIC_MODEL, prompt_len + new_tokens)
-    model = load(reference_module, spec)
-    vocab = spec["config"]["vocab_size"]
-    prompts, expected = [], []
-    while len(prompts) < size:
-        ids = random_ids(rng, vocab, 1, prompt_len)
-        out = adapter.run_generate(model, ids, new_tokens, POOL_TEMPERATURE, True, 0)["tokens"]
-        logits = adapter.run_forward(model, out[:, :-1], None)["logits"][:, prompt_len - 1 :]
-        if not np.array_equal(logits.argmax(-1), out[:, prompt_len:]):
-            continue
-        if top2_gap(logits) < POOL_MIN_GAP:
-            continue
-        prompts.append(ids[0].tolist())
-        expected.append(out[0, prompt_len:].tolist())
-    return {
-        "temperature": POOL_TEMPERATURE,
-        "prompts": prompts,
-        "expected": expected,
     }
 
 

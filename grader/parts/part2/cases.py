@@ -58,6 +58,22 @@ POOL_MIN_GAP = 1e-3
 # reference measured 9.3x here on one thread.
 WORK_ROUNDS, WORK_BATCH, WORK_PROMPT, WORK_NEW = 2, 8, 64, 192
 MIN_WORK_RATIO = 3.0  # cache-free CPU time / cached CPU time the probe must reach
+# Check 2.9's growth probe: the cached path alone, GROWTH_ROUNDS rounds of one cached
+# generate of GROWTH_SHORT and one of GROWTH_LONG new tokens after GROWTH_PROMPT-token
+# prompts (GROWTH_BATCH rows, fresh ones every run), on the work model's CPU, in CPU time.
+# Its CPU time per generated token, long over short, must stay within MAX_CACHED_GROWTH:
+# with a cache every step costs about the same, while recomputing the prefix makes the
+# steps of the long run dearer, however slow the submission makes its own cache-free
+# path (which the work ratio above, and check 2.11, compare against).
+GROWTH_ROUNDS, GROWTH_BATCH, GROWTH_PROMPT, GROWTH_SHORT = 3, 8, 8, 16
+GROWTH_LONG = WORK_PROMPT + WORK_NEW - GROWTH_PROMPT  # 248: up to the work model's positions
+# Measured on a shared 2-core machine (one thread, grader's CPU time; medians of a probe,
+# its single runs in brackets): the reference 0.93-1.19x (0.71-1.42x) in 6 gradings; the
+# cache-free designs, each with a cache-free path slowed 5 times so that the work ratio
+# passes: the whole prefix recomputed (generate_recomputes_prefix's cached path)
+# 4.39-6.25x (4.03-6.67x) in 3 gradings, and the prefix recomputed but only the last
+# position projected to logits 3.25-4.81x (3.16-5.06x) in 5. Margins: 1.7x and 1.6x.
+MAX_CACHED_GROWTH = 2.0
 # Check 2.10's sampling probe: the first new token after one prompt, drawn SAMPLE_ROWS x
 # SAMPLE_CALLS times (seeds 0, 1, ...) with generate's temperature left at its default, 1.0.
 # The likeliest token's frequency must lie within SAMPLE_SIGMAS standard deviations of its

@@ -5,8 +5,9 @@ token at a time and in chunks, on the public course cases and on hidden ones.
 ``generate`` is checked for what it does: the same tokens with and without the
 cache, one new token per cached ``forward`` call (recorded in the worker: a
 hint that names a mistake, never proof, since the submission could rewrite
-it) and less work with the cache than without (CPU time read by the grader,
-check 2.9), temperature honoured. Its speed is then timed by the grader itself
+it), less work with the cache than without and a cached step whose cost does
+not grow with the length (CPU time read by the grader, check 2.9), temperature
+honoured. Its speed is then timed by the grader itself
 on prompts nobody has seen, every answer checked (check 2.11).
 """
 
@@ -21,7 +22,7 @@ from grader.checks.logits import position
 from grader.client import SubmissionError
 from grader.parts.part2.cases import frequency_band, softmax64
 from grader.parts.part2.support import Part2Base
-from grader.parts.part2.timed import Part2Timed, bench_key
+from grader.parts.part2.timed import Part2Growth, bench_key
 from grader.thresholds import load_thresholds
 from grader.timing import BenchmarkRecord, Criterion, Ratio, Sample, Timing, clock_for
 
@@ -76,7 +77,7 @@ class Part2ForwardChecks(Part2Base):
         self.score("2.7", self.run_hidden("2.7"), set_score, what="hidden cases")
 
 
-class Part2GenerateChecks(Part2Timed):
+class Part2GenerateChecks(Part2Growth):
     # -------------------------------------------------------------- checks
 
     @check("2.8")
@@ -142,7 +143,9 @@ class Part2GenerateChecks(Part2Timed):
             )
         if problems:
             self.fail("\n".join(problems))
-        problem = self.work_problem()
+        # Both in CPU time: the work ratio compares the two paths, the growth the cached
+        # path with itself (a cache-free path slowed on purpose cannot move it).
+        problem = self.work_problem() or self.growth_problem()
         if problem:
             self.fail(problem)
 
@@ -287,7 +290,7 @@ class Part2GenerateChecks(Part2Timed):
         return int((top == tokens[:, prompt_len:]).sum()), int(top.size)
 
 
-class Part2Benchmark(Part2Timed):
+class Part2Benchmark(Part2Growth):
     """Runs after the other checks: a slow generate here cannot cost them their time."""
 
     @check("2.11", extra_tags=("benchmark",))
@@ -321,3 +324,8 @@ class Part2Benchmark(Part2Timed):
             "With a working cache each step after the prompt processes one token instead of "
             "the whole sequence.",
         )
+        # The speedup compares two paths of the submission's own; a cache-free path slowed
+        # on purpose inflates it, so the cached path must also keep its steps' cost flat.
+        problem = self.growth_problem()
+        if problem:
+            self.fail(f"The speedup cannot count: {problem}")

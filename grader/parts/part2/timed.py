@@ -19,6 +19,12 @@ import numpy as np
 
 from grader.checks.timed_pools import TimedPools
 from grader.parts.part2.cases import (
+    GROWTH_BATCH,
+    GROWTH_LONG,
+    GROWTH_PROMPT,
+    GROWTH_ROUNDS,
+    GROWTH_SHORT,
+    MAX_CACHED_GROWTH,
     MIN_WORK_RATIO,
     WORK_BATCH,
     WORK_NEW,
@@ -74,8 +80,8 @@ class Part2Timed(TimedPools, Part2Base):
             use_cache=use_cache,
             seed=seed,
         )
-        if expected is not None:
-            got, want = tokens[:, prompt_len:], np.asarray(expected)
+        if expected is not None:  # a run shorter than the pool's checks their first tokens
+            got, want = tokens[:, prompt_len:], np.asarray(expected)[:, :new_tokens]
             if not np.array_equal(got, want):
                 row, k = (int(x) for x in np.argwhere(got != want)[0])
                 self.fail(
@@ -115,6 +121,58 @@ class Part2Timed(TimedPools, Part2Base):
             f"cache needs at least {MIN_WORK_RATIO:g}x here, as every step without it "
             "reprocesses the whole sequence). With the cache, each step after the prompt must "
             "process only the newest token and reuse the cached keys and values."
+        )
+
+
+class Part2Growth(Part2Timed):
+    """Check 2.9's growth probe: the cached path measured against itself alone."""
+
+    def growth_probe(self) -> Ratio:
+        """CPU seconds per generated token of cached ``generate`` (use_cache left at its
+        default), ``GROWTH_LONG`` new tokens over ``GROWTH_SHORT``, after ``GROWTH_BATCH``
+        prompts of ``GROWTH_PROMPT`` tokens on the work model, ``GROWTH_ROUNDS`` rounds,
+        every run on prompts of its own with its tokens checked against the reference's.
+        A cache keeps every step's cost nearly flat; recomputing the prefix makes the long
+        run's steps dearer. The submission's cache-free path plays no part in it."""
+        self.ensure_model("work")
+
+        def run(new_tokens: int, i: int) -> Sample:
+            shape = (GROWTH_BATCH, GROWTH_PROMPT, new_tokens)  # (rows, prompt, new tokens)
+            return self.timed_generate("work", "growth", shape, None, seed=i)
+
+        return self.cached_growth(GROWTH_ROUNDS, run, GROWTH_SHORT, GROWTH_LONG)
+
+    def growth_problem(self) -> str:
+        """Why the cached path's cost per token grew with the length ("" when it did not);
+        measured once per grading (checks 2.9 and 2.11 both ask), its figures printed."""
+        memo = self.ctx.scratch.setdefault(f"{self.part}.growth_problem", [])
+        if not memo:  # its pool holds the prompts of one probe: never measured twice
+            try:
+                memo.append(self.measure_growth())
+            except self.failureException as exc:  # a run failed (wrong tokens): that is why
+                memo.append(str(exc))
+                raise
+        return str(memo[0])
+
+    def measure_growth(self) -> str:
+        """Run the growth probe, print its figures and judge them."""
+        growth = self.growth_probe()
+        print(
+            f"Growth probe ({GROWTH_BATCH} prompts of {GROWTH_PROMPT} tokens, use_cache left "
+            f"at its default, CPU time measured by the grader): CPU time per new token with "
+            f"{GROWTH_LONG} new tokens over that with {GROWTH_SHORT}: {growth} (at most "
+            f"{MAX_CACHED_GROWTH:g}x)."
+        )
+        if growth.median <= MAX_CACHED_GROWTH:  # False for NaN
+            return ""
+        return (
+            "generate with use_cache left at its default did not keep the cost of a step "
+            f"flat: after {GROWTH_BATCH} prompts of {GROWTH_PROMPT} tokens, each new token "
+            f"cost {growth.median:.2f}x more CPU time when generating {GROWTH_LONG} tokens "
+            f"than when generating {GROWTH_SHORT} (a working cache stays within "
+            f"{MAX_CACHED_GROWTH:g}x: each step processes one token against the cached keys "
+            "and values). Your cached path recomputes the sequence so far at every step, "
+            "whatever generate(use_cache=False) costs."
         )
 
 
