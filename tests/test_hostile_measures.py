@@ -200,6 +200,7 @@ def test_forged_cache_shapes_do_not_earn_check_3_1(tmp_path: Path) -> None:
     assert "Hint, as your process reports them" in message  # shown, never judged
     assert graded.score("3.3") == graded.test("3.3")["max_score"]  # short prompts fit
 
+
 # ------------------------------------------------- a cache-free path slowed on purpose
 
 
@@ -227,3 +228,27 @@ def test_a_slowed_cache_free_path_does_not_earn_check_2_9(tmp_path: Path) -> Non
     assert "The speedup cannot count" in graded.output("2.11")
     assert graded.score("2.8") == graded.test("2.8")["max_score"]  # its outputs are right
 
+
+# Part 3: the cache-free path runs its step's forward three more times, unrecorded, so
+# generate(kv_caching=False) costs four times what it must.
+SLOW_NO_CACHE = (
+    "                logits = self(tokens[:, :cur_pos], 0)  # the whole prefix, every step\n",
+    "                logits = self(tokens[:, :cur_pos], 0)  # the whole prefix, every step\n"
+    "                for _ in range(3):  # CPU burnt on purpose, past the call record\n"
+    "                    type(self).forward(self, tokens[:, :cur_pos], 0)\n",
+)
+
+
+def test_a_slowed_cache_free_path_does_not_earn_check_3_7(tmp_path: Path) -> None:
+    # Cache-free in disguise (prev_pos never advances, the call record forged) beside a
+    # cache-free path that burns CPU: the work ratio of the two paths looks like a
+    # cache's, but the cached path's CPU time per token grows with the length.
+    forge = ("def sample_top_p(", FORGE_PART3_CALLS + "def sample_top_p(")
+    edits = [PREV_POS_STUCK, forge, SLOW_NO_CACHE]
+    graded = grade_part3(tmp_path, edits, skip_tags=frozenset({"benchmark"}))
+    assert graded.score("3.7") == 0
+    message = graded.output("3.7")
+    assert "did not do much less work" not in message  # the inflated work ratio passed
+    assert "did not keep the cost of a decode step flat" in message
+    assert "Growth probe (" in message  # its figures are shown
+    assert graded.score("3.5") == graded.test("3.5")["max_score"]  # its text is right

@@ -23,6 +23,7 @@ from grader.parts.part3.cases import (
     CAPACITY_SEED,
     COURSE_PROMPTS,
     FULL_SEED,
+    GROWTH_PROMPT,
     MODELS,
     N_RANKS,
     POOL_MIN_GAP,
@@ -32,6 +33,7 @@ from grader.parts.part3.cases import (
     STOP_SEED,
     TOP_P,
     TOP_P_PROBS,
+    WORK_PROMPT,
     benchmark_prompt,
     checkpoint_files,
     make_weights,
@@ -251,7 +253,11 @@ def build(
         "stop_generate": stop,
         "probe_tokens": probe_tokens.tolist(),
         "sampling": sampling,
-        "benchmark_prompts": {str(n): benchmark_prompt(ref.tokenizer, n) for n in (64, 128, 256)},
+        # Where the hidden pools are absent, every timed run takes the prompt of its length.
+        "benchmark_prompts": {
+            str(n): benchmark_prompt(ref.tokenizer, n)
+            for n in (GROWTH_PROMPT, WORK_PROMPT, 64, 128, 256)
+        },
         "diagnoses": diagnoses,
         "signatures": signatures,
         "models": {"public": model_entry("public")},

@@ -12,12 +12,18 @@ from grader.parts.part3 import adapter
 from grader.parts.part3.cases import (
     BENCH_MAX_BATCH,
     BENCH_MAX_SEQ_LEN,
+    GROWTH_BATCH,
+    GROWTH_LONG,
+    GROWTH_PROMPT,
+    GROWTH_ROUNDS,
+    GROWTH_SHORT,
     POOL_MIN_GAP,
     POOL_SEED,
     WORK_BATCH,
     WORK_NEW,
     WORK_PROMPT,
     WORK_ROUNDS,
+    growth_key,
     plain_words,
     pool_key,
     pool_size,
@@ -45,6 +51,11 @@ def bench_pools(reference: dict[str, ModuleType], run: dict[str, Any]) -> dict[s
     }
     size = 2 * WORK_ROUNDS * WORK_BATCH
     pools["work"] = bench_pool(model, tokenizer, words, WORK_PROMPT, WORK_NEW, size, rng)
+    size = (1 + GROWTH_ROUNDS) * GROWTH_BATCH  # a first round, then GROWTH_ROUNDS more
+    for new_tokens in (GROWTH_SHORT, GROWTH_LONG):  # every row runs all its steps
+        pools[growth_key(new_tokens)] = bench_pool(
+            model, tokenizer, words, GROWTH_PROMPT, new_tokens, size, rng, run_full=True
+        )
     return pools
 
 
@@ -56,9 +67,12 @@ def bench_pool(
     output_len: int,
     size: int,
     rng: np.random.Generator,
+    run_full: bool = False,
 ) -> dict[str, Any]:
     """``size`` random prompts of ``input_len`` tokens (BOS included) whose greedy
-    continuation wins by at least ``POOL_MIN_GAP`` at every step, with its text."""
+    continuation wins by at least ``POOL_MIN_GAP`` at every step, with its text. With
+    ``run_full``, only prompts whose continuation never reaches a stop token: a batch of
+    them runs all ``output_len`` steps (what check 3.7's growth probe divides by)."""
     run = {"max_gen_len": output_len, "temperature": 0.0, "top_p": 0.9, "seed": 0}
     run.update(kv_caching=True, record_logits=True)
     prompts: list[str] = []
@@ -72,8 +86,10 @@ def bench_pool(
         out = adapter.run_generate(model, tokenizer, batch, run)
         top2 = np.sort(out["step_logits"], axis=-1)[..., -2:]  # (steps, B, 2)
         gaps = (top2[..., 1] - top2[..., 0]).min(axis=0)  # (B,)
-        for text, generated, gap in zip(batch, out["texts"], gaps, strict=True):
-            if gap >= POOL_MIN_GAP and len(prompts) < size:
+        greedy = out["step_logits"].argmax(axis=-1)  # (steps, B): every step's new token
+        stops = np.isin(greedy, sorted(tokenizer.stop_tokens)).any(axis=0)  # (B,)
+        for text, generated, gap, stop in zip(batch, out["texts"], gaps, stops, strict=True):
+            if gap >= POOL_MIN_GAP and not (run_full and stop) and len(prompts) < size:
                 prompts.append(text)
                 texts.append(generated)
     return {"prompts": prompts, "expected_texts": texts}

@@ -3,8 +3,10 @@
 The student's ``Llama`` is built in the worker twice (``kv_caching`` on and
 off) from the tiny checkpoint in Meta's layout, and once more from hidden
 weights of other sizes. Forward logits, greedy generation in both modes, the
-call pattern of the cached decode loop (recorded in the worker), a second
-``generate`` after a first one, ``sample_top_p`` and the speed ratio are checked.
+call pattern of the cached decode loop (recorded in the worker), the cached path's
+work (less than without the cache, and per token flat in the length: CPU time read by
+the grader), a second ``generate`` after a first one, ``sample_top_p`` and the speed
+ratio are checked.
 """
 
 from __future__ import annotations
@@ -249,7 +251,9 @@ class Part3GenerateChecks(Part3Timed):
         problems = [p for p in problems if p]
         if problems:
             self.fail("\n".join(problems))
-        problem = self.work_problem()
+        # Both in CPU time: the work ratio compares the two paths, the growth the cached
+        # path with itself (a cache-free path slowed on purpose cannot move it).
+        problem = self.work_problem() or self.growth_problem()
         if problem:
             self.fail(f"{problem}\n{self.name_mistakes('generate_cached_calls', cached)}".strip())
 
@@ -382,3 +386,8 @@ class Part3Benchmark(Part3Timed):
             "With a working cache each decode step feeds one new token per sequence at "
             "start_pos = prev_pos and attends over the cached keys and values.",
         )
+        # The speedups compare two paths of the submission's own; a cache-free path slowed
+        # on purpose inflates them, so the cached path must also keep its steps' cost flat.
+        problem = self.growth_problem()
+        if problem:
+            self.fail(f"The speedup cannot count: {problem}")

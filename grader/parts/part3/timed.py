@@ -1,7 +1,7 @@
 """Part 3's measured runs: prompts nobody has seen, answers checked, work counted by the grader.
 
-Every row of every timed ``generate`` (check 3.11's rounds and check 3.7's work
-probe) gets a prompt of its own from a hidden pool built at ``regen`` time, and
+Every row of every timed ``generate`` (check 3.11's rounds, check 3.7's work and
+growth probes) gets a prompt of its own from a hidden pool built at ``regen`` time, and
 its greedy text must be the reference's (the pool's prompts are chosen so that
 the top token wins every step clearly). So a timed run cannot be recognised,
 answered from a memo of an earlier request or another row, or answered with
@@ -15,13 +15,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from grader.checks.timed_pools import TimedPools
+from grader.checks.timed_pools import TimedPools, decided
 from grader.parts.part3.cases import (
+    GROWTH_BATCH,
+    GROWTH_LONG,
+    GROWTH_PROMPT,
+    GROWTH_ROUNDS,
+    GROWTH_SHORT,
+    MAX_CACHED_GROWTH,
     MIN_WORK_RATIO,
     WORK_BATCH,
     WORK_NEW,
     WORK_PROMPT,
     WORK_ROUNDS,
+    growth_key,
     pool_key,
 )
 from grader.parts.part3.support import Part3Base
@@ -98,6 +105,63 @@ class Part3Timed(TimedPools, Part3Base):
             f"({ratio.median:.2f}x; a working cache needs at least {MIN_WORK_RATIO:g}x here). "
             "With the cache, each decode step must feed only the newest token per sequence "
             "at start_pos = prev_pos and attend over the cached keys and values."
+        )
+
+    def growth_probe(self) -> Ratio:
+        """CPU seconds per new token of cached greedy ``generate`` alone, ``GROWTH_LONG``
+        new tokens over ``GROWTH_SHORT``, after ``GROWTH_BATCH`` prompts of
+        ``GROWTH_PROMPT`` tokens on the work model (CPU), every run on prompts of its own
+        with its text checked against the reference's. A cache keeps every step's cost
+        nearly flat; recomputing the prefix makes the long run's steps dearer. The
+        submission's cache-free path plays no part in it, so slowing that path on purpose
+        cannot move it. One round first; only when it is near the line are
+        ``GROWTH_ROUNDS`` more rounds measured, and they alone decide."""
+
+        def run(new_tokens: int, _: int) -> Sample:
+            shape = (GROWTH_BATCH, GROWTH_PROMPT, new_tokens)  # (rows, prompt, new tokens)
+            key, timeout = f"growth generate {new_tokens}", self.ctx.limits.request_timeout_s
+            return self.timed_generate(
+                "work", growth_key(new_tokens), shape, True, key=key, timeout=max(timeout, 60.0)
+            )
+
+        growth = self.cached_growth(1, run, GROWTH_SHORT, GROWTH_LONG)
+        if decided(growth, MAX_CACHED_GROWTH):
+            return growth
+        return self.cached_growth(GROWTH_ROUNDS, run, GROWTH_SHORT, GROWTH_LONG)
+
+    def growth_problem(self) -> str:
+        """Why the cached path's CPU time per token grew with the length ("" when it did
+        not). Measured once per grading (checks 3.7 and 3.11 both ask: its pools hold the
+        prompts of one probe), its figures printed with the first check that asks."""
+        memo = self.ctx.scratch.setdefault(f"{self.part}.growth_problem", [])
+        if not memo:
+            try:
+                memo.append(self.measure_growth())
+            except self.failureException as exc:  # a run failed (wrong text): that is why
+                memo.append(str(exc))
+                raise
+        return str(memo[0])
+
+    def measure_growth(self) -> str:
+        """Run the growth probe, print its figures and judge them."""
+        growth = self.growth_probe()
+        print(
+            f"Growth probe ({GROWTH_BATCH} prompts of {GROWTH_PROMPT} tokens, kv_caching=True, "
+            f"CPU time measured by the grader): CPU time per new token generating "
+            f"{GROWTH_LONG} tokens over that generating {GROWTH_SHORT}: {growth} (at most "
+            f"{MAX_CACHED_GROWTH:g}x)."
+        )
+        if growth.median <= MAX_CACHED_GROWTH:  # False for NaN
+            return ""
+        return (
+            "generate(kv_caching=True) did not keep the cost of a decode step flat: after "
+            f"{GROWTH_BATCH} prompts of {GROWTH_PROMPT} tokens, each new token cost "
+            f"{growth.median:.2f}x more CPU time when generating {GROWTH_LONG} tokens than "
+            f"when generating {GROWTH_SHORT} (a working cache stays within "
+            f"{MAX_CACHED_GROWTH:g}x: each step feeds one new token per sequence at "
+            "start_pos = prev_pos and attends over the cached keys and values). Your cached "
+            "path recomputes the sequence so far at every step, whatever "
+            "generate(kv_caching=False) costs."
         )
 
 
