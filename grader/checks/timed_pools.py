@@ -38,6 +38,45 @@ class TimedPools:
         """The part's message when its cached path did not do less work."""
         raise NotImplementedError
 
+    max_cached_growth: float  # the growth probe's maximum: long run's CPU per token / short's
+    growth_shape: tuple[int, int, int, int]  # (prompts, prompt tokens, short, long new tokens)
+    growth_label: str  # how the cached runs call generate, for the printed figures
+
+    def growth_probe(self) -> Ratio:
+        """The part's cached runs, short and long (see :meth:`cached_growth`)."""
+        raise NotImplementedError
+
+    def growth_advice(self, growth: Ratio) -> str:
+        """The part's message when its cached path's cost per token grew."""
+        raise NotImplementedError
+
+    def growth_problem(self) -> str:
+        """Why the cached path's CPU time per token grew with the length ("" when it did
+        not). Measured once per grading (the work check and the benchmark both ask, and
+        the growth pools hold the prompts of one probe), its figures printed with the
+        first check that asks."""
+        memo = self.ctx.scratch.setdefault(f"{self.part}.growth_problem", [])
+        if not memo:
+            try:
+                memo.append(self.measure_growth())
+            except self.failureException as exc:  # a run failed (wrong output): that is why
+                memo.append(str(exc))
+                raise
+        return str(memo[0])
+
+    def measure_growth(self) -> str:
+        """Run the growth probe, print its figures and judge them."""
+        growth = self.growth_probe()
+        rows, prompt, short, long = self.growth_shape
+        print(
+            f"Growth probe ({rows} prompts of {prompt} tokens, {self.growth_label}, CPU time "
+            f"measured by the grader): CPU time per new token with {long} new tokens over "
+            f"that with {short}: {growth} (at most {self.max_cached_growth:g}x)."
+        )
+        if growth.median <= self.max_cached_growth:  # False for NaN
+            return ""
+        return self.growth_advice(growth)
+
     def work_problem(self) -> str:
         """Why the cached path was not seen to do less work ("" when it was)."""
         ratio, timings = self.work_probe()

@@ -127,6 +127,10 @@ class Part2Timed(TimedPools, Part2Base):
 class Part2Growth(Part2Timed):
     """Check 2.9's growth probe: the cached path measured against itself alone."""
 
+    max_cached_growth = MAX_CACHED_GROWTH
+    growth_shape = (GROWTH_BATCH, GROWTH_PROMPT, GROWTH_SHORT, GROWTH_LONG)
+    growth_label = "use_cache left at its default"
+
     def growth_probe(self) -> Ratio:
         """CPU seconds per generated token of cached ``generate`` (use_cache left at its
         default), ``GROWTH_LONG`` new tokens over ``GROWTH_SHORT``, after ``GROWTH_BATCH``
@@ -142,29 +146,8 @@ class Part2Growth(Part2Timed):
 
         return self.cached_growth(GROWTH_ROUNDS, run, GROWTH_SHORT, GROWTH_LONG)
 
-    def growth_problem(self) -> str:
-        """Why the cached path's cost per token grew with the length ("" when it did not);
-        measured once per grading (checks 2.9 and 2.11 both ask), its figures printed."""
-        memo = self.ctx.scratch.setdefault(f"{self.part}.growth_problem", [])
-        if not memo:  # its pool holds the prompts of one probe: never measured twice
-            try:
-                memo.append(self.measure_growth())
-            except self.failureException as exc:  # a run failed (wrong tokens): that is why
-                memo.append(str(exc))
-                raise
-        return str(memo[0])
-
-    def measure_growth(self) -> str:
-        """Run the growth probe, print its figures and judge them."""
-        growth = self.growth_probe()
-        print(
-            f"Growth probe ({GROWTH_BATCH} prompts of {GROWTH_PROMPT} tokens, use_cache left "
-            f"at its default, CPU time measured by the grader): CPU time per new token with "
-            f"{GROWTH_LONG} new tokens over that with {GROWTH_SHORT}: {growth} (at most "
-            f"{MAX_CACHED_GROWTH:g}x)."
-        )
-        if growth.median <= MAX_CACHED_GROWTH:  # False for NaN
-            return ""
+    def growth_advice(self, growth: Ratio) -> str:
+        """Why this part's cached path failed the growth probe, for the student."""
         return (
             "generate with use_cache left at its default did not keep the cost of a step "
             f"flat: after {GROWTH_BATCH} prompts of {GROWTH_PROMPT} tokens, each new token "

@@ -40,6 +40,9 @@ class Part3Timed(TimedPools, Part3Base):
 
     min_work_ratio = MIN_WORK_RATIO
     work_shape = (WORK_NEW, WORK_BATCH, WORK_PROMPT)
+    max_cached_growth = MAX_CACHED_GROWTH
+    growth_shape = (GROWTH_BATCH, GROWTH_PROMPT, GROWTH_SHORT, GROWTH_LONG)
+    growth_label = "kv_caching=True"
 
     def take(self, key: str, rows: int, input_len: int) -> tuple[list[str], list[str] | None]:
         """The next ``rows`` unused prompts of pool ``key`` and the reference's text for
@@ -129,30 +132,8 @@ class Part3Timed(TimedPools, Part3Base):
             return growth
         return self.cached_growth(GROWTH_ROUNDS, run, GROWTH_SHORT, GROWTH_LONG)
 
-    def growth_problem(self) -> str:
-        """Why the cached path's CPU time per token grew with the length ("" when it did
-        not). Measured once per grading (checks 3.7 and 3.11 both ask: its pools hold the
-        prompts of one probe), its figures printed with the first check that asks."""
-        memo = self.ctx.scratch.setdefault(f"{self.part}.growth_problem", [])
-        if not memo:
-            try:
-                memo.append(self.measure_growth())
-            except self.failureException as exc:  # a run failed (wrong text): that is why
-                memo.append(str(exc))
-                raise
-        return str(memo[0])
-
-    def measure_growth(self) -> str:
-        """Run the growth probe, print its figures and judge them."""
-        growth = self.growth_probe()
-        print(
-            f"Growth probe ({GROWTH_BATCH} prompts of {GROWTH_PROMPT} tokens, kv_caching=True, "
-            f"CPU time measured by the grader): CPU time per new token generating "
-            f"{GROWTH_LONG} tokens over that generating {GROWTH_SHORT}: {growth} (at most "
-            f"{MAX_CACHED_GROWTH:g}x)."
-        )
-        if growth.median <= MAX_CACHED_GROWTH:  # False for NaN
-            return ""
+    def growth_advice(self, growth: Ratio) -> str:
+        """Why this part's cached path failed the growth probe, for the student."""
         return (
             "generate(kv_caching=True) did not keep the cost of a decode step flat: after "
             f"{GROWTH_BATCH} prompts of {GROWTH_PROMPT} tokens, each new token cost "
