@@ -66,3 +66,24 @@ def test_cached_growth_is_cpu_per_token_of_the_long_run_over_the_short_one() -> 
     assert growth.median == pytest.approx(3.0)
     nan = TimedPools.cached_growth(1, lambda n, i: Sample(1.0, cpu_seconds=math.nan), 8, 64)
     assert not nan.median <= 10.0  # a NaN figure never passes a maximum
+
+
+def test_cached_growth_with_a_threshold_measures_more_rounds_only_near_the_line() -> None:
+    def probe(first_round: float, later: float) -> tuple[float, list[tuple[int, int]]]:
+        calls: list[tuple[int, int]] = []
+
+        def run(new_tokens: int, i: int) -> Sample:
+            calls.append((new_tokens, i))
+            growth = first_round if i == 0 else later
+            per_token = 0.001 * (growth if new_tokens == 256 else 1.0)
+            return Sample(seconds=1.0, cpu_seconds=per_token * new_tokens)
+
+        return TimedPools.cached_growth(3, run, 32, 256, threshold=3.0).median, calls
+
+    growth, calls = probe(1.0, 9.0)  # far below the maximum: decided by one round
+    assert growth == pytest.approx(1.0) and calls == [(32, 0), (256, 0)]
+    growth, calls = probe(8.0, 1.0)  # far above it: decided too
+    assert growth == pytest.approx(8.0) and len(calls) == 2
+    growth, calls = probe(2.5, 1.2)  # near the line: three more rounds, and they alone decide
+    assert growth == pytest.approx(1.2)
+    assert calls == [(n, i) for i in range(4) for n in (32, 256)]

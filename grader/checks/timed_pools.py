@@ -125,17 +125,32 @@ class TimedPools:
 
     @staticmethod
     def cached_growth(
-        rounds: int, run: Callable[[int, int], Sample], short: int, long: int
+        rounds: int,
+        run: Callable[[int, int], Sample],
+        short: int,
+        long: int,
+        threshold: float | None = None,
+        margin: float = EARLY_MARGIN,
     ) -> Ratio:
         """CPU seconds per generated token of the cached path alone, ``long`` new tokens
         over ``short`` ones: ``run(new_tokens, round)`` is one cached run, measured by the
         grader. A cache keeps it near 1; recomputing the prefix makes it grow with the
-        length, however slow the submission makes its own cache-free path."""
-        per_token: dict[int, list[float]] = {short: [], long: []}
-        for i in range(rounds):
-            for n in (short, long):
-                per_token[n].append(run(n, i).on("cpu") / n)
-        return Ratio.between(per_token[long], per_token[short])
+        length, however slow the submission makes its own cache-free path. With a
+        ``threshold``, one round is measured first; unless it is ``margin`` times past the
+        threshold either way, ``rounds`` more are measured and they alone decide (a short
+        run lasts a few of the kernel's clock ticks, so one round near the line is noise)."""
+
+        def measure(first: int, count: int) -> Ratio:
+            per_token: dict[int, list[float]] = {short: [], long: []}
+            for i in range(first, first + count):
+                for n in (short, long):
+                    per_token[n].append(run(n, i).on("cpu") / n)
+            return Ratio.between(per_token[long], per_token[short])
+
+        if threshold is None:
+            return measure(0, rounds)
+        growth = measure(0, 1)
+        return growth if decided(growth, threshold, margin) else measure(1, rounds)
 
     @staticmethod
     def _ratio(runs: dict[str, list[Sample]]) -> Ratio:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from grader.checks.timed_pools import TimedPools, decided
+from grader.checks.timed_pools import TimedPools
 from grader.parts.part3.cases import (
     GROWTH_BATCH,
     GROWTH_LONG,
@@ -127,10 +127,9 @@ class Part3Timed(TimedPools, Part3Base):
                 "work", growth_key(new_tokens), shape, True, key=key, timeout=max(timeout, 60.0)
             )
 
-        growth = self.cached_growth(1, run, GROWTH_SHORT, GROWTH_LONG)
-        if decided(growth, MAX_CACHED_GROWTH):
-            return growth
-        return self.cached_growth(GROWTH_ROUNDS, run, GROWTH_SHORT, GROWTH_LONG)
+        return self.cached_growth(
+            GROWTH_ROUNDS, run, GROWTH_SHORT, GROWTH_LONG, threshold=self.max_cached_growth
+        )
 
     def growth_advice(self, growth: Ratio) -> str:
         """Why this part's cached path failed the growth probe, for the student."""
