@@ -103,7 +103,7 @@ mutants: $(STAMP)
 # The engine mutates a scratch copy under results/mutation/, never solution/ itself.
 NICE ?= 10
 mutation: $(STAMP)
-	$(PY) -m grader.mutation run $(if $(PARTS),--parts $(PARTS),) --jobs $(JOBS) --nice $(NICE)
+	$(PY) -m grader.ta.mutation run $(if $(PARTS),--parts $(PARTS),) --jobs $(JOBS) --nice $(NICE)
 
 batch: $(STAMP)
 	@test -n "$(EXPORT)" || { echo "usage: make batch EXPORT=dir [OUT=regrade JOBS=2]" >&2; exit 2; }

@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmark_inference import LLAMA32_1B_PARAMS  # noqa: E402
 
-from grader.timing import Ratio, Sample, interleaved  # noqa: E402
+from grader.runtime.timing import Ratio, Sample, interleaved  # noqa: E402
 from llama.model import Llama, ModelArgs, precompute_freqs_cis  # noqa: E402
 
 # Llama-3.2-1B's params.json, as the course harness states it.

@@ -23,7 +23,7 @@ Conditions:
 Prints a Markdown table (pasted into the README) and writes every run's ratios.
 
 With ``--executor slurm`` (or ``submitit-local``) the same script, with the same
-arguments, runs as one cluster job (``grader.cluster``), so that the ``cuda`` profile
+arguments, runs as one cluster job (``grader.ta.regrade.cluster``), so that the ``cuda`` profile
 is judged on the course's GPUs; the table is printed here when the job ends and
 ``--out`` is written on the shared file system.
 """
@@ -43,14 +43,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grader.calibrate import BENCHMARK_PARTS, cache_free_submission  # noqa: E402
-from grader.cluster import (  # noqa: E402
+from grader.core.paths import SOLUTION  # noqa: E402
+from grader.ta.calibrate import BENCHMARK_PARTS, cache_free_submission  # noqa: E402
+from grader.ta.regrade.cluster import (  # noqa: E402
     ClusterError,
     ClusterOptions,
     add_cluster_options,
     options_from_args,
 )
-from grader.mutants import SOLUTION  # noqa: E402
 
 CHECKS = ("2.11", "3.11", "4.6")
 
@@ -188,7 +188,7 @@ def main() -> int:
 
 def on_cluster(args: argparse.Namespace, cluster: ClusterOptions) -> int:
     """This script with the same arguments (less the cluster's) as one cluster job."""
-    from grader.cluster import run_command_job
+    from grader.ta.regrade.cluster import run_command_job
 
     out = Path(args.out).resolve()
     command = [

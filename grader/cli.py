@@ -6,39 +6,20 @@ import argparse
 import sys
 from pathlib import Path
 
-from grader.cluster import add_cluster_options
-from grader.parts import parse_parts
-
-
-def cmd_grade(args: argparse.Namespace) -> int:
-    from grader.report import failure_details, score_table
-    from grader.runner import grade
-
-    results = grade(
-        Path(args.submission),
-        results_path=Path(args.results),
-        parts=parse_parts(args.parts),
-        device=args.device,
-        public_only=args.public_only,
-        tags=frozenset(t.strip() for t in args.tags.split(",") if t.strip()) or None,
-        hide=tuple(Path(h) for h in args.hide),
-    )
-    if results is None:
-        print(f"grading failed; a fallback results file was written to {args.results}")
-        return 0
-    if args.table:
-        print(score_table(results))
-        if args.details:
-            details = failure_details(results)
-            if details:
-                print("\n" + details)
-    print(f"results written to {args.results}")
-    return 0
+from grader.core.registry import parse_parts
+from grader.grading.commands import (
+    add_device_option,
+    add_grade,
+    add_gradescope,
+    add_parts_option,
+    run,
+)
+from grader.ta.regrade.cluster import add_cluster_options
 
 
 def cmd_regen(args: argparse.Namespace) -> int:
     """assignment/ from solution/'s markers, then test_cases/; ``--check`` only compares."""
-    from grader import regen, skeleton
+    from grader.ta import regen, skeleton
 
     if args.check:
         problems = regen.check(parts=parse_parts(args.parts))  # assignment/ included
@@ -62,7 +43,7 @@ def cmd_regen(args: argparse.Namespace) -> int:
 
 
 def cmd_mutants(args: argparse.Namespace) -> int:
-    from grader.mutants import run_mutants
+    from grader.ta.mutants import run_mutants
 
     names = [n.strip() for n in args.only.split(",") if n.strip()] or None
     verdicts = run_mutants(parse_parts(args.parts), names=names)
@@ -82,7 +63,7 @@ def cmd_mutants(args: argparse.Namespace) -> int:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from grader.build import StaleCases, build_autograder, build_student
+    from grader.ta.dist import StaleCases, build_autograder, build_student
 
     if args.what == "skeleton":
         return build_skeleton(Path(args.out) if args.out else None)
@@ -100,7 +81,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def build_skeleton(out: Path | None) -> int:
     """Write the student skeletons (default ``assignment/``) from solution/'s markers."""
-    from grader import skeleton
+    from grader.ta import skeleton
 
     out = out or skeleton.ASSIGNMENT
     try:
@@ -117,9 +98,9 @@ def build_skeleton(out: Path | None) -> int:
 
 def cmd_run_local(args: argparse.Namespace) -> int:
     """1 when the zip cannot be built or its set-up fails; else 0, whatever the score."""
-    from grader.build import StaleCases, build_autograder
-    from grader.report import failure_details, score_table
-    from grader.run_local import IMAGE_VENV, SetupFailed, run_local
+    from grader.core.report import failure_details, score_table
+    from grader.ta.dist import StaleCases, build_autograder
+    from grader.ta.run_local import IMAGE_VENV, SetupFailed, run_local
 
     try:
         zip_path = Path(args.zip) if args.zip else build_autograder(out=Path("dist/autograder.zip"))
@@ -143,17 +124,11 @@ def cmd_run_local(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_gradescope(args: argparse.Namespace) -> int:
-    from grader.autograder import main as autograde
-
-    return autograde(root=Path(args.root), parts=parse_parts(args.parts))
-
-
 def cmd_batch(args: argparse.Namespace) -> int:
     """Regrade an export: 0 once the outputs are written; 2 on a bad export, an unknown part,
     bad cluster options or a cluster that cannot be used."""
-    from grader.batch import main as batch
-    from grader.cluster import ClusterError, options_from_args
+    from grader.ta.regrade.batch import main as batch
+    from grader.ta.regrade.cluster import ClusterError, options_from_args
 
     try:
         summary = batch(
@@ -180,7 +155,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
 def cmd_merge(args: argparse.Namespace) -> int:
     """Merge CPU and GPU scores: 0 once written, 2 when the inputs cannot be merged."""
-    from grader.merge import main as merge
+    from grader.ta.regrade.merge import main as merge
 
     try:
         summary = merge(cpu=Path(args.cpu), gpu=Path(args.gpu), out_dir=Path(args.out))
@@ -192,8 +167,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from grader.calibrate import main, main_on_cluster
-    from grader.cluster import ClusterError, options_from_args
+    from grader.ta.calibrate import main, main_on_cluster
+    from grader.ta.regrade.cluster import ClusterError, options_from_args
 
     cluster = options_from_args(args)
     json_out = Path(args.json) if args.json else None
@@ -208,44 +183,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         return 2
 
 
-def add_parts_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--parts", default="", help="comma-separated part tags (default: all)")
-
-
-def add_device_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--device",
-        choices=["auto", "cpu", "cuda"],
-        default="auto",
-        help="where the submission runs and which benchmark profile applies "
-        "(default: cuda when torch sees a GPU, else cpu)",
-    )
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m grader", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    g = sub.add_parser("grade", help="grade one submission folder")
-    g.add_argument("submission", help="folder holding the student's files")
-    g.add_argument("--results", default="results/results.json", help="where to write results")
-    add_parts_option(g)
-    add_device_option(g)
-    g.add_argument("--tags", default="", help="only checks with one of these tags, e.g. benchmark")
-    g.add_argument(
-        "--hide",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="a folder the submission's code must not see (repeatable; batch hides its export)",
-    )
-    g.add_argument("--table", action="store_true", help="print a score table")
-    g.add_argument("--details", action="store_true", help="with --table: print failed feedback")
-    g.add_argument(
-        "--public-only", action="store_true", help="leave out the hidden-case checks (self-check)"
-    )
-    g.set_defaults(func=cmd_grade)
-
+def add_regen(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser("regen", help="regenerate assignment/ and test_cases/ from solution/")
     r.add_argument("--check", action="store_true", help="only report drift; exit 1 if stale")
     r.add_argument(
@@ -253,11 +191,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.set_defaults(func=cmd_regen)
 
+
+def add_mutants(sub: argparse._SubParsersAction) -> None:
     m = sub.add_parser("mutants", help="grade the mutant library: is every known bug caught?")
     add_parts_option(m)
     m.add_argument("--only", default="", help="comma-separated mutant names (default: all)")
     m.set_defaults(func=cmd_mutants)
 
+
+def add_build(sub: argparse._SubParsersAction) -> None:
     b = sub.add_parser(
         "build", help="build the Gradescope autograder zip, the student zip or the skeletons"
     )
@@ -268,6 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--skip-case-check", action="store_true", help=argparse.SUPPRESS)
     b.set_defaults(func=cmd_build)
 
+
+def add_run_local(sub: argparse._SubParsersAction) -> None:
     lr = sub.add_parser("run-local", help="run the autograder zip on a submission as Gradescope")
     lr.add_argument("submission", help="folder holding the student's files")
     lr.add_argument("--zip", default="", help="autograder zip (default: build dist/autograder.zip)")
@@ -278,11 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     lr.set_defaults(func=cmd_run_local)
 
-    gs = sub.add_parser("gradescope", help="what run_autograder calls inside Gradescope")
-    gs.add_argument("--root", default="/autograder", help="the Gradescope tree")
-    add_parts_option(gs)
-    gs.set_defaults(func=cmd_gradescope)
 
+def add_calibrate(sub: argparse._SubParsersAction) -> None:
     ca = sub.add_parser(
         "calibrate", help="time the reference and a cache-free baseline; propose thresholds"
     )
@@ -296,6 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_cluster_options(ca, array=False)
     ca.set_defaults(func=cmd_calibrate)
 
+
+def add_batch(sub: argparse._SubParsersAction) -> None:
     ba = sub.add_parser("batch", help="regrade a Gradescope 'Export Submissions' folder")
     ba.add_argument("export_dir", help="the unzipped export (submission_metadata.yml + folders)")
     ba.add_argument("--out", required=True, help="output folder (a re-run resumes here)")
@@ -308,6 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_cluster_options(ba)
     ba.set_defaults(func=cmd_batch)
 
+
+def add_merge(sub: argparse._SubParsersAction) -> None:
     me = sub.add_parser(
         "merge", help="merge Gradescope's CPU scores with a cluster run's GPU benchmark scores"
     )
@@ -318,17 +263,25 @@ def build_parser() -> argparse.ArgumentParser:
     me.add_argument("--gpu", required=True, help="the cluster `batch` output folder")
     me.add_argument("--out", required=True, help="output folder: scores.csv, results/, ...")
     me.set_defaults(func=cmd_merge)
+
+
+#: The subcommands, in the order ``--help`` lists them.
+COMMANDS = (
+    add_grade, add_regen, add_mutants, add_build, add_run_local, add_gradescope,
+    add_calibrate, add_batch, add_merge,
+)  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m grader", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in COMMANDS:
+        add(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except ValueError as exc:  # bad command-line values (e.g. an unknown part)
-        parser.error(str(exc))
-    return 2
+    return run(build_parser(), argv)
 
 
 if __name__ == "__main__":

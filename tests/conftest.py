@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from grader.parts import PARTS
-from grader.results import GradingResults, validate_results
-from grader.runner import grade
-from grader.sandbox import Limits
+from grader.core.registry import PARTS
+from grader.core.results import GradingResults, validate_results
+from grader.grading.runner import grade
+from grader.sandbox.sandbox import Limits
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solution"
@@ -104,7 +104,7 @@ def solution_graded(tmp_path_factory: pytest.TempPathFactory, worker_id: str) ->
 def blank_graded(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Graded:
     """The blank skeleton as solution/ generates it now (tests/test_skeleton.py checks that
     the committed assignment/ is the same files)."""
-    from grader import skeleton
+    from grader.ta import skeleton
 
     def build(out: Path) -> None:
         blank = out / "skeleton"
@@ -115,12 +115,12 @@ def blank_graded(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Gr
 
 
 def _private_view_available() -> bool:
-    from grader.mounts import mount_isolation
+    from grader.sandbox.mounts import mount_isolation
 
     return os.geteuid() == 0 and not mount_isolation()
 
 
-#: Tests of the worker's private view of the files (grader/mounts.py).
+#: Tests of the worker's private view of the files (grader/sandbox/mounts.py).
 PRIVATE_VIEW = pytest.mark.skipif(
     not _private_view_available(), reason="needs root and a private mount namespace"
 )

@@ -14,7 +14,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.mutants import load_mutants
+from grader.ta.mutants import load_mutants
 from tests.conftest import ASSIGNMENT, SOLUTION
 
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.png")

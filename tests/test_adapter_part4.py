@@ -13,7 +13,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from grader.arrays import decode_array
+from grader.core.arrays import decode_array
 from grader.parts.part4 import adapter as adapter_part4
 from grader.parts.part4.build import LAB_MODEL, int8_cache_case
 from grader.parts.part4.int8 import int8_reply, judge_int8_cache, restored_dtypes

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from grader import autograder
-from grader.autograder import SubmissionLimit, limit_verdict, over_limit_results
-from grader.results import validate_results
+from grader.core.results import validate_results
+from grader.grading import autograder
+from grader.grading.autograder import SubmissionLimit, limit_verdict, over_limit_results
 from tests.conftest import ROOT, SOLUTION
 
 NOW = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
@@ -95,7 +95,7 @@ def test_shipped_config_has_the_limit_off() -> None:
 
 
 def test_only_one_worker_is_alive_at_a_time() -> None:
-    from grader.context import GradingContext
+    from grader.runtime.context import GradingContext
 
     class FakeClient:
         def __init__(self) -> None:

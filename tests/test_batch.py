@@ -17,8 +17,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from grader import batch, cli
-from grader.batch import (
+from grader import cli
+from grader.core.registry import PARTS
+from grader.core.results import validate_results
+from grader.ta.regrade import batch
+from grader.ta.regrade.batch import (
     CheckRate,
     ExportError,
     Submitter,
@@ -27,9 +30,7 @@ from grader.batch import (
     part_scores,
     pass_rates,
 )
-from grader.cluster import ClusterOptions
-from grader.parts import PARTS
-from grader.results import validate_results
+from grader.ta.regrade.cluster import ClusterOptions
 from tests.conftest import PRIVATE_VIEW, ROOT, SOLUTION
 from tests.export_factory import Entry, build_export, metadata_yaml, plan_export
 
@@ -445,7 +446,7 @@ def test_a_grader_that_writes_no_results_is_an_error_with_a_fallback(tmp_path: P
 
 
 def test_cells_that_look_like_formulas_are_written_as_text(tmp_path: Path) -> None:
-    from grader.batch_report import safe_cell
+    from grader.ta.regrade.report import safe_cell
 
     assert safe_cell('=HYPERLINK("http://x")') == '\'=HYPERLINK("http://x")'
     assert safe_cell("+1") == "'+1" and safe_cell("@SUM(A1)") == "'@SUM(A1)"

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from grader import build, regen
-from grader.parts import PARTS
-from grader.points import bonus_total, part_total
-from grader.results import validate_results
-from grader.run_local import IMAGE_VENV, run_local
+from grader.core.points import bonus_total, part_total
+from grader.core.registry import PARTS
+from grader.core.results import validate_results
+from grader.ta import dist as build
+from grader.ta import regen
+from grader.ta.run_local import IMAGE_VENV, run_local
 from tests.conftest import ASSIGNMENT, ROOT, SOLUTION
 
 # One pytest-xdist worker runs this module: its module fixtures are built once.
@@ -76,7 +77,7 @@ def test_setup_builds_the_image_python_from_the_lock() -> None:
 
 
 def test_setup_refuses_a_python_other_than_the_locks(tmp_path: Path, autograder_zip: Path) -> None:
-    from grader.run_local import unpack
+    from grader.ta.run_local import unpack
 
     source = unpack(autograder_zip, tmp_path / "autograder")
     proc = subprocess.run(
@@ -99,7 +100,7 @@ def test_run_autograder_copy_still_writes_results_when_the_image_is_broken(
     tmp_path: Path, autograder_zip: Path
 ) -> None:
     """Run from Gradescope's place (a copy in ROOT) with no virtual environment."""
-    from grader.run_local import unpack
+    from grader.ta.run_local import unpack
 
     tree = tmp_path / "autograder"
     source = unpack(autograder_zip, tree)
@@ -130,7 +131,7 @@ def test_student_zip_has_no_secret(student_zip: Path) -> None:
         if not skeleton.is_file() or skeleton.read_bytes() != path.read_bytes():
             assert path.read_bytes() not in contents, path
     # No edit of the mutant library (they quote the solution's lines).
-    from grader.mutants import load_mutants
+    from grader.ta.mutants import load_mutants
 
     blob = b"\n".join(contents)
     leaked = [
@@ -174,7 +175,7 @@ def test_stale_cases_are_refused(tmp_path: Path, monkeypatch) -> None:
 @pytest.fixture(scope="session")
 def image_venv(autograder_zip: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The image's virtual environment, as the zip's setup.sh builds it for run-local."""
-    from grader.run_local import bare_environment, build_image, unpack
+    from grader.ta.run_local import bare_environment, build_image, unpack
 
     source = unpack(autograder_zip, tmp_path_factory.mktemp("image") / "autograder")
     build_image(source, bare_environment(IMAGE_VENV))
@@ -236,7 +237,7 @@ def test_selfcheck_feedback_equals_the_autograders(student_zip: Path, tmp_path: 
     import json
     import shutil
 
-    from grader.mutants import load_mutants
+    from grader.ta.mutants import load_mutants
     from tests.conftest import run_grade
 
     with zipfile.ZipFile(student_zip) as zf:

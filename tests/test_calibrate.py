@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from grader.calibrate import (
+from grader.ta.calibrate import (
     BASELINES,
     EXTRA_BASELINES,
     Observation,
@@ -16,7 +16,7 @@ from grader.calibrate import (
     propose,
     toml_snippet,
 )
-from grader.mutants import load_mutants
+from grader.ta.mutants import load_mutants
 
 
 def test_threshold_lies_midway_between_the_worst_runs() -> None:

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from grader.arrays import encode_array
-from grader.case_compare import (
+from grader.core.arrays import encode_array
+from grader.ta.case_compare import (
     ARRAYS,
     ROUNDED_JSON,
     Tolerance,

@@ -12,8 +12,8 @@ import io
 import numpy as np
 import pytest
 
-from grader.arrays import decode_array
-from grader.context import TEST_CASES, load_cases
+from grader.core.arrays import decode_array
+from grader.runtime.context import TEST_CASES, load_cases
 from tests.conftest import SOLUTION
 
 # One pytest-xdist worker runs this module: its module fixtures are built once.

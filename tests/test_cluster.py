@@ -14,9 +14,10 @@ import psutil
 import pytest
 from submitit.core.utils import DelayedSubmission
 
-from grader import batch, cli, cluster
-from grader.cluster import ClusterError, ClusterOptions, TaskSpec
-from grader.results import validate_results
+from grader import cli
+from grader.core.results import validate_results
+from grader.ta.regrade import batch, cluster
+from grader.ta.regrade.cluster import ClusterError, ClusterOptions, TaskSpec
 from tests.conftest import ROOT
 from tests.export_factory import Entry, build_export
 from tests.test_lock import DEV_LOCK, IMAGE_LOCK, pins
@@ -278,7 +279,8 @@ def test_calibrate_and_the_stability_script_run_themselves_as_cluster_jobs(
 def test_submitit_is_an_optional_extra_in_the_dev_lock_only() -> None:
     assert "submitit" in pins(DEV_LOCK) and "submitit" not in pins(IMAGE_LOCK)
     probe = (
-        "import sys, grader.cli, grader.batch, grader.merge, grader.runner, grader.autograder;"
+        "import sys, grader.cli, grader.ta.regrade.batch, grader.ta.regrade.merge,"
+        " grader.grading.runner, grader.grading.autograder;"
         "print('submitit' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True)

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from grader.mutants import load_mutants
+from grader.core.points import POINTS
 from grader.parts.part2.adapter import state_dict_problem
-from grader.points import POINTS
+from grader.ta.mutants import load_mutants
 from tests.conftest import PART2_LIMITS, ROOT, Graded, run_grade
 
 # One pytest-xdist worker runs this module: its module fixtures are built once.

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.parts import PARTS
-from grader.points import POINTS, bonus_total, part_total
-from grader.sandbox import Limits
+from grader.core.points import POINTS, bonus_total, part_total
+from grader.core.registry import PARTS
+from grader.sandbox.sandbox import Limits
 from tests.conftest import (
     ASSIGNMENT,
     FAST_LIMITS,
@@ -210,7 +210,7 @@ def test_files_uploaded_inside_folders_are_found(tmp_path: Path) -> None:
 
 
 def test_results_are_written_even_if_the_grader_crashes(tmp_path: Path, monkeypatch) -> None:
-    import grader.runner as runner
+    import grader.grading.runner as runner
 
     def explode(*args, **kwargs):
         raise RuntimeError("grader bug")

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grader.mutants import load_mutants
+from grader.core.points import POINTS, part_total
 from grader.parts.part2.cases import frequency_band, softmax64
-from grader.points import POINTS, part_total
+from grader.ta.mutants import load_mutants
 from tests.conftest import PART2_LIMITS, ROOT, SOLUTION, patched_solution, run_grade
 
 CHECKS = set(POINTS["part2"])

@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from grader.points import POINTS, part_total
-from grader.sandbox import Limits
-from grader.thresholds import load_thresholds
+from grader.core.points import POINTS, part_total
+from grader.core.thresholds import load_thresholds
+from grader.sandbox.sandbox import Limits
 from tests.conftest import Graded, patched_solution, run_grade
 
 CHECKS = set(POINTS["part3"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from grader.points import BONUS, POINTS, part_total
+from grader.core.points import BONUS, POINTS, part_total
 from tests.conftest import patched_solution, run_grade
 
 CHECKS = set(POINTS["part4"]) | {k for k in BONUS if k.startswith("4.")}

@@ -7,7 +7,7 @@ from types import ModuleType
 
 import pytest
 
-from grader.regen import import_path
+from grader.ta.regen import import_path
 from tests.conftest import ROOT
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from grader.context import PROJECT_ROOT, TEST_CASES
-from grader.sandbox import Limits, network_isolation
+from grader.runtime.context import PROJECT_ROOT, TEST_CASES
+from grader.sandbox.sandbox import Limits, network_isolation
 from tests.conftest import (
     FAST_LIMITS,
     PART2_LIMITS,

@@ -23,11 +23,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grader.client import SubmissionError, WorkerClient
-from grader.images import problem_with_png
-from grader.results import reserve_results, validate_results, write_results
-from grader.runner import grade
-from grader.sandbox import (
+from grader.checks.images import problem_with_png
+from grader.core.results import reserve_results, validate_results, write_results
+from grader.grading.runner import grade
+from grader.runtime.client import SubmissionError, WorkerClient
+from grader.sandbox.sandbox import (
     Limits,
     Sandbox,
     limit_setter,
@@ -241,7 +241,7 @@ def test_the_results_file_is_written_over_its_reservation_on_a_full_disk(
     def disk_full(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("grader.results.tempfile.mkstemp", disk_full)
+    monkeypatch.setattr("grader.core.results.tempfile.mkstemp", disk_full)
     write_results({"score": 7.0, "output": "done", "tests": []}, path)
     assert json.loads(path.read_text())["score"] == 7.0
 
@@ -320,7 +320,7 @@ def test_a_thousand_folders_deep_tree_left_by_the_worker_is_removed(tmp_path: Pa
 @PRIVATE_VIEW
 def test_the_worker_sees_neither_the_checkout_nor_other_gradings(grade_patched) -> None:
     """The checkout's .git holds the solution in its history; /tmp holds other sandboxes."""
-    from grader.context import PROJECT_ROOT
+    from grader.runtime.context import PROJECT_ROOT
 
     neighbour = Path(tempfile.mkdtemp(prefix="kvgrade-neighbour-"))
     (neighbour / "results.json").write_text("{}")
@@ -362,7 +362,7 @@ def test_the_worker_cannot_fill_the_machines_temp_folders(grade_patched) -> None
 def test_the_view_keeps_the_interpreter_only_when_it_lies_in_a_covered_folder(
     tmp_path: Path,
 ) -> None:
-    from grader.mounts import plan_for
+    from grader.sandbox.mounts import plan_for
 
     checkout, box = tmp_path / "checkout", tmp_path / "box"
     (checkout / ".venv").mkdir(parents=True)
@@ -388,7 +388,7 @@ def test_submission_files_named_like_the_workers_modules_change_nothing(tmp_path
 
 
 def test_timed_requests_look_like_any_other(tmp_path: Path, monkeypatch) -> None:
-    import grader.client as client_module
+    import grader.runtime.client as client_module
 
     sent: list[dict] = []
     real = client_module.write_message
@@ -436,7 +436,7 @@ def test_the_whole_grading_has_a_deadline(tmp_path: Path) -> None:
 @PRIVATE_VIEW
 def test_a_checkout_inside_tmp_keeps_its_interpreter_and_the_sandbox(tmp_path: Path) -> None:
     """A fresh clone under /tmp: /tmp's scratch tmpfs covers the checkout already."""
-    from grader.mounts import apply, plan_for
+    from grader.sandbox.mounts import apply, plan_for
 
     checkout, box = tmp_path / "checkout", tmp_path / "kvgrade-box"
     (checkout / ".venv").mkdir(parents=True)

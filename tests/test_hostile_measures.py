@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grader.sandbox import Limits
+from grader.sandbox.sandbox import Limits
 from tests.conftest import PART2_LIMITS, patched_solution, run_grade
 
 PART3_LIMITS = Limits(request_timeout_s=30.0, startup_timeout_s=30.0)

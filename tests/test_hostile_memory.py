@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.results import validate_results
+from grader.core.results import validate_results
 from tests.conftest import ROOT, in_param_count, patched_solution
 
 LIMIT = 768 * 2**20

@@ -14,7 +14,7 @@ import pytest
 import torch
 from transformers import DynamicCache, GPT2Config, GPT2LMHeadModel
 
-from grader.regen import import_path, one_thread
+from grader.ta.regen import import_path, one_thread
 
 # One pytest-xdist worker runs this module: its module fixtures are built once.
 pytestmark = pytest.mark.xdist_group("kv_lab")

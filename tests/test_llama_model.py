@@ -20,7 +20,7 @@ import torch
 
 from grader.parts.part3.build import llama_on_path
 from grader.parts.part3.cases import COURSE_PROMPTS, MODELS, checkpoint_shapes, plans
-from grader.regen import one_thread
+from grader.ta.regen import one_thread
 from tests.conftest import ROOT, SOLUTION
 
 TINY_CKPT = ROOT / "test_cases" / "public" / "part3" / "tiny_llama"

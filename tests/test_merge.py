@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from grader import cli
-from grader.merge import MergeError, main
-from grader.results import fallback_results, validate_results
+from grader.core.results import fallback_results, validate_results
+from grader.ta.regrade.merge import MergeError, main
 
 PEOPLE = {
     "submission_1": [

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.mutants import load_mutants, run_mutants
-from grader.parts import PARTS
+from grader.core.registry import PARTS
+from grader.ta.mutants import load_mutants, run_mutants
 from tests.conftest import SOLUTION
 
 LIBRARY_PARTS = ["part1", "part2", "part3", "part4"]

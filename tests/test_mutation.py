@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from grader import mutation
 from grader import mutation_report as report
+from grader.ta import mutation
 
 # One pytest-xdist worker runs this module: its module fixtures are built once.
 pytestmark = pytest.mark.xdist_group("mutation")

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from grader.context import TEST_CASES
 from grader.parts.part1 import seal
 from grader.parts.part1.seal import Verdict
+from grader.runtime.context import TEST_CASES
 
 PUBLIC = json.loads((TEST_CASES / "public" / "part1.json").read_text())
 HIDDEN = json.loads((TEST_CASES / "hidden" / "part1.json").read_text())
@@ -119,7 +119,7 @@ def test_part1_regeneration_is_deterministic_and_matches_the_committed_files(
     tmp_path,
 ) -> None:
     """Salts come from case ids, so the seals are the same bytes on every regeneration."""
-    from grader import regen
+    from grader.ta import regen
 
     for out in ("a", "b"):
         regen.write_cases(tmp_path / out, parts=["part1"])

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from grader import build
-from grader.context import TEST_CASES
-from grader.mutants import load_mutants
-from grader.points import POINTS
+from grader.core.points import POINTS
+from grader.runtime.context import TEST_CASES
+from grader.ta import dist as build
+from grader.ta.mutants import load_mutants
 from tests.conftest import SOLUTION, patched_solution, run_grade
 
 pytestmark = pytest.mark.xdist_group("part1_student_zip")

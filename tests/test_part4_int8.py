@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from grader.arrays import decode_array
+from grader.core.arrays import decode_array
 from grader.parts.part4.build import int8_cache_case
 from grader.parts.part4.int8 import expected_int8, judge_int8, judge_int8_cache
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from grader.points import POINTS, part_of, part_total, points
-from grader.runner import check_classes
+from grader.core.points import POINTS, part_of, part_total, points
+from grader.grading.runner import check_classes
 
 
 def test_every_check_has_points_and_every_entry_a_check() -> None:

@@ -9,7 +9,7 @@ import uuid
 
 import psutil
 
-from grader.processes import kill_matching, kill_tree
+from grader.sandbox.processes import kill_matching, kill_tree
 
 
 def _wait_for_children(pid: int, n: int) -> list[psutil.Process]:

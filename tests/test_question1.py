@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from grader.regen import import_path
+from grader.ta.regen import import_path
 from tests.conftest import SOLUTION
 
 q1 = import_path(SOLUTION / "question1.py", "reference_question1")
@@ -64,7 +64,7 @@ def test_unknown_phase_is_rejected() -> None:
 
 
 def test_plots_are_written(tmp_path) -> None:
-    from grader.images import problem_with_png
+    from grader.checks.images import problem_with_png
 
     q1.plot_prefill_ai(tmp_path / "p.png")
     q1.plot_decode_ai(tmp_path / "d.png")

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from grader.parts.part3.build import llama_on_path
-from grader.regen import import_path
+from grader.ta.regen import import_path
 from tests.conftest import ROOT, SOLUTION
 
 TINY = dict(

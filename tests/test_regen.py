@@ -9,8 +9,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from grader import regen
-from grader.context import TEST_CASES, load_cases
+from grader.runtime.context import TEST_CASES, load_cases
+from grader.ta import regen
 from tests.conftest import SOLUTION, patched_solution
 
 # One pytest-xdist worker runs this module: its module fixtures are built once.
@@ -31,7 +31,7 @@ def test_committed_cases_match_the_solution(fresh_cases: Path) -> None:
 
 def _nudge(value: object, factor: float) -> object:
     """Every float in a JSON document scaled by ``factor`` (float32 arrays too)."""
-    from grader.arrays import decode_array, encode_array
+    from grader.core.arrays import decode_array, encode_array
 
     if isinstance(value, dict) and {"dtype", "shape", "data"} <= set(value):
         return encode_array(decode_array(value) * (1 + (factor - 1) / 100))  # float32 noise
@@ -163,7 +163,7 @@ def test_course_format_public_cases() -> None:
 
 
 def test_weights_are_reproducible_from_their_seed() -> None:
-    from grader.arrays import weights_digest
+    from grader.core.arrays import weights_digest
     from grader.parts.part2.cases import make_state_dict
 
     meta = load_cases("part2")
@@ -198,7 +198,7 @@ def test_part2_hidden_cases_cover_the_promised_ground() -> None:
 
 
 def test_part2_catalogue_names_every_mutant_somewhere() -> None:
-    from grader.mutants import load_mutants
+    from grader.ta.mutants import load_mutants
 
     signatures = load_cases("part2")["signatures"]
     seen = {name for probe in signatures.values() for name in probe}
@@ -239,7 +239,7 @@ def test_part3_weights_are_reproducible_and_hidden_model_differs() -> None:
     meta = load_cases("part3")
     for name, spec in meta["models"].items():
         weights = make_weights(spec["params"], spec["vocab_size"], spec["seed"])
-        from grader.arrays import weights_digest
+        from grader.core.arrays import weights_digest
 
         assert weights_digest(weights) == spec["weights_sha256"], name
     hidden = meta["models"]["hidden"]["params"]

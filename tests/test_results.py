@@ -8,7 +8,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from grader.results import (
+from grader.core.results import (
     GradingResults,
     TestResult,
     fallback_results,

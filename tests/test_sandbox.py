@@ -9,8 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from grader.identity import claim_identity
-from grader.sandbox import PROJECT_GRADESCOPE, Limits, Sandbox, limit_setter, resolve_identity
+from grader.core.paths import GRADESCOPE_FILES, WORKER_ACCOUNTS_SCRIPT
+from grader.sandbox.identity import claim_identity
+from grader.sandbox.sandbox import (
+    Limits,
+    Sandbox,
+    limit_setter,
+    resolve_identity,
+)
 from tests.conftest import in_param_count, refused
 
 ROOT_ONLY = os.geteuid() == 0
@@ -67,10 +73,8 @@ def test_setup_script_creates_the_worker_user_that_the_grader_then_uses() -> Non
     import pwd
     import subprocess
 
-    from grader.sandbox import PROJECT_GRADESCOPE
-
     name = "kvgrader-selftest"
-    script = PROJECT_GRADESCOPE / "create_worker_user.sh"
+    script = WORKER_ACCOUNTS_SCRIPT
     try:
         subprocess.run(["bash", str(script), name], check=True, capture_output=True)
         subprocess.run(["bash", str(script), name], check=True, capture_output=True)  # idempotent
@@ -85,7 +89,7 @@ def test_setup_script_creates_the_worker_user_that_the_grader_then_uses() -> Non
 
 @pytest.mark.skipif(not ROOT_ONLY, reason="dropping privileges needs root")
 def test_worker_cannot_read_the_hidden_test_cases(grade_patched) -> None:
-    from grader.context import TEST_CASES
+    from grader.runtime.context import TEST_CASES
 
     hidden = TEST_CASES / "hidden" / "part1.json"
     graded = grade_patched([in_param_count(f"    open({str(hidden)!r}).read()")])
@@ -99,9 +103,9 @@ def test_gradings_side_by_side_get_their_own_worker_account(tmp_path: Path) -> N
     """Two sandboxes at once never share a user; a finished one frees its account."""
     import fcntl
 
-    from grader.sandbox import LOCK_DIR, POOL_SIZE, pool_names
+    from grader.sandbox.sandbox import LOCK_DIR, POOL_SIZE, pool_names
 
-    script = PROJECT_GRADESCOPE / "create_worker_user.sh"
+    script = WORKER_ACCOUNTS_SCRIPT
     subprocess.run(
         ["bash", str(script), "kvgrader", str(POOL_SIZE)], check=True, capture_output=True
     )
@@ -121,7 +125,7 @@ def test_gradings_side_by_side_get_their_own_worker_account(tmp_path: Path) -> N
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released by cleanup
     finally:
         os.close(fd)
-    setup = (PROJECT_GRADESCOPE / "setup.sh").read_text()
+    setup = (GRADESCOPE_FILES / "setup.sh").read_text()
     assert f'create_worker_user.sh" kvgrader {POOL_SIZE}' in setup
 
 

@@ -1,4 +1,4 @@
-"""assignment/ is generated from the annotated solution/ (grader/skeleton.py): the
+"""assignment/ is generated from the annotated solution/ (grader/ta/skeleton.py): the
 committed skeletons are what the markers give, provided code exists once, a malformed
 marker names its file and line, and ``regen --check`` catches a hand-edited skeleton.
 
@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from grader import cli, regen, skeleton
-from grader.points import BONUS, POINTS
-from grader.skeleton import MarkerError, strip_solution
+from grader import cli
+from grader.core.points import BONUS, POINTS
+from grader.ta import regen, skeleton
+from grader.ta.skeleton import MarkerError, strip_solution
 from tests.conftest import ASSIGNMENT, SOLUTION
 
 #: Provided code: no marker, so the student's copy is the solution's, byte for byte.
@@ -195,7 +196,7 @@ def test_a_hand_edited_skeleton_is_stale(tmp_path: Path) -> None:
         "assignment/inference.py: missing (generated from solution/inference.py)",
         "assignment/kv_lab.py: differs from what solution/kv_lab.py generates (from line 41)",
         "assignment/notes.py: not generated from solution/ and not a student-only file "
-        "(grader/skeleton.py, STUDENT_ONLY)",
+        "(grader/ta/skeleton.py, STUDENT_ONLY)",
     ]
 
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from grader.regen import import_path
-from grader.report import score_table
-from grader.results import GradingResults, TestResult
+from grader.core.report import score_table
+from grader.core.results import GradingResults, TestResult
+from grader.ta.regen import import_path
 from tests.conftest import ROOT
 
 

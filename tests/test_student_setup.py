@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from grader import build
-from grader.parts import PARTS
-from grader.points import BONUS, POINTS, bonus_total, part_total
-from grader.regen import import_path
+from grader.core.points import BONUS, POINTS, bonus_total, part_total
+from grader.core.registry import PARTS
+from grader.ta import dist as build
+from grader.ta.regen import import_path
 from tests.conftest import ROOT, SOLUTION
 
 # One pytest-xdist worker runs this module: its module fixtures are built once.
@@ -54,7 +54,7 @@ def test_the_handout_opens_with_the_set_up() -> None:
 def test_selfcheck_lists_a_public_counterpart_for_every_hidden_check() -> None:
     """Each check tagged hidden (cases only Gradescope has) maps to public checks that the
     self-check runs; every other check runs in the self-check itself."""
-    from grader.runner import build_suite
+    from grader.grading.runner import build_suite
 
     def numbers(public_only: bool) -> set[str]:
         suite = build_suite(None, list(PARTS), public_only=public_only)  # type: ignore[arg-type]

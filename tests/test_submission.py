@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from grader.submission import copy_submission, locate
+from grader.sandbox.submission import copy_submission, locate
 
 
 def touch(path: Path, text: str = "x") -> Path:

@@ -7,7 +7,7 @@ from importlib import resources
 import jsonschema
 import pytest
 
-from grader.thresholds import (
+from grader.core.thresholds import (
     THRESHOLDS_FILE,
     leaderboard_entries,
     leaderboard_settings,
@@ -18,7 +18,7 @@ from grader.thresholds import (
 
 
 def shipped_text() -> str:
-    return resources.files("grader").joinpath(THRESHOLDS_FILE).read_text()
+    return resources.files("grader.core").joinpath(THRESHOLDS_FILE).read_text()
 
 
 def test_shipped_file_is_valid_and_has_both_profiles() -> None:
@@ -76,7 +76,7 @@ def test_leaderboard_is_off_by_default_and_switched_on_in_the_file() -> None:
 
 def test_device_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
     assert resolve_device("cpu") == "cpu" and resolve_device("cuda") == "cuda"
-    monkeypatch.setattr("grader.thresholds.glob.glob", lambda pattern: [])
+    monkeypatch.setattr("grader.core.thresholds.glob.glob", lambda pattern: [])
     assert resolve_device("auto") == "cpu"  # no NVIDIA device node: no probe at all
 
 
@@ -84,7 +84,9 @@ def test_leaderboard_reaches_results_json(tmp_path, monkeypatch: pytest.MonkeyPa
     from tests.conftest import SOLUTION, run_grade
 
     on = leaderboard_settings(shipped_text().replace("enabled = false", "enabled = true", 1))
-    monkeypatch.setattr("grader.runner.leaderboard_settings", lambda: {**on, "check": "2.11"})
+    monkeypatch.setattr(
+        "grader.grading.runner.leaderboard_settings", lambda: {**on, "check": "2.11"}
+    )
     graded = run_grade(
         SOLUTION, tmp_path, parts=["part2"], tags=frozenset({"benchmark"}), device="auto"
     )

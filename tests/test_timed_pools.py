@@ -8,7 +8,7 @@ import math
 import pytest
 
 from grader.checks.timed_pools import WITH, WITHOUT, TimedPools, decided
-from grader.timing import Ratio, Sample
+from grader.runtime.timing import Ratio, Sample
 
 
 def probe(cpu: dict[bool, list[float]], rounds: int, threshold: float | None):

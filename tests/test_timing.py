@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from grader.timing import (
+from grader.runtime.timing import (
     BenchmarkRecord,
     Criterion,
     Measurement,
@@ -203,7 +203,7 @@ def test_cpu_used_counts_busy_children_and_threads_that_ended() -> None:
 def test_work_handed_to_a_daemon_outside_the_tree_is_counted_by_the_run_gid() -> None:
     # The worker double-forks a daemon (new session, re-parented to init) that does the
     # work while the worker itself waits: invisible in the process tree, not in its group.
-    from grader.sandbox import fresh_gid
+    from grader.sandbox.sandbox import fresh_gid
 
     gid = fresh_gid()
     code = (
@@ -234,7 +234,7 @@ def test_work_handed_to_a_daemon_outside_the_tree_is_counted_by_the_run_gid() ->
     finally:
         proc.kill()
         proc.wait()
-        from grader.processes import kill_matching
+        from grader.sandbox.processes import kill_matching
 
         kill_matching(lambda p: p.info["gids"].real == gid, ["gids"])
 
@@ -309,7 +309,7 @@ class FakeCuda:
 def test_worker_synchronises_cuda_around_a_timed_request(monkeypatch: pytest.MonkeyPatch) -> None:
     import types
 
-    from grader.regen import import_path
+    from grader.ta.regen import import_path
     from tests.conftest import ROOT
 
     worker_dir = ROOT / "grader" / "worker"

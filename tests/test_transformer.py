@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from grader.parts.part2.cases import PUBLIC_MODEL, chunk_plan, make_state_dict, state_dict_shapes
-from grader.regen import import_path, one_thread
+from grader.ta.regen import import_path, one_thread
 from tests.conftest import ASSIGNMENT, ROOT, SOLUTION
 
 # One pytest-xdist worker runs this module: its module fixtures are built once.

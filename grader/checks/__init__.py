@@ -1,1 +1,2 @@
-"""Graded checks, one module per part (``part1`` ...), run by :mod:`grader.runner`."""
+"""What the parts' checks share: the graded test-case base classes, logit comparison, the
+timed prompt pools and images for feedback. Above the runtime, below the parts."""

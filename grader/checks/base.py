@@ -18,10 +18,10 @@ from gradescope_utils.autograder_utils.decorators import (
     weight,
 )
 
-from grader.client import SubmissionError
-from grader.context import GradingContext
-from grader.points import part_of, points
-from grader.timing import BenchmarkRecord, Criterion, Measurement, Sample, Timing, measure
+from grader.core.points import part_of, points
+from grader.runtime.client import SubmissionError
+from grader.runtime.context import GradingContext
+from grader.runtime.timing import BenchmarkRecord, Criterion, Measurement, Sample, Timing, measure
 
 
 def check(

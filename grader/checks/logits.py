@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from grader.arrays import fingerprint, fingerprints_match
+from grader.core.arrays import fingerprint, fingerprints_match
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from grader.timing import Ratio, Sample, Timing
+from grader.runtime.timing import Ratio, Sample, Timing
 
 WITHOUT, WITH = "without the cache", "with the cache"
 EARLY_MARGIN = 2.0  # a work ratio this many times past its threshold needs no more rounds

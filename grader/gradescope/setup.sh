@@ -58,7 +58,7 @@ fi
 chmod -R go+rX "$venv"
 
 if [ "$(id -u)" = 0 ]; then
-    bash "$source_dir/grader/gradescope/create_worker_user.sh" kvgrader 8
+    bash "$source_dir/grader/sandbox/create_worker_user.sh" kvgrader 8
 fi
 chmod -R go-rwx "$source_dir"
 chmod 755 "$source_dir/setup.sh" "$source_dir/run_autograder"

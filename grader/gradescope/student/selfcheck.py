@@ -74,7 +74,7 @@ def main(argv: list[str]) -> int:
     folder = argv[0] if argv and not argv[0].startswith("-") else "assignment"
     rest = argv[1:] if argv and not argv[0].startswith("-") else argv
     command = [
-        sys.executable, "-m", "grader", "grade", str(Path(folder).resolve()),
+        sys.executable, "-m", "grader.grading", "grade", str(Path(folder).resolve()),
         "--results", str(HERE / "selfcheck_results.json"),
         "--table", "--details", "--public-only", *rest,
     ]  # fmt: skip

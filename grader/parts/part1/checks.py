@@ -25,10 +25,10 @@ from grader.checks.base import (
     likely_cause,
     with_output,
 )
-from grader.client import SubmissionError
-from grader.images import problem_with_png
+from grader.checks.images import problem_with_png
+from grader.core.points import points
 from grader.parts.part1.seal import Verdict
-from grader.points import points
+from grader.runtime.client import SubmissionError
 
 FATAL = {"missing", "import", "timeout", "crash"}
 

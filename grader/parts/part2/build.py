@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from grader.arrays import encode_array, fingerprint, weights_digest
+from grader.core.arrays import encode_array, fingerprint, weights_digest
 from grader.parts.part2 import adapter
 from grader.parts.part2.build_pools import bench_pools
 from grader.parts.part2.cases import (

@@ -36,7 +36,7 @@ def bench_pools(reference_module: ModuleType) -> dict[str, Any]:
     run of one grading and the reference's tokens for each (hidden, so a submission can
     neither recognise a timed prompt nor look its answer up); then the work probe's pool
     and the growth probe's (check 2.9), both on the work model."""
-    from grader.thresholds import DEVICES, load_thresholds
+    from grader.core.thresholds import DEVICES, load_thresholds
 
     wanted: dict[tuple[int, int], int] = {}
     for device in DEVICES:

@@ -19,12 +19,12 @@ import numpy as np
 
 from grader.checks.base import check, likely_cause, with_output
 from grader.checks.logits import position
-from grader.client import SubmissionError
+from grader.core.thresholds import load_thresholds
 from grader.parts.part2.cases import frequency_band, softmax64
 from grader.parts.part2.support import Part2Base
 from grader.parts.part2.timed import Part2Growth, bench_key
-from grader.thresholds import load_thresholds
-from grader.timing import BenchmarkRecord, Criterion, Ratio, Sample, Timing, clock_for
+from grader.runtime.client import SubmissionError
+from grader.runtime.timing import BenchmarkRecord, Criterion, Ratio, Sample, Timing, clock_for
 
 
 class Part2ForwardChecks(Part2Base):

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from grader.arrays import decode_array, weights_digest
 from grader.checks.base import GradedTestCase, Outcome, likely_cause, with_output
 from grader.checks.logits import (
     compare,
@@ -24,12 +23,13 @@ from grader.checks.logits import (
     matching_mistakes,
     position,
 )
-from grader.client import Reply, SubmissionError
+from grader.core.arrays import decode_array, weights_digest
+from grader.core.points import points
+from grader.core.thresholds import load_thresholds
 from grader.parts.part2.cases import WORK_NEW, WORK_PROMPT, ablate, bench_model, make_state_dict
 from grader.parts.part2.diagnosis import Part2Diagnosis
-from grader.points import points
-from grader.thresholds import load_thresholds
-from grader.timing import Sample
+from grader.runtime.client import Reply, SubmissionError
+from grader.runtime.timing import Sample
 
 FATAL = {"missing", "import", "timeout", "crash", "load"}
 
@@ -311,7 +311,7 @@ class Part2Base(Part2Diagnosis, GradedTestCase):
         self, timing: bool = False, **overrides: Any
     ) -> tuple[np.ndarray, list[int], Sample]:
         """Seeded ``generate`` on the probe prompt; validated tokens, forward lengths, and
-        the run's time and peak memory (:mod:`grader.timing`).
+        the run's time and peak memory (:mod:`grader.runtime.timing`).
 
         ``timing`` runs are named apart (a timeout there does not skip other checks'
         calls) and get at least 30 s, as a busy machine must not fail them.

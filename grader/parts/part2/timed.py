@@ -33,7 +33,7 @@ from grader.parts.part2.cases import (
     pool_key,
 )
 from grader.parts.part2.support import Part2Base
-from grader.timing import Ratio, Sample, Timing
+from grader.runtime.timing import Ratio, Sample, Timing
 
 
 class Part2Timed(TimedPools, Part2Base):

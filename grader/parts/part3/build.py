@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from grader.arrays import encode_array
-from grader.arrays import weights_digest as digest
+from grader.core.arrays import encode_array
+from grader.core.arrays import weights_digest as digest
 from grader.parts.part3 import adapter
 from grader.parts.part3.build_pools import bench_pools
 from grader.parts.part3.cases import (
@@ -140,7 +140,7 @@ def _catch(fn: Any) -> Any:
 
 def probes(obs: Observer, tokens: np.ndarray) -> dict[str, Any]:
     """What a package shows on each diagnostic probe (plain JSON values)."""
-    from grader.arrays import fingerprint
+    from grader.core.arrays import fingerprint
 
     out: dict[str, Any] = {}
     for mode in ("no_cache", "cached", "chunked"):

@@ -34,7 +34,7 @@ def bench_pools(reference: dict[str, ModuleType], run: dict[str, Any]) -> dict[s
     """For every benchmark shape of the thresholds profiles, a fresh prompt for every row
     of every timed run of one grading, with the reference's greedy text for each (hidden:
     a submission can neither recognise a timed prompt nor look its answer up)."""
-    from grader.thresholds import DEVICES, load_thresholds
+    from grader.core.thresholds import DEVICES, load_thresholds
 
     wanted: dict[tuple[int, int], int] = {}
     for device in DEVICES:

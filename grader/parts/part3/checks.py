@@ -17,13 +17,13 @@ from typing import Any
 import numpy as np
 
 from grader.checks.base import Outcome, check, with_output
-from grader.client import SubmissionError
+from grader.core.points import points
+from grader.core.thresholds import load_thresholds
 from grader.parts.part3.cases import TOP_P, TOP_P_NUCLEUS, TOP_P_PROBS
 from grader.parts.part3.support import Part3Base
 from grader.parts.part3.timed import Part3Timed, bench_key
-from grader.points import points
-from grader.thresholds import load_thresholds
-from grader.timing import BenchmarkRecord, Criterion, Ratio, Sample, Timing, clock_for
+from grader.runtime.client import SubmissionError
+from grader.runtime.timing import BenchmarkRecord, Criterion, Ratio, Sample, Timing, clock_for
 
 
 class Part3ForwardChecks(Part3Base):

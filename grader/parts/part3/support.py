@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 
-from grader.arrays import decode_array
 from grader.checks.base import GradedTestCase, likely_cause, with_output
 from grader.checks.logits import (
     compare,
@@ -18,7 +17,7 @@ from grader.checks.logits import (
     several_causes,
     signature_matches,
 )
-from grader.client import Reply, SubmissionError
+from grader.core.arrays import decode_array
 from grader.parts.part3.cases import (
     BENCH_MAX_BATCH,
     BENCH_MAX_SEQ_LEN,
@@ -29,6 +28,7 @@ from grader.parts.part3.cases import (
     make_weights,
     plans,
 )
+from grader.runtime.client import Reply, SubmissionError
 
 #: Check 3.8's mode switches: what goes wrong when a run's text differs.
 SWITCH_PROBLEMS = {

@@ -32,7 +32,7 @@ from grader.parts.part3.cases import (
     pool_key,
 )
 from grader.parts.part3.support import Part3Base
-from grader.timing import Ratio, Sample, Timing
+from grader.runtime.timing import Ratio, Sample, Timing
 
 
 class Part3Timed(TimedPools, Part3Base):

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from grader.arrays import encode_array
+from grader.core.arrays import encode_array
 from grader.parts.part4 import adapter
 
 ATOL = 2e-3  # float32 logits; thread counts change the order of the sums

@@ -19,14 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from grader.arrays import decode_array
 from grader.checks.base import (
     Outcome,
     ValueProblem,
     as_number,
     check,
 )
-from grader.client import SubmissionError
+from grader.core.arrays import decode_array
+from grader.core.points import BONUS
+from grader.core.thresholds import load_thresholds
 from grader.parts.part4.int8 import int8_reply, judge_int8, judge_int8_cache, restored_dtypes
 from grader.parts.part4.latency import (
     CLOCKED_CASES,
@@ -37,9 +38,8 @@ from grader.parts.part4.latency import (
     latency_figures,
 )
 from grader.parts.part4.support import Part4Base, generation_problem, plain_value
-from grader.points import BONUS
-from grader.thresholds import load_thresholds
-from grader.timing import BenchmarkRecord, Criterion, Sample, Timing, clock_for
+from grader.runtime.client import SubmissionError
+from grader.runtime.timing import BenchmarkRecord, Criterion, Sample, Timing, clock_for
 
 DISTILGPT2 = {"n_layers": 6, "hidden_size": 768, "n_heads": 12, "vocab_size": 50257,
               "n_positions": 1024}  # fmt: skip

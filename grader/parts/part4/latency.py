@@ -15,7 +15,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from grader.timing import Criterion, Ratio, Timing
+from grader.runtime.timing import Criterion, Ratio, Timing
 
 LATENCY_KEYS = ("no_cache_ms_per_token", "cache_ms_per_token")
 MAX_SHARE = 1.1  # timed runs (from the figures) may fill at most this share of the work time

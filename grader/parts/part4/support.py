@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from grader.checks.base import GradedTestCase, Outcome, likely_cause, with_output
-from grader.client import Reply, SubmissionError
-from grader.points import points
+from grader.core.points import points
+from grader.runtime.client import Reply, SubmissionError
 
 
 def plain_value(enc: Any, depth: int = 0) -> Any:

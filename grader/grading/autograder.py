@@ -1,7 +1,7 @@
 """Grading inside Gradescope's tree: ``/autograder/{submission,results,submission_metadata.json}``.
 
 ``run_autograder`` calls :func:`main`. Before grading it applies the optional
-submission limit of ``grader/config.toml`` from Gradescope's metadata: a
+submission limit of ``grader/grading/config.toml`` from Gradescope's metadata: a
 submission over the limit is not graded; the student keeps the score of their
 last graded submission and is told when the next one will count.
 """
@@ -16,8 +16,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from grader.results import GradingResults, write_results
-from grader.runner import grade
+from grader.core.results import GradingResults, write_results
+from grader.grading.runner import grade
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class LimitVerdict:
 
 def load_limit() -> SubmissionLimit:
     """The submission limit of the packaged ``config.toml``."""
-    data = tomllib.loads(resources.files("grader").joinpath("config.toml").read_text())
+    data = tomllib.loads(resources.files("grader.grading").joinpath("config.toml").read_text())
     section = data.get("submission_limit", {})
     limit = SubmissionLimit(
         int(section.get("max_graded", 0)), float(section.get("window_hours", 24))
@@ -96,8 +96,8 @@ def over_limit_results(
 
 def main(*, root: Path = Path("/autograder"), parts: list[str] | None = None) -> int:
     """Grade ``root/submission`` into ``root/results/results.json``; 0 unless the grader broke."""
-    from grader.parts import PARTS
-    from grader.points import part_total
+    from grader.core.points import part_total
+    from grader.core.registry import PARTS
 
     results_path = root / "results" / "results.json"
     metadata_path = root / "submission_metadata.json"

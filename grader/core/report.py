@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from grader.results import GradingResults, TestResult
+from grader.core.results import GradingResults, TestResult
 
 
 def is_bonus(t: TestResult) -> bool:

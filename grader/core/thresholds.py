@@ -20,14 +20,14 @@ def parse_thresholds(text: str) -> dict[str, Any]:
     """Parse and validate the thresholds file's text; raise on anything malformed."""
     data = tomllib.loads(text)
     schema = json.loads(
-        resources.files("grader").joinpath("schemas/thresholds.schema.json").read_text()
+        resources.files("grader.core").joinpath("schemas/thresholds.schema.json").read_text()
     )
     jsonschema.validate(data, schema)
     return data
 
 
 def thresholds_text() -> str:
-    return resources.files("grader").joinpath(THRESHOLDS_FILE).read_text()
+    return resources.files("grader.core").joinpath(THRESHOLDS_FILE).read_text()
 
 
 def load_thresholds(device: str) -> dict[str, Any]:

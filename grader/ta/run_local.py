@@ -25,8 +25,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from grader.context import PROJECT_ROOT
-from grader.results import GradingResults, validate_results
+from grader.core.paths import PROJECT_ROOT
+from grader.core.results import GradingResults, validate_results
 
 #: Where run-local keeps the image's virtual environment between runs. It must
 #: be reachable by the worker user, which runs the same interpreter.

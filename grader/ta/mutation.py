@@ -1,6 +1,6 @@
 """Mutation testing of ``solution/`` with cosmic-ray, the grader as the test suite.
 
-The mutant library (each part's ``grader/parts/<part>/mutants.toml``) is written by
+The mutant library (each part's ``grader/ta/mutants/<part>.toml``) is written by
 the same hands as the checks, so it shares their blind spots. Here an established engine,
 cosmic-ray, makes its own small edits (operators, comparisons, constants,
 loops) inside the graded functions of each part, and each edit is graded
@@ -12,7 +12,7 @@ file ``docs/mutation/triage.toml`` records with its reason.
 The engine rewrites the files it mutates in place, so it only ever sees a
 scratch copy of the solution (one per job, under ``results/mutation/``); the
 checkout's ``solution/`` is never written. ``make mutation [PARTS=part1]
-[JOBS=2]`` runs it; ``python -m grader.mutation verdict DIR --part partN`` is
+[JOBS=2]`` runs it; ``python -m grader.ta.mutation verdict DIR --part partN`` is
 the test command the engine runs on a mutated copy (exit 0: full marks, the
 mutant survived).
 """
@@ -35,10 +35,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.context import PROJECT_ROOT
+from grader.core.paths import RESULTS, SOLUTION, SOLUTION_COPY_PATTERNS, ignore
 
-SOLUTION = PROJECT_ROOT / "solution"
-WORKDIR = PROJECT_ROOT / "results" / "mutation"
+WORKDIR = RESULTS / "mutation"
 
 # The functions students write (those holding a solution region), per part and file
 # ("Class.method" for methods). Left out: the plots (graded only as valid PNGs),
@@ -92,7 +91,7 @@ OPERATORS = (
 # grader's own limits well before; this only guards the engine's wait).
 TIMEOUT_S = {"part1": 120, "part2": 400, "part3": 600, "part4": 600}
 
-_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.png", "results*")
+_IGNORE = ignore(*SOLUTION_COPY_PATTERNS)
 
 
 @dataclass(frozen=True)
@@ -147,7 +146,7 @@ def operator_kept(name: str, patterns: tuple[str, ...] = OPERATORS) -> bool:
 
 def verdict_command(copy: Path, part: str) -> str:
     """The engine's test command: grade the mutated copy's part without benchmarks."""
-    parts = [sys.executable, "-m", "grader.mutation", "verdict", str(copy), "--part", part]
+    parts = [sys.executable, "-m", "grader.ta.mutation", "verdict", str(copy), "--part", part]
     return shlex.join(parts)
 
 
@@ -318,7 +317,7 @@ def verdict(copy: Path, part: str, checks: frozenset[str] | None = None) -> int:
     """Grade ``part`` of ``copy`` (public and hidden checks, no benchmarks; only the checks
     numbered in ``checks`` when given): 0 when every check passed (the mutant survived),
     1 naming the checks that failed (killed)."""
-    from grader.runner import grade
+    from grader.grading.runner import grade
 
     with tempfile.TemporaryDirectory(prefix="mutation-verdict-") as tmp:
         results = grade(
@@ -366,7 +365,7 @@ def run_part(part: str, jobs: int, workdir: Path = WORKDIR, niceness: int = 10):
 def main(argv: list[str] | None = None) -> int:
     from grader import mutation_report as report
 
-    parser = argparse.ArgumentParser(prog="python -m grader.mutation", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m grader.ta.mutation", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
     v = sub.add_parser("verdict", help="grade a mutated copy (the engine's test command)")
     v.add_argument("copy", type=Path)

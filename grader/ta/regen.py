@@ -24,10 +24,10 @@ from typing import Any
 
 import jsonschema
 
-from grader import skeleton
-from grader.case_compare import compare_files
-from grader.context import TEST_CASES
-from grader.mutants import SOLUTION, load_mutants
+from grader.core.paths import SOLUTION, TEST_CASES
+from grader.ta import skeleton
+from grader.ta.case_compare import compare_files
+from grader.ta.mutants import load_mutants
 
 MANIFEST = "manifest.json"
 
@@ -119,7 +119,7 @@ def case_schema(name: str) -> dict[str, Any]:
     """The JSON schema ``schemas/<name>.schema.json`` (``name`` like "part1_cases")."""
     if not name.endswith("cases"):
         name = f"{name}_cases"
-    text = resources.files("grader").joinpath(f"schemas/{name}.schema.json").read_text()
+    text = resources.files("grader.core").joinpath(f"schemas/{name}.schema.json").read_text()
     return json.loads(text)
 
 
@@ -188,7 +188,7 @@ def check(
     """Problems with the committed cases: drift from the solution, or from the manifest.
 
     Regenerated files are compared with the committed ones by meaning
-    (:mod:`grader.case_compare`), so cases committed on one CPU are still up to
+    (:mod:`grader.ta.case_compare`), so cases committed on one CPU are still up to
     date on another, while a changed solution or case builder is reported.
     ``fresh`` is a folder already written by :func:`write_cases` from ``solution``
     (so several checks can share one regeneration). The skeletons in ``assignment``

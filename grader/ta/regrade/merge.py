@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grader.batch_report import Submitter, natural_key, part_scores, read_submitters
-from grader.parts import PARTS
-from grader.points import part_total
-from grader.results import validate_results, write_results
+from grader.core.points import part_total
+from grader.core.registry import PARTS
+from grader.core.results import validate_results, write_results
+from grader.ta.regrade.report import Submitter, natural_key, part_scores, read_submitters
 
 CSV_COLUMNS = ["Name", "SID", "Email", "Total Score", "Max Points", "Submission ID"]
 

@@ -23,16 +23,17 @@ from typing import Any, NoReturn
 import numpy as np
 import psutil
 
-from grader.mounts import mount_isolation, plan_for
-from grader.processes import kill_tree
-from grader.sandbox import (
+from grader.runtime.client_output import OutputCollector, describe_error
+from grader.runtime.timing import cpu_snapshot, cpu_used, rss_peak
+from grader.sandbox.mounts import mount_isolation, plan_for
+from grader.sandbox.processes import kill_tree
+from grader.sandbox.sandbox import (
     Limits,
     Sandbox,
     kill_user_processes,
     limit_setter,
     network_isolation,
 )
-from grader.timing import cpu_snapshot, cpu_used, rss_peak
 from grader.worker.protocol import (
     ProtocolError,
     ReadTimeout,
@@ -40,7 +41,6 @@ from grader.worker.protocol import (
     read_message,
     write_message,
 )
-from grader.worker_output import OutputCollector, describe_error
 
 
 class SubmissionError(Exception):
@@ -235,7 +235,7 @@ class WorkerClient:
         others fail at once instead of each costing another timeout.
         A ``timed`` request is a benchmark run: the parent also reads the CPU time
         the kernel charged the worker's processes during it, and its peak memory
-        (see :mod:`grader.timing`). The clock never includes starting the worker.
+        (see :mod:`grader.runtime.timing`). The clock never includes starting the worker.
         """
         key = key if key is not None else what.split("(")[0]
         if self.sandbox.expired.is_set():

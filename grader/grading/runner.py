@@ -24,19 +24,21 @@ from pathlib import Path
 from gradescope_utils.autograder_utils.json_test_runner import JSONTestRunner
 
 from grader.checks.base import GradedTestCase
-from grader.context import PROJECT_ROOT, TEST_CASES, GradingContext
-from grader.identity import RUN_RECORD_ENV
-from grader.mounts import mount_isolation
-from grader.parts import PARTS
-from grader.points import part_total
-from grader.results import (
+from grader.core.paths import PROJECT_ROOT, SOLUTION, TEST_CASES
+from grader.core.points import part_total
+from grader.core.registry import PARTS
+from grader.core.results import (
     GradingResults,
     TestResult,
     fallback_results,
     reserve_results,
     write_results,
 )
-from grader.sandbox import (
+from grader.core.thresholds import leaderboard_entries, leaderboard_settings, resolve_device
+from grader.runtime.context import GradingContext
+from grader.sandbox.identity import RUN_RECORD_ENV
+from grader.sandbox.mounts import mount_isolation
+from grader.sandbox.sandbox import (
     Limits,
     Sandbox,
     WorkerIdentity,
@@ -44,10 +46,7 @@ from grader.sandbox import (
     network_isolation,
     protect_hidden,
 )
-from grader.submission import copy_submission, locate
-from grader.thresholds import leaderboard_entries, leaderboard_settings, resolve_device
-
-SOLUTION_DIR = PROJECT_ROOT / "solution"  # absent from the autograder zip
+from grader.sandbox.submission import copy_submission, locate
 
 
 def check_classes(part: str) -> list[type[GradedTestCase]]:
@@ -221,7 +220,7 @@ def grade(
         watchdog = Watchdog(limits.grading_timeout_s, stop_workers, results_path, total)
         watchdog.start()
         protect_hidden(Path(cases_root) / "hidden", sandbox.identity)
-        protect_hidden(SOLUTION_DIR, sandbox.identity)
+        protect_hidden(SOLUTION, sandbox.identity)  # absent from the autograder zip
         isolation = network_isolation()
         if limits.isolate_network and isolation:
             sandbox.warnings.append(f"the worker keeps the network: {isolation}")

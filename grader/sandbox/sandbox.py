@@ -27,7 +27,8 @@ from pathlib import Path
 
 import psutil
 
-from grader.identity import (  # noqa: F401  (re-exported: the sandbox's accounts)
+from grader.core.paths import CACHE_PATTERNS, PARTS_SOURCE, WORKER_SOURCE, ignore
+from grader.sandbox.identity import (  # noqa: F401  (re-exported: the sandbox's accounts)
     FALLBACK_USER,
     LOCK_DIR,
     POOL_SIZE,
@@ -37,17 +38,11 @@ from grader.identity import (  # noqa: F401  (re-exported: the sandbox's account
     pool_names,
     resolve_identity,
 )
-from grader.mounts import MountPlan
-from grader.mounts import apply as apply_mounts
-from grader.processes import kill_matching
+from grader.sandbox.mounts import MountPlan
+from grader.sandbox.mounts import apply as apply_mounts
+from grader.sandbox.processes import kill_matching
 
 KIB, MIB, GIB = 2**10, 2**20, 2**30
-
-WORKER_SOURCE = Path(__file__).resolve().parent / "worker"
-#: The parts' folders: each one's ``adapter.py`` joins the worker scripts as ``adapter_<part>.py``.
-PARTS_SOURCE = Path(__file__).resolve().parent / "parts"
-#: Scripts of the Gradescope set-up (user creation).
-PROJECT_GRADESCOPE = Path(__file__).resolve().parent / "gradescope"
 
 
 @dataclass(frozen=True)
@@ -198,7 +193,7 @@ def kill_user_processes(identity: WorkerIdentity) -> int:
 def copy_worker_scripts(target: Path) -> None:
     """The worker's scripts, flat in ``target``: ``grader/worker``'s modules and each part's
     adapter as ``adapter_<part>.py``. Nothing else of the grader reaches the sandbox."""
-    shutil.copytree(WORKER_SOURCE, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(WORKER_SOURCE, target, ignore=ignore(*CACHE_PATTERNS))
     for adapter in sorted(PARTS_SOURCE.glob("part*/adapter.py")):
         shutil.copyfile(adapter, target / f"adapter_{adapter.parent.name}.py")
 

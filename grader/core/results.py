@@ -150,7 +150,7 @@ def truncate(text: str, limit: int) -> str:
 @cache
 def results_schema() -> dict[str, Any]:
     """Gradescope's results format as a JSON schema."""
-    text = resources.files("grader").joinpath("schemas/results.schema.json").read_text()
+    text = resources.files("grader.core").joinpath("schemas/results.schema.json").read_text()
     return json.loads(text)
 
 

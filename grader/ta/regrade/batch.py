@@ -10,22 +10,16 @@ interrupted batch resumes where it stopped. ``scores.csv``, ``summary.md``,
 
 Where the gradings run is the executor's choice: ``local`` (threads on this
 machine), or one Slurm array task per submission through submitit
-(:mod:`grader.cluster`: ``slurm``, or ``submitit-local`` for the same code path on
+(:mod:`grader.ta.regrade.cluster`: ``slurm``, or ``submitit-local`` for the same code path on
 this machine). Each cluster task writes ``task.json`` beside its results; a task
 that died is graded again by the next run.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -36,8 +30,10 @@ from typing import IO, TYPE_CHECKING, Any
 import yaml
 from tqdm import tqdm
 
-import grader
-from grader.batch_report import (
+from grader.core.registry import parse_parts
+from grader.core.results import fallback_results
+from grader.ta.regrade.one import allow_running, grade_one, load_valid, stop_running
+from grader.ta.regrade.report import (
     STATUSES,
     BatchSummary,
     CheckRate,
@@ -50,14 +46,9 @@ from grader.batch_report import (
     pass_rates,
     write_outputs,
 )
-from grader.identity import RUN_RECORD_ENV
-from grader.parts import parse_parts
-from grader.points import part_total
-from grader.processes import kill_matching, kill_tree
-from grader.results import fallback_results, validate_results, write_results
 
 if TYPE_CHECKING:
-    from grader.cluster import ClusterOptions
+    from grader.ta.regrade.cluster import ClusterOptions
 
 __all__ = [
     "STATUSES", "BatchSummary", "CheckRate", "ExportError", "Row", "Submitter", "grade_one",
@@ -65,7 +56,6 @@ __all__ = [
     "pass_rates", "write_outputs",
 ]  # fmt: skip
 
-PROJECT_ROOT = Path(grader.__file__).resolve().parent.parent
 METADATA = "submission_metadata.yml"
 #: Written beside a cluster task's results: its job id, state and log files.
 TASK_FILE = "task.json"
@@ -112,116 +102,6 @@ def parse_metadata(text: str) -> dict[str, list[Submitter]]:
             if isinstance(p, dict)
         ]
     return found
-
-
-def load_valid(path: Path) -> dict[str, Any] | None:
-    """The results file at ``path`` if it exists and is valid Gradescope JSON, else None."""
-    try:
-        data = json.loads(path.read_text())
-        validate_results(data)
-    except Exception:
-        return None
-    return data
-
-
-#: Graders running now, and whether the batch is being interrupted: on Ctrl-C every
-#: running grader is killed and writes nothing, so a re-run grades it again.
-_live: dict[subprocess.Popen, Path] = {}  # running graders and their sandbox folders
-_stopping = threading.Event()
-
-
-def _kill_tree(proc: subprocess.Popen, folder: Path) -> None:
-    """Kill the grader, its workers, and anything still running from its sandbox
-    ``folder``: a worker forked just as the grader was killed leaves the tree before it
-    can be listed."""
-    if proc.poll() is None:
-        kill_tree(proc.pid)
-        proc.wait()
-    kill_matching(lambda p: any(str(folder) in a for a in p.info["cmdline"] or []), ["cmdline"])
-    record = folder / "identity.json"  # written by the grader: its worker's uid and run gid
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        who = json.loads(record.read_text())
-        uid, gid = int(who["uid"]), int(who["gid"])
-        if uid != 0:  # processes that left the sandbox (chdir, setsid) keep uid and gid
-            kill_matching(
-                lambda p: p.info["uids"].real == uid and p.info["gids"].real == gid,
-                ["uids", "gids"],
-            )
-
-
-def grade_one(
-    submission: Path,
-    results: Path,
-    *,
-    parts: list[str],
-    timeout_s: float,
-    python: str,
-    device: str = "auto",
-    tags: str = "",
-) -> str:
-    """Grade one folder in a child process and return its status. Never raises for the
-    submission's sake: after a timeout, a crash or an invalid file a fallback results file
-    says what happened. If this process is being stopped (Ctrl-C, or a cluster task's
-    time-limit signal), the grader and its workers are killed before the exception goes on."""
-    results.parent.mkdir(parents=True, exist_ok=True)
-    results.unlink(missing_ok=True)  # never mistake a stale file for this run's
-    cmd = [python, "-m", "grader", "grade", str(submission), "--results", str(results)]
-    cmd += ["--hide", str(submission.parent)]  # the export: other students' files and names
-    cmd += ["--parts", ",".join(parts), "--device", device] + (["--tags", tags] if tags else [])
-    # The grader's sandboxes go in a folder of ours, removed even when the grader is killed;
-    # 0o711 lets the unprivileged worker user reach its sandbox inside.
-    tmp = Path(tempfile.mkdtemp(prefix="kvbatch-"))
-    tmp.chmod(0o711)
-    status, reason, stopped = "graded", "", False
-    try:
-        with open(results.parent / "grader.log", "wb") as log:
-            proc = subprocess.Popen(
-                cmd,
-                cwd=PROJECT_ROOT,
-                env={**os.environ, "TMPDIR": str(tmp), RUN_RECORD_ENV: str(tmp / "identity.json")},
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            _live[proc] = tmp
-            if _stopping.is_set():  # the batch was interrupted while this one started
-                _kill_tree(proc, tmp)
-            try:
-                code = proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                _kill_tree(proc, tmp)
-                status, reason = "timeout", f"The regrade timed out after {timeout_s:g} s."
-            except BaseException:  # this process is being stopped: leave nothing running
-                _kill_tree(proc, tmp)
-                results.unlink(missing_ok=True)  # the grader's placeholder: grade it again
-                stopped = True
-                raise
-            finally:
-                _live.pop(proc, None)
-        if _stopping.is_set():  # interrupted: no file (the grader reserves one at its
-            results.unlink(missing_ok=True)  # start), so that a re-run grades it
-            return "error"
-        data = load_valid(results) if status == "graded" else None
-        if status == "graded" and data is None:
-            status, reason = "error", f"The grader exited ({code}) without a valid results file."
-        elif data and [t.get("name") for t in data["tests"]] == ["Autograder error"]:
-            status = "error"  # the grader's own fallback: it failed, and the file says so
-    except Exception as exc:
-        if stopped:  # e.g. submitit's time-limit signal handler raising in a cluster task
-            raise
-        status, reason = "error", f"The grader could not be run ({type(exc).__name__}: {exc})."
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    if reason:
-        write_fallback(results, parts, reason)
-    return status
-
-
-def write_fallback(results: Path, parts: list[str], reason: str) -> None:
-    """A valid results file that scores 0 out of ``parts``' points and says why."""
-    total = sum(part_total(p) for p in parts)
-    write_results(fallback_results(f"{reason} Please tell the course staff.", total), results)
 
 
 def is_done(results: Path) -> dict[str, Any] | None:
@@ -271,7 +151,7 @@ def main(
     """Regrade every submission of ``export_dir`` into ``out_dir`` (resuming) and summarise.
 
     ``cluster`` None grades ``jobs`` submissions at a time on this machine; otherwise each
-    submission is one submitit array task (:func:`grader.cluster.run_grading_tasks`).
+    submission is one submitit array task (:func:`grader.ta.regrade.cluster.run_grading_tasks`).
     ``device`` and ``tags`` are passed to every ``grade`` (e.g. ``cuda`` and ``benchmark``)."""
     started = time.monotonic()
     export_dir, out_dir = Path(export_dir).resolve(), Path(out_dir).resolve()
@@ -310,7 +190,7 @@ def main(
         if cluster is None:
             _grade_here(todo, export_dir, results_of, jobs, run, record)
         else:
-            from grader.cluster import TaskSpec, run_grading_tasks
+            from grader.ta.regrade.cluster import TaskSpec, run_grading_tasks
 
             specs = [
                 TaskSpec(f, str(export_dir / f), str(results_of[f]), **run)  # type: ignore[arg-type]
@@ -351,17 +231,15 @@ def _grade_here(
     record: Callable[[str, str], None],
 ) -> None:
     """The local executor: ``jobs`` gradings at a time in threads of this process."""
-    _stopping.clear()
+    allow_running()
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     try:
         futures = {pool.submit(grade_one, export_dir / f, results_of[f], **run): f for f in todo}
         for future in as_completed(futures):
             record(futures[future], future.result())
     except BaseException:  # Ctrl-C: stop queued gradings and kill the running ones
-        _stopping.set()
         pool.shutdown(wait=False, cancel_futures=True)
-        for proc, folder in list(_live.items()):
-            _kill_tree(proc, folder)
+        stop_running()
         raise
     finally:
         pool.shutdown()

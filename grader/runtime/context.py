@@ -7,13 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grader.client import SubmissionError, WorkerClient
-from grader.parts import PARTS
-from grader.sandbox import Limits, Sandbox
-from grader.timing import BenchmarkRecord
-
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-TEST_CASES = PROJECT_ROOT / "test_cases"
+from grader.core.paths import TEST_CASES
+from grader.core.registry import PARTS
+from grader.runtime.client import SubmissionError, WorkerClient
+from grader.runtime.timing import BenchmarkRecord
+from grader.sandbox.sandbox import Limits, Sandbox
 
 
 def load_cases(part: str, root: Path = TEST_CASES) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Scores, survivor lists and the triage of ``make mutation`` (see ``grader/mutation.py``).
+"""Scores, survivor lists and the triage of ``make mutation`` (see ``grader/ta/mutation.py``).
 
 The triage file (``docs/mutation/triage.toml``) holds one ``[[survivor]]`` entry per
 mutant the checks once let through, named by part, file, function and the mutated
@@ -19,7 +19,7 @@ import tomllib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from grader.context import PROJECT_ROOT
+from grader.core.paths import PROJECT_ROOT
 
 TRIAGE = PROJECT_ROOT / "docs" / "mutation" / "triage.toml"
 TARGET = 0.95

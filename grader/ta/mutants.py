@@ -12,12 +12,9 @@ import shutil
 import tempfile
 import tomllib
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
-from grader.context import PROJECT_ROOT
-
-SOLUTION = PROJECT_ROOT / "solution"
+from grader.core.paths import MUTANT_LIBRARY, SOLUTION, SOLUTION_COPY_PATTERNS, ignore
 
 
 @dataclass(frozen=True)
@@ -55,7 +52,7 @@ class Mutant:
         return materialise_all([self], solution, prefix=f"mutant-{self.name}-")
 
 
-_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.png", "*.json")
+_IGNORE = ignore(*SOLUTION_COPY_PATTERNS)
 
 
 def materialise_all(
@@ -111,13 +108,9 @@ def load_mutants(
     all appear in its feedback); ``combined=False`` leaves them out, as the diagnosis
     catalogue records single mistakes only.
     """
-    parts = resources.files("grader").joinpath("parts")
     found = []
-    for folder in sorted(parts.iterdir(), key=lambda e: e.name):
-        entry = folder.joinpath("mutants.toml")
-        if not entry.is_file():
-            continue
-        tag = folder.name
+    for entry in sorted(MUTANT_LIBRARY.glob("part*.toml")):
+        tag = entry.stem
         if part and tag != part:
             continue
         data = tomllib.loads(entry.read_text())
@@ -143,7 +136,7 @@ class MutantVerdict:
 
     @property
     def caught(self) -> bool:
-        from grader.points import bonus_total
+        from grader.core.points import bonus_total
 
         return self.score < self.max_score + bonus_total(self.mutant.part)
 
@@ -164,7 +157,7 @@ def run_mutants(
 ) -> list[MutantVerdict]:
     """Grade every mutant and correct variant of ``parts`` (or only those in ``names``);
     without the timed benchmark checks when ``benchmarks`` is False."""
-    from grader.runner import grade
+    from grader.grading.runner import grade
 
     verdicts = []
     library = [m for p in parts for m in load_mutants(p) + load_mutants(p, variants=True)]

@@ -26,23 +26,26 @@ import zipfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from grader.context import PROJECT_ROOT
+import grimp
 
-GRADESCOPE = PROJECT_ROOT / "grader" / "gradescope"
+from grader.core.paths import (
+    ASSIGNMENT,
+    DIST_PATTERNS,
+    GRADESCOPE_FILES,
+    PACKAGE,
+    PROJECT_ROOT,
+    REQUIREMENTS,
+    TEST_CASES,
+)
+from grader.core.registry import PARTS
+
 FIXED_TIME = (2024, 1, 1, 0, 0, 0)
-NEVER = ["__pycache__", "*.pyc", ".DS_Store", "*.png", "results", "benchmark_results.json"]
-# Modules that generate cases from solution/ or quote it: graders need none of them.
-TA_ONLY = [
-    "regen.py",
-    "mutants.py",
-    "mutation*.py",
-    "build.py",  # grader/build.py, and every part's case builder (grader/parts/*/build.py)
-    "build_*.py",  # the builders' own modules (grader/parts/part3/build_pools.py)
-    "mutants.toml",
-    "skeleton.py",
-]
+#: Where a grading starts: the zips' entry point (``python -m grader.grading``, run by
+#: ``run_autograder`` and ``selfcheck.py``) and the check modules the runner loads by name.
+#: The worker's scripts and the parts' adapters are copied into the sandbox as files.
+GRADING_ENTRY = "grader.grading.__main__"
 #: Exact versions of every package of the image (``make lock``), for Python 3.11.
-IMAGE_LOCK = PROJECT_ROOT / "requirements" / "image.txt"
+IMAGE_LOCK = REQUIREMENTS / "image.txt"
 
 
 class StaleCases(RuntimeError):
@@ -50,8 +53,8 @@ class StaleCases(RuntimeError):
 
 
 def _files(root: Path, skip: Iterable[str] = ()) -> Iterator[Path]:
-    """Every file under ``root``, sorted, without the ``NEVER`` and ``skip`` patterns."""
-    patterns = [*NEVER, *skip]
+    """Every file under ``root``, sorted, without the ``DIST_PATTERNS`` and ``skip`` ones."""
+    patterns = [*DIST_PATTERNS, *skip]
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not _matches(d, patterns))
         for name in sorted(filenames):
@@ -63,6 +66,53 @@ def _matches(name: str, patterns: list[str]) -> bool:
     return any(fnmatch.fnmatch(name, p) for p in patterns)
 
 
+def _module_file(module: str) -> Path:
+    path = PACKAGE.parent / module.replace(".", "/")
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
+def grading_modules() -> list[str]:
+    """Every grader module a grading can import: the import closure (import-linter's graph,
+    imports inside functions included) of the entry point, the parts' check modules and
+    the worker side, with the packages that hold them."""
+    graph = grimp.build_graph("grader", cache_dir=None)
+    worker_side = {m for m in graph.modules if m.startswith("grader.worker")}
+    worker_side |= {f"grader.parts.{p}.adapter" for p in PARTS}
+    todo = [GRADING_ENTRY, *(p.checks_module for p in PARTS.values()), *worker_side]
+    seen: set[str] = set()
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo += graph.find_modules_directly_imported_by(module)
+    packages = {".".join(m.split(".")[:i]) for m in seen for i in range(1, m.count(".") + 1)}
+    return sorted(seen | packages)
+
+
+def grading_files() -> list[Path]:
+    """The files of :func:`grading_modules` and the data beside them: every other file in
+    a folder that holds one of them, and in that folder's data subfolders (``schemas/``).
+    The top ``grader/`` folder contributes its ``__init__.py`` only."""
+    modules = grading_modules()
+    files = {_module_file(m) for m in modules}
+    folders = {_module_file(m).parent for m in modules if m != "grader"}
+    for folder in folders - {PACKAGE}:
+        for path in _files(folder):
+            package_dirs = [p for p in path.relative_to(folder).parents if p != Path(".")]
+            inside_package = any((folder / d / "__init__.py").is_file() for d in package_dirs)
+            if path.suffix != ".py" and not inside_package:
+                files.add(path)
+    return sorted(files)
+
+
+def _add_grader(zf: zipfile.ZipFile, prefix: str) -> None:
+    """The grading path of ``grader/`` (:func:`grading_files`) under ``prefix``."""
+    for path in grading_files():
+        rel = path.relative_to(PACKAGE.parent).as_posix()
+        executable = os.access(path, os.X_OK) and path.suffix in ("", ".sh")
+        _write(zf, f"{prefix}{rel}", path.read_bytes(), executable)
+
+
 def _write(zf: zipfile.ZipFile, arcname: str, data: bytes, executable: bool = False) -> None:
     info = zipfile.ZipInfo(arcname, date_time=FIXED_TIME)
     info.compress_type = zipfile.ZIP_DEFLATED
@@ -72,6 +122,7 @@ def _write(zf: zipfile.ZipFile, arcname: str, data: bytes, executable: bool = Fa
 
 
 def _add_tree(zf: zipfile.ZipFile, root: Path, prefix: str, skip: Iterable[str] = ()) -> None:
+    """Every file under ``root`` (but the ``skip`` patterns) under ``prefix``."""
     for path in _files(root, skip):
         rel = path.relative_to(root).as_posix()
         executable = os.access(path, os.X_OK) and path.suffix in ("", ".sh")
@@ -79,7 +130,7 @@ def _add_tree(zf: zipfile.ZipFile, root: Path, prefix: str, skip: Iterable[str] 
 
 
 def ensure_fresh_cases() -> None:
-    from grader import regen
+    from grader.ta import regen
 
     problems = regen.check()
     if problems:
@@ -117,11 +168,11 @@ def build_autograder(*, out: Path, check_cases: bool = True) -> Path:
         ensure_fresh_cases()
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w") as zf:
-        _write(zf, "setup.sh", (GRADESCOPE / "setup.sh").read_bytes(), executable=True)
-        _write(zf, "run_autograder", (GRADESCOPE / "run_autograder").read_bytes(), True)
+        _write(zf, "setup.sh", (GRADESCOPE_FILES / "setup.sh").read_bytes(), executable=True)
+        _write(zf, "run_autograder", (GRADESCOPE_FILES / "run_autograder").read_bytes(), True)
         _write(zf, "requirements.txt", requirements().encode())
-        _add_tree(zf, PROJECT_ROOT / "grader", "grader/", skip=TA_ONLY)
-        _add_tree(zf, PROJECT_ROOT / "test_cases", "test_cases/")
+        _add_grader(zf, "")
+        _add_tree(zf, TEST_CASES, "test_cases/")
     return out
 
 
@@ -129,17 +180,17 @@ def build_student(*, out: Path, check_cases: bool = True) -> Path:
     """Write the student handout zip to ``out`` (one top folder, the repository's layout)."""
     if check_cases:
         ensure_fresh_cases()
-    plain = plain_answers(PROJECT_ROOT / "test_cases" / "public")
+    plain = plain_answers(TEST_CASES / "public")
     if plain:
         raise PlainAnswers("public Part 1 cases with plain answers: " + "; ".join(plain))
     top = "kv-cache-assignment/"
     out.parent.mkdir(parents=True, exist_ok=True)
-    student = GRADESCOPE / "student"
+    student = GRADESCOPE_FILES / "student"
     with zipfile.ZipFile(out, "w") as zf:
-        _write(zf, f"{top}README.md", (PROJECT_ROOT / "assignment" / "README.md").read_bytes())
+        _write(zf, f"{top}README.md", (ASSIGNMENT / "README.md").read_bytes())
         _write(zf, f"{top}selfcheck.py", (student / "selfcheck.py").read_bytes(), True)
         _write(zf, f"{top}requirements.txt", student_requirements().encode())
-        _add_tree(zf, PROJECT_ROOT / "assignment", f"{top}assignment/", skip=["README.md"])
-        _add_tree(zf, PROJECT_ROOT / "test_cases" / "public", f"{top}test_cases/public/")
-        _add_tree(zf, PROJECT_ROOT / "grader", f"{top}grader/", skip=[*TA_ONLY, "gradescope"])
+        _add_tree(zf, ASSIGNMENT, f"{top}assignment/", skip=["README.md"])
+        _add_tree(zf, TEST_CASES / "public", f"{top}test_cases/public/")
+        _add_grader(zf, top)
     return out

@@ -42,9 +42,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-SOLUTION = PROJECT_ROOT / "solution"
-ASSIGNMENT = PROJECT_ROOT / "assignment"
+from grader.core.paths import ASSIGNMENT, PROJECT_ROOT, SOLUTION  # noqa: F401  (PROJECT_ROOT: the CLI's messages)
 
 #: Files of ``assignment/`` written by hand, not generated: the handout.
 STUDENT_ONLY = ("README.md",)
@@ -203,7 +201,7 @@ def check(assignment: Path | None = None, solution: Path | None = None) -> list[
         if rel not in fresh and rel not in STUDENT_ONLY:
             problems.append(
                 f"{name}/{rel}: not generated from solution/ and not a student-only file "
-                f"(grader/skeleton.py, STUDENT_ONLY)"
+                f"(grader/ta/skeleton.py, STUDENT_ONLY)"
             )
     return problems
 

@@ -27,11 +27,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grader.mutants import SOLUTION, load_mutants, materialise_all
-from grader.parts import PARTS
+from grader.core.paths import PROJECT_ROOT, RESULTS, SOLUTION
+from grader.core.registry import PARTS
+from grader.ta.mutants import load_mutants, materialise_all
 
 if TYPE_CHECKING:
-    from grader.cluster import ClusterOptions
+    from grader.ta.regrade.cluster import ClusterOptions
 
 # Per part, the mutant that hides a cache-free implementation behind correct outputs.
 BASELINES = {
@@ -178,7 +179,7 @@ def measure(
     observations: dict[str, Observation],
 ) -> None:  # fmt: skip
     """Grade only the benchmark checks of ``submission`` ``runs`` times."""
-    from grader.runner import grade
+    from grader.grading.runner import grade
 
     for i in range(runs):
         out = Path(tempfile.mkdtemp(prefix="calibrate-"))
@@ -204,7 +205,7 @@ def main(
     json_out: Path | None = None,
 ) -> dict[str, Proposal]:
     """Measure the reference and the cache-free baseline; print and return proposals."""
-    from grader.thresholds import resolve_device
+    from grader.core.thresholds import resolve_device
 
     device = resolve_device(device)
     parts = [p for p in (parts or list(PARTS)) if p in BASELINES]
@@ -251,16 +252,15 @@ def main_on_cluster(
     report is printed here when it ends, and the measurements are written to
     ``json_out`` (default ``results/calibration-<device>.json``) on the shared file system.
     """
-    from grader.cluster import run_command_job
+    from grader.ta.regrade.cluster import run_command_job
 
-    root = Path(__file__).resolve().parent.parent
-    json_out = (json_out or root / "results" / f"calibration-{device}.json").resolve()
+    json_out = (json_out or RESULTS / f"calibration-{device}.json").resolve()
     command = [
         sys.executable, "-m", "grader", "calibrate", "--device", device,
         "--parts", ",".join(parts or []), "--runs", str(runs), "--margin", str(margin),
         "--json", str(json_out),
     ]  # fmt: skip
-    log_dir = cluster.log_dir or root / "results" / "cluster" / "calibrate"
-    code = run_command_job(command, cluster, log_dir=log_dir, cwd=root)
+    log_dir = cluster.log_dir or RESULTS / "cluster" / "calibrate"
+    code = run_command_job(command, cluster, log_dir=log_dir, cwd=PROJECT_ROOT)
     print(f"measurements: {json_out}" if code == 0 else f"calibration failed (exit {code})")
     return code

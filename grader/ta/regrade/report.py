@@ -1,8 +1,8 @@
 """What a regrade produced, and the files that show it: ``scores.csv``, ``summary.json``,
 ``summary.md``, ``score_histogram.png`` and ``submitters.json``.
 
-Kept apart from :mod:`grader.batch` (which grades) so that both the batch regrader
-and :mod:`grader.merge` build their rows and summaries the same way.
+Kept apart from :mod:`grader.ta.regrade.batch` (which grades) so that both the batch regrader
+and :mod:`grader.ta.regrade.merge` build their rows and summaries the same way.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grader.parts import PARTS
+from grader.core.registry import PARTS
 
 #: ``died``: a cluster task that never finished (time limit, node failure, out of memory);
 #: it is submitted again by the next run.

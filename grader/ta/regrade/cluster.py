@@ -4,7 +4,7 @@
 grade, at most ``--array-parallelism`` running at once) through submitit's
 ``SlurmExecutor``; ``--executor submitit-local`` gives the very same tasks (the same
 function, the same arguments) to submitit's ``LocalExecutor`` on this machine. Each
-task calls :func:`grader.batch.grade_one`, so a submission is graded on the node
+task calls :func:`grader.ta.regrade.one.grade_one`, so a submission is graded on the node
 exactly as everywhere else: ``python -m grader grade`` in its own process group,
 under the same sandbox and per-submission timeout.
 
@@ -63,7 +63,7 @@ class ClusterOptions:
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """The arguments of one array task: what :func:`grader.batch.grade_one` needs."""
+    """The arguments of one array task: what :func:`grader.ta.regrade.one.grade_one` needs."""
 
     folder: str
     submission: str
@@ -77,8 +77,8 @@ class TaskSpec:
 
 def grade_task(spec: TaskSpec) -> dict[str, Any]:
     """What one array task runs (on the node, or here under submitit-local): grade one
-    submission with :func:`grader.batch.grade_one` and say where it ran."""
-    from grader.batch import grade_one
+    submission with :func:`grader.ta.regrade.one.grade_one` and say where it ran."""
+    from grader.ta.regrade.one import grade_one
 
     started = time.monotonic()
     status = grade_one(
@@ -108,7 +108,7 @@ def run_command(command: list[str], cwd: str) -> int:
     try:
         return proc.wait()
     except BaseException:  # the time limit's signal, or a cancellation
-        from grader.processes import kill_tree
+        from grader.sandbox.processes import kill_tree
 
         kill_tree(proc.pid)
         raise
@@ -223,7 +223,7 @@ def run_grading_tasks(
     :func:`death_report`, and ``task.json`` says ``died`` so that the next run submits it
     again. If waiting is interrupted, every unfinished task is cancelled (its record stays
     ``submitted``, so the next run submits it again too)."""
-    from grader.batch import write_fallback
+    from grader.ta.regrade.one import write_fallback
 
     if not specs:
         return

@@ -1,0 +1,58 @@
+"""The assignment's parts: what file each needs and which checks grade it.
+
+Each part is one folder, ``grader/parts/<tag>/``:
+
+- ``checks.py`` (with ``support.py``, ``timed.py``, ``diagnosis.py`` where the part needs
+  them): the part's checks, trusted, run in the grader;
+- ``cases.py``: the constants and seeded data both the checks and the builder use;
+- ``build.py`` (and ``build_*.py``): builds the part's test cases and diagnosis catalogue
+  from ``solution/`` (``python -m grader regen``); TA-side only, never in the autograder zip;
+- ``adapter.py``: the worker side, the only file that touches student code. It is copied
+  into each sandbox as ``adapter_<tag>.py`` and imports nothing of the grader;
+- ``mutants.toml``: the part's mutant library (known mistakes and correct variants).
+
+A part may hold more modules of its own (Part 1's ``seal.py``: the write-up answers sealed
+in the public cases students get).
+
+The shared machinery sits beside them: ``grader/checks`` (base classes, logit
+comparison, timed pools), ``grader/worker`` (the worker's main loop, protocol and
+value encoding), the client, sandbox, timing and results modules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Part:
+    tag: str  # "part1" ... "part4": the tag on every check of the part
+    title: str
+    main_file: str  # the file the submission must contain, relative to its folder
+    checks_module: str  # module holding the part's unittest.TestCase classes
+
+
+PARTS: dict[str, Part] = {
+    "part1": Part("part1", "KV-cache calculator", "question1.py", "grader.parts.part1.checks"),
+    "part2": Part(
+        "part2",
+        "Tiny transformer with a KV cache",
+        "transformer_skeleton.py",
+        "grader.parts.part2.checks",
+    ),
+    "part3": Part("part3", "KV caching in Llama 3", "llama/model.py", "grader.parts.part3.checks"),
+    "part4": Part(
+        "part4", "KV-cache lab (distilgpt2 shape)", "kv_lab.py", "grader.parts.part4.checks"
+    ),
+}
+
+
+def parse_parts(spec: str | None) -> list[str]:
+    """``"part1,part2"`` -> ``["part1", "part2"]``; ``None`` or ``""`` means every part."""
+    if not spec:
+        return list(PARTS)
+    tags = [t.strip() for t in spec.split(",") if t.strip()]
+    unknown = [t for t in tags if t not in PARTS]
+    if unknown:
+        raise ValueError(f"unknown part(s) {', '.join(unknown)}; available: {', '.join(PARTS)}")
+    return tags

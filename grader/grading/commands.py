@@ -1,0 +1,103 @@
+"""The grading commands, shared by the TA's CLI (``python -m grader``) and the zips'
+entry point (``python -m grader.grading``): each subcommand is a thin wrapper over a
+keyword-only function, with its defaults written once, here."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from grader.core.registry import parse_parts
+
+DEFAULT_RESULTS = "results/results.json"
+GRADESCOPE_ROOT = "/autograder"
+
+
+def add_parts_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--parts", default="", help="comma-separated part tags (default: all)")
+
+
+def add_device_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--device",
+        choices=["auto", "cpu", "cuda"],
+        default="auto",
+        help="where the submission runs and which benchmark profile applies "
+        "(default: cuda when torch sees a GPU, else cpu)",
+    )
+
+
+def tag_set(text: str) -> frozenset[str] | None:
+    """``"benchmark,timed"`` -> the tags; ``""`` -> None (every check)."""
+    return frozenset(t.strip() for t in text.split(",") if t.strip()) or None
+
+
+def cmd_grade(args: argparse.Namespace) -> int:
+    from grader.core.report import failure_details, score_table
+    from grader.grading.runner import grade
+
+    results = grade(
+        Path(args.submission),
+        results_path=Path(args.results),
+        parts=parse_parts(args.parts),
+        device=args.device,
+        public_only=args.public_only,
+        tags=tag_set(args.tags),
+        hide=tuple(Path(h) for h in args.hide),
+    )
+    if results is None:
+        print(f"grading failed; a fallback results file was written to {args.results}")
+        return 0
+    if args.table:
+        print(score_table(results))
+        if args.details:
+            details = failure_details(results)
+            if details:
+                print("\n" + details)
+    print(f"results written to {args.results}")
+    return 0
+
+
+def add_grade(sub: argparse._SubParsersAction) -> None:
+    g = sub.add_parser("grade", help="grade one submission folder")
+    g.add_argument("submission", help="folder holding the student's files")
+    g.add_argument("--results", default=DEFAULT_RESULTS, help="where to write results")
+    add_parts_option(g)
+    add_device_option(g)
+    g.add_argument("--tags", default="", help="only checks with one of these tags, e.g. benchmark")
+    g.add_argument(
+        "--hide",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder the submission's code must not see (repeatable; batch hides its export)",
+    )
+    g.add_argument("--table", action="store_true", help="print a score table")
+    g.add_argument("--details", action="store_true", help="with --table: print failed feedback")
+    g.add_argument(
+        "--public-only", action="store_true", help="leave out the hidden-case checks (self-check)"
+    )
+    g.set_defaults(func=cmd_grade)
+
+
+def cmd_gradescope(args: argparse.Namespace) -> int:
+    from grader.grading.autograder import main as autograde
+
+    return autograde(root=Path(args.root), parts=parse_parts(args.parts))
+
+
+def add_gradescope(sub: argparse._SubParsersAction) -> None:
+    gs = sub.add_parser("gradescope", help="what run_autograder calls inside Gradescope")
+    gs.add_argument("--root", default=GRADESCOPE_ROOT, help="the Gradescope tree")
+    add_parts_option(gs)
+    gs.set_defaults(func=cmd_gradescope)
+
+
+def run(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
+    """Parse ``argv`` and run the chosen subcommand; a bad value is a usage error (2)."""
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ValueError as exc:  # bad command-line values (e.g. an unknown part)
+        parser.error(str(exc))
+    return 2

@@ -1,0 +1,146 @@
+"""Grading one submission of an export in a child process, contained: the grader's own
+process group under a wall-clock timeout, its sandbox folder swept afterwards, and a valid
+results file whatever happens (a fallback that says why). Both executors call
+:func:`grade_one`: the local one in threads (:mod:`grader.ta.regrade.batch`), the cluster
+one in each array task (:mod:`grader.ta.regrade.cluster`)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from grader.core.paths import PROJECT_ROOT
+from grader.core.points import part_total
+from grader.core.results import fallback_results, validate_results, write_results
+from grader.sandbox.identity import RUN_RECORD_ENV
+from grader.sandbox.processes import kill_matching, kill_tree
+
+
+def load_valid(path: Path) -> dict[str, Any] | None:
+    """The results file at ``path`` if it exists and is valid Gradescope JSON, else None."""
+    try:
+        data = json.loads(path.read_text())
+        validate_results(data)
+    except Exception:
+        return None
+    return data
+
+
+#: Graders running now, and whether the batch is being interrupted: on Ctrl-C every
+#: running grader is killed and writes nothing, so a re-run grades it again.
+_live: dict[subprocess.Popen, Path] = {}  # running graders and their sandbox folders
+_stopping = threading.Event()
+
+
+def _kill_tree(proc: subprocess.Popen, folder: Path) -> None:
+    """Kill the grader, its workers, and anything still running from its sandbox
+    ``folder``: a worker forked just as the grader was killed leaves the tree before it
+    can be listed."""
+    if proc.poll() is None:
+        kill_tree(proc.pid)
+        proc.wait()
+    kill_matching(lambda p: any(str(folder) in a for a in p.info["cmdline"] or []), ["cmdline"])
+    record = folder / "identity.json"  # written by the grader: its worker's uid and run gid
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        who = json.loads(record.read_text())
+        uid, gid = int(who["uid"]), int(who["gid"])
+        if uid != 0:  # processes that left the sandbox (chdir, setsid) keep uid and gid
+            kill_matching(
+                lambda p: p.info["uids"].real == uid and p.info["gids"].real == gid,
+                ["uids", "gids"],
+            )
+
+
+def grade_one(
+    submission: Path,
+    results: Path,
+    *,
+    parts: list[str],
+    timeout_s: float,
+    python: str,
+    device: str = "auto",
+    tags: str = "",
+) -> str:
+    """Grade one folder in a child process and return its status. Never raises for the
+    submission's sake: after a timeout, a crash or an invalid file a fallback results file
+    says what happened. If this process is being stopped (Ctrl-C, or a cluster task's
+    time-limit signal), the grader and its workers are killed before the exception goes on."""
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.unlink(missing_ok=True)  # never mistake a stale file for this run's
+    cmd = [python, "-m", "grader", "grade", str(submission), "--results", str(results)]
+    cmd += ["--hide", str(submission.parent)]  # the export: other students' files and names
+    cmd += ["--parts", ",".join(parts), "--device", device] + (["--tags", tags] if tags else [])
+    # The grader's sandboxes go in a folder of ours, removed even when the grader is killed;
+    # 0o711 lets the unprivileged worker user reach its sandbox inside.
+    tmp = Path(tempfile.mkdtemp(prefix="kvbatch-"))
+    tmp.chmod(0o711)
+    status, reason, stopped = "graded", "", False
+    try:
+        with open(results.parent / "grader.log", "wb") as log:
+            proc = subprocess.Popen(
+                cmd,
+                cwd=PROJECT_ROOT,
+                env={**os.environ, "TMPDIR": str(tmp), RUN_RECORD_ENV: str(tmp / "identity.json")},
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            _live[proc] = tmp
+            if _stopping.is_set():  # the batch was interrupted while this one started
+                _kill_tree(proc, tmp)
+            try:
+                code = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                _kill_tree(proc, tmp)
+                status, reason = "timeout", f"The regrade timed out after {timeout_s:g} s."
+            except BaseException:  # this process is being stopped: leave nothing running
+                _kill_tree(proc, tmp)
+                results.unlink(missing_ok=True)  # the grader's placeholder: grade it again
+                stopped = True
+                raise
+            finally:
+                _live.pop(proc, None)
+        if _stopping.is_set():  # interrupted: no file (the grader reserves one at its
+            results.unlink(missing_ok=True)  # start), so that a re-run grades it
+            return "error"
+        data = load_valid(results) if status == "graded" else None
+        if status == "graded" and data is None:
+            status, reason = "error", f"The grader exited ({code}) without a valid results file."
+        elif data and [t.get("name") for t in data["tests"]] == ["Autograder error"]:
+            status = "error"  # the grader's own fallback: it failed, and the file says so
+    except Exception as exc:
+        if stopped:  # e.g. submitit's time-limit signal handler raising in a cluster task
+            raise
+        status, reason = "error", f"The grader could not be run ({type(exc).__name__}: {exc})."
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if reason:
+        write_fallback(results, parts, reason)
+    return status
+
+
+def write_fallback(results: Path, parts: list[str], reason: str) -> None:
+    """A valid results file that scores 0 out of ``parts``' points and says why."""
+    total = sum(part_total(p) for p in parts)
+    write_results(fallback_results(f"{reason} Please tell the course staff.", total), results)
+
+
+def stop_running() -> None:
+    """Ctrl-C: no grading starts any more, and every running one is killed (it writes
+    nothing, so a re-run grades it again)."""
+    _stopping.set()
+    for proc, folder in list(_live.items()):
+        _kill_tree(proc, folder)
+
+
+def allow_running() -> None:
+    """A new batch may start gradings again."""
+    _stopping.clear()
