@@ -2,7 +2,7 @@
 #
 #   make grade [SUBMISSION=dir]   grade a submission (default: the reference solution)
 #   make test                     the project's own test suite (no slow benchmarks)
-#   make lint                     ruff lint + format check, import-linter's trust-boundary contract
+#   make lint                     ruff lint + format check, import-linter's layer contracts
 #   make lock                     regenerate requirements/{image,dev}.txt with uv (TORCH_WHEELS=dir: local wheels)
 #   make regen / make check-cases regenerate test cases / verify they match solution/
 #   make dist                     build dist/autograder.zip (Gradescope) and dist/student.zip

@@ -13,7 +13,7 @@ gradings, and how many benchmark checks needed confirmation rounds
 to see whether the sampling itself disturbs the timed checks: reading a process's
 PSS walks its page tables, and at 1/2 CPU sampling every 20 or 100 ms stalled
 18-20 % of the timed runs by more than 150 ms, against 0.9 % with no sampling
-(README, "Benchmarks"). Read scores and times at 1/2 CPU from ``--poll-ms 0``.
+(docs/benchmarks.md). Read scores and times at 1/2 CPU from ``--poll-ms 0``.
 
 ``--half-cpu`` simulates Gradescope's default ½ vCPU: the grading and a
 busy loop are both pinned to CPU 0 with ``taskset``, so the grader gets about

@@ -20,7 +20,8 @@ Conditions:
 * ``half-cpu``: Gradescope's default ½ vCPU, simulated by pinning the grading
   and a busy loop to the first CPU this process may use with ``taskset``.
 
-Prints a Markdown table (pasted into the README) and writes every run's ratios.
+Prints a Markdown table (for a dated file under docs/measurements/) and writes every
+run's ratios.
 
 With ``--executor slurm`` (or ``submitit-local``) the same script, with the same
 arguments, runs as one cluster job (``grader.ta.regrade.cluster``), so that the ``cuda`` profile

@@ -121,9 +121,29 @@ def _private_view_available() -> bool:
 
 
 #: Tests of the worker's private view of the files (grader/sandbox/mounts.py).
-PRIVATE_VIEW = pytest.mark.skipif(
-    not _private_view_available(), reason="needs root and a private mount namespace"
+PRIVATE_VIEW = pytest.mark.needs_root(
+    reason="needs root and a private mount namespace", available=_private_view_available
 )
+
+#: What a test module uses to run whole gradings: its tests carry the ``grading`` mark.
+GRADING_ENTRY_POINTS = ("run_grade", "grade", "run_mutants", "run_local", "grade_course_style")
+GRADED_FIXTURES = {"solution_graded", "blank_graded", "course_graded", "regraded"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``needs_root`` tests are skipped without root (or without what their mark's
+    ``available`` says they need); tests that run gradings are marked ``grading``."""
+    for item in items:
+        mark = item.get_closest_marker("needs_root")
+        if mark is not None:
+            available = mark.kwargs.get("available", lambda: os.geteuid() == 0)
+            if not available():
+                item.add_marker(pytest.mark.skip(reason=mark.kwargs.get("reason", "needs root")))
+        module = getattr(item, "module", None)
+        if GRADED_FIXTURES & set(getattr(item, "fixturenames", ())) or any(
+            hasattr(module, name) for name in GRADING_ENTRY_POINTS
+        ):
+            item.add_marker(pytest.mark.grading)
 
 
 def refused(output: str) -> bool:

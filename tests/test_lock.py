@@ -119,3 +119,33 @@ def test_the_same_lock_does_not_resolve_for_ubuntus_own_python(lock_lines: list[
     proc = dry_run("3.10", [line for line in lock_lines if not line.startswith("torch==")])
     assert proc.returncode != 0
     assert "No matching distribution" in proc.stderr or "Requires-Python" in proc.stderr
+
+
+GROUPED = """
+import pytest
+pytestmark = pytest.mark.xdist_group("together")
+def test_first(): pass
+def test_second(): pass
+"""
+ALONE = "def test_third(): pass\ndef test_fourth(): pass\n"
+
+
+def test_xdist_groups_keep_their_tests_on_one_worker(tmp_path: Path) -> None:
+    """``make test`` shares expensive fixtures through xdist_group marks (--dist loadgroup):
+    with a pytest that pytest-xdist cannot tag, the groups are silently split."""
+    (tmp_path / "test_grouped.py").write_text(GROUPED)
+    (tmp_path / "test_alone.py").write_text(ALONE)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v", "-p",
+         "no:cacheprovider", "-c", "/dev/null", "--rootdir", str(tmp_path), str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    workers = {
+        line.split("::")[-1].split()[0]: line.split("]")[0].strip("[")
+        for line in proc.stdout.splitlines()
+        if "PASSED" in line
+    }
+    assert set(workers) == {"test_first@together", "test_second@together", "test_third",
+                            "test_fourth"}, proc.stdout[-2000:]  # fmt: skip
+    assert workers["test_first@together"] == workers["test_second@together"]

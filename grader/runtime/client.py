@@ -107,8 +107,15 @@ class WorkerClient:
     # ------------------------------------------------------------------ lifecycle
 
     def _start(self) -> None:
+        """A new worker, once the submission imported in it; an import that failed is
+        remembered and raised again at once."""
         if self._import_error is not None:
             raise self._import_error
+        self._spawn()
+        self._await_import()
+
+    def _spawn(self) -> None:
+        """The worker process, as the sandbox's user, under its limits, with its channel."""
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
         identity = self.sandbox.identity
@@ -153,6 +160,10 @@ class WorkerClient:
         self._to_worker, self._from_worker = req_w, resp_r
         self._output = OutputCollector(self._proc.stdout.fileno(), self.limits.max_output_bytes)
         self._output.start()
+
+    def _await_import(self) -> None:
+        """The worker's first message: whether the submission imported."""
+        assert self._output is not None
         try:
             header, _ = self._receive(self.limits.startup_timeout_s)
         except SubmissionError as exc:
@@ -238,6 +249,23 @@ class WorkerClient:
         (see :mod:`grader.runtime.timing`). The clock never includes starting the worker.
         """
         key = key if key is not None else what.split("(")[0]
+        self._refuse_if_stopped(what, key)
+        if self._proc is None:
+            self._start()
+        assert self._output is not None
+        self._output.since_mark()
+        limit = timeout if timeout is not None else self.limits.request_timeout_s
+        self._next_id += 1
+        rid = self._next_id
+        reply, out_arrays, measured = self._exchange(
+            {**header, "id": rid}, arrays, what=what, key=key, limit=limit, timed=timed
+        )
+        output = self._output.since_mark()
+        self._check_reply(reply, rid, what, output)
+        return Reply(header=reply, arrays=out_arrays, output=output, **measured)
+
+    def _refuse_if_stopped(self, what: str, key: str) -> None:
+        """Nothing runs past the grading's budget, nor again after a timeout of its group."""
         if self.sandbox.expired.is_set():
             raise SubmissionError(
                 f"{what} was not run: the grading ran past its time budget.", kind="timeout"
@@ -247,41 +275,30 @@ class WorkerClient:
                 f"{what} was not run: it already ran past the time limit in an earlier check.",
                 kind="timeout",
             )
-        if self._proc is None:
-            self._start()
-        assert self._output is not None
-        self._output.since_mark()
-        limit = timeout if timeout is not None else self.limits.request_timeout_s
-        self._next_id += 1
-        rid = self._next_id
-        sample_rss = timed and self.device != "cuda"
+
+    def _exchange(
+        self,
+        message: dict[str, Any],
+        arrays: dict[str, np.ndarray] | None,
+        *,
+        what: str,
+        key: str,
+        limit: float,
+        timed: bool,
+    ) -> tuple[dict, dict, dict[str, Any]]:
+        """Send ``message`` and read the reply, clocked from here; a ``timed`` request
+        also gets the CPU time charged to the worker and its peak memory."""
+        assert self._proc is not None
         pid = self._proc.pid
         # The run's own gid when the worker was dropped to it: work a daemon does outside
         # the worker's tree is charged too (see cpu_snapshot).
         run_gid = self.sandbox.identity.gid if self.sandbox.identity.dropped else None
+        sample_rss = timed and self.device != "cuda"
         with rss_peak(pid) if sample_rss else contextlib.nullcontext() as rss:
             cpu_before = cpu_snapshot(pid, run_gid) if timed else None
             start = time.perf_counter()
-            try:
-                write_message(
-                    self._to_worker,
-                    {**header, "id": rid},  # timed or not: the worker cannot tell
-                    arrays,
-                    deadline=time.monotonic() + limit,
-                )
-            except WriteTimeout:
-                self._timed_out.add(key)
-                output = self._output.since_mark()
-                self.stop()
-                raise SubmissionError(
-                    f"{what} was not run: your code stopped reading the grader's requests "
-                    f"for {limit:.0f} s.",
-                    kind="timeout",
-                    output=output,
-                ) from None
-            except (BrokenPipeError, OSError):
-                self._died(what)
-            try:
+            self._send(message, arrays, what=what, key=key, limit=limit)  # timed or not:
+            try:  # the worker cannot tell
                 reply, out_arrays = self._receive(limit, what=what)
             except SubmissionError as exc:
                 if exc.kind == "timeout":
@@ -292,7 +309,31 @@ class WorkerClient:
         peak = reply.get("cuda_peak_bytes") if timed else None
         if rss is not None and rss["start"]:
             peak = max(0, rss["peak"] - rss["start"])
-        output = self._output.since_mark()
+        if not isinstance(peak, int) or isinstance(peak, bool) or peak < 0:
+            peak = None  # the worker's own report is data like any other: validated
+        return reply, out_arrays, {"seconds": seconds, "peak_bytes": peak, "cpu_seconds": cpu}
+
+    def _send(
+        self, message: dict[str, Any], arrays: dict | None, *, what: str, key: str, limit: float
+    ) -> None:
+        assert self._output is not None
+        try:
+            write_message(self._to_worker, message, arrays, deadline=time.monotonic() + limit)
+        except WriteTimeout:
+            self._timed_out.add(key)
+            output = self._output.since_mark()
+            self.stop()
+            raise SubmissionError(
+                f"{what} was not run: your code stopped reading the grader's requests "
+                f"for {limit:.0f} s.",
+                kind="timeout",
+                output=output,
+            ) from None
+        except (BrokenPipeError, OSError):
+            self._died(what)
+
+    def _check_reply(self, reply: dict, rid: int, what: str, output: str) -> None:
+        """The reply answers this request, and says it succeeded."""
         if reply.get("id") != rid:
             # Not the answer to this request: a forked copy of the worker, or bytes the
             # submission wrote to the channel itself. Nothing after it can be trusted.
@@ -310,16 +351,6 @@ class WorkerClient:
                 output=output,
                 error=reply.get("error", {}),
             )
-        if not isinstance(peak, int) or isinstance(peak, bool) or peak < 0:
-            peak = None  # the worker's own report is data like any other: validated
-        return Reply(
-            header=reply,
-            arrays=out_arrays,
-            output=output,
-            seconds=seconds,
-            peak_bytes=peak,
-            cpu_seconds=cpu,
-        )
 
     def _receive(self, timeout: float, what: str = "") -> tuple[dict, dict]:
         deadline = time.monotonic() + timeout

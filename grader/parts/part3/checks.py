@@ -323,56 +323,63 @@ class Part3GenerateChecks(Part3Timed):
 class Part3Benchmark(Part3Timed):
     """Runs last: a slow generate here cannot cost the other checks their time."""
 
+    def bench_run(
+        self, bench: dict, variants: dict[str, tuple[int, bool]], variant: str, i: int
+    ) -> Sample:
+        """One timed generate of ``variant`` (its batch size and kv_caching): every row of
+        every run has a prompt of its own and the reference's text."""
+        batch, cache = variants[variant]
+        return self.timed_generate(
+            "bench",
+            bench_key(bench),
+            (batch, bench["input_len"], bench["output_len"]),
+            cache,
+            timeout=max(self.ctx.limits.request_timeout_s, 60.0),
+            key=f"timed generate {batch} {cache}",
+        )
+
+    def bench_criteria(
+        self, bench: dict, batch: int, timings: dict[str, Timing]
+    ) -> list[Criterion]:
+        """The speedup of ``batch``'s cached run over its cache-free one; peak memory is
+        reported, never judged."""
+        plain = timings[f"batch {batch}, without the cache"]
+        cached = timings[f"batch {batch}, with the cache"]
+        clock = clock_for(self.ctx.device)
+        criteria = [
+            Criterion(
+                f"part3.min_speedup.{batch}",
+                f"batch {batch} speedup ({clock} time)",
+                Ratio.of(plain, cached, clock),
+                bench["min_speedup"][str(batch)],
+                True,
+            )
+        ]
+        limit = bench.get("max_peak_memory_ratio")
+        if limit is not None and plain.peak_bytes and cached.peak_bytes:
+            # Reported, never judged: on CUDA the worker measures its own peak memory
+            # (torch.cuda.max_memory_allocated), which a submission can forge.
+            peaks = [[s.peak_bytes or 0 for s in t.samples] for t in (cached, plain)]
+            ratio = Ratio.between(*peaks)
+            print(
+                f"batch {batch} peak memory, cached / cache-free (reported by your "
+                f"process, not graded): {ratio} (the course expects at most {limit:g}x)"
+            )
+        return criteria
+
     @check("3.11", extra_tags=("benchmark",))
     def test_benchmark(self) -> None:
         """3.11 benchmark: cached generate is faster for batch 1, 8 and 16 (timed by the grader)"""
         bench = load_thresholds(self.ctx.device)["part3"]
         record = BenchmarkRecord(check="3.11", profile=self.ctx.device)
-        runs: dict[str, tuple[int, bool]] = {}  # variant -> (batch size, kv_caching)
-        clock = clock_for(self.ctx.device)
-
-        def timed_run(variant: str, i: int) -> Sample:
-            # Every row of every run has a prompt of its own and the reference's text.
-            batch, cache = runs[variant]
-            return self.timed_generate(
-                "bench",
-                bench_key(bench),
-                (batch, bench["input_len"], bench["output_len"]),
-                cache,
-                timeout=max(self.ctx.limits.request_timeout_s, 60.0),
-                key=f"timed generate {batch} {cache}",
-            )
-
-        def judge(batch: int, timings: dict[str, Timing]) -> list[Criterion]:
-            plain = timings[f"batch {batch}, without the cache"]
-            cached = timings[f"batch {batch}, with the cache"]
-            criteria = [
-                Criterion(
-                    f"part3.min_speedup.{batch}",
-                    f"batch {batch} speedup ({clock} time)",
-                    Ratio.of(plain, cached, clock),
-                    bench["min_speedup"][str(batch)],
-                    True,
-                )
-            ]
-            limit = bench.get("max_peak_memory_ratio")
-            if limit is not None and plain.peak_bytes and cached.peak_bytes:
-                # Reported, never judged: on CUDA the worker measures its own peak memory
-                # (torch.cuda.max_memory_allocated), which a submission can forge.
-                peaks = [[s.peak_bytes or 0 for s in t.samples] for t in (cached, plain)]
-                ratio = Ratio.between(*peaks)
-                print(
-                    f"batch {batch} peak memory, cached / cache-free (reported by your "
-                    f"process, not graded): {ratio} (the course expects at most {limit:g}x)"
-                )
-            return criteria
-
         for batch in bench["batch_sizes"]:
             variants = {f"batch {batch}, without the cache": (batch, False),
                         f"batch {batch}, with the cache": (batch, True)}  # fmt: skip
-            runs.update(variants)
             measured = self.measure_benchmark(
-                timed_run, variants, functools.partial(judge, batch), bench
+                functools.partial(self.bench_run, bench, variants),
+                variants,
+                functools.partial(self.bench_criteria, bench, batch),
+                bench,
             )
             record.add(measured)
             cached = measured.timings[f"batch {batch}, with the cache"]

@@ -156,14 +156,7 @@ def main(
     started = time.monotonic()
     export_dir, out_dir = Path(export_dir).resolve(), Path(out_dir).resolve()
     parts = parse_parts(",".join(parts or []))
-    try:
-        metadata = parse_metadata((export_dir / METADATA).read_text())
-    except OSError as exc:
-        raise ExportError(f"cannot read {METADATA} in {export_dir}: {exc.strerror}") from exc
-    dirs = [p for p in export_dir.iterdir() if p.is_dir() and p != out_dir]
-    folders = sorted((p.name for p in dirs if not p.name.startswith(".")), key=natural_key)
-    for missing in sorted(set(metadata) - set(folders), key=natural_key):
-        print(f"warning: {missing} is in {METADATA} but has no folder", file=sys.stderr)
+    metadata, folders = read_export(export_dir, out_dir)
     results_of = {f: out_dir / "results" / f / "results.json" for f in folders}
     rows: dict[str, Row] = {}
     died: dict[str, str] = {}
@@ -190,36 +183,77 @@ def main(
         if cluster is None:
             _grade_here(todo, export_dir, results_of, jobs, run, record)
         else:
-            from grader.ta.regrade.cluster import TaskSpec, run_grading_tasks
-
-            specs = [
-                TaskSpec(f, str(export_dir / f), str(results_of[f]), **run)  # type: ignore[arg-type]
-                for f in todo
-            ]
-            with closing(run_grading_tasks(specs, cluster, out_dir=out_dir)) as ended:
-                for spec, status, why in ended:
-                    if why:
-                        died[spec.folder] = why
-                    record(spec.folder, status)
+            died = _grade_on_cluster(todo, export_dir, results_of, run, record, cluster, out_dir)
     finally:
         bar.close()
-    ordered, totals = [rows[f] for f in folders], [rows[f].total for f in folders]
-    summary = BatchSummary(
+    summary = summarise(out_dir, [rows[f] for f in folders], results_of, died, started)
+    write_outputs(summary)
+    return summary
+
+
+def read_export(export_dir: Path, out_dir: Path) -> tuple[dict[str, list[Submitter]], list[str]]:
+    """The export's metadata and its submission folders, in natural order (a folder the
+    metadata names but the export lacks is reported and skipped)."""
+    try:
+        metadata = parse_metadata((export_dir / METADATA).read_text())
+    except OSError as exc:
+        raise ExportError(f"cannot read {METADATA} in {export_dir}: {exc.strerror}") from exc
+    dirs = [p for p in export_dir.iterdir() if p.is_dir() and p != out_dir]
+    folders = sorted((p.name for p in dirs if not p.name.startswith(".")), key=natural_key)
+    for missing in sorted(set(metadata) - set(folders), key=natural_key):
+        print(f"warning: {missing} is in {METADATA} but has no folder", file=sys.stderr)
+    return metadata, folders
+
+
+def summarise(
+    out_dir: Path,
+    rows: list[Row],
+    results_of: dict[str, Path],
+    died: dict[str, str],
+    started: float,
+) -> BatchSummary:
+    """The batch's counts, score statistics and per-check pass rates."""
+    totals = [r.total for r in rows]
+    return BatchSummary(
         out_dir=out_dir,
-        rows=ordered,
-        counts={s: sum(r.status == s for r in ordered) for s in STATUSES},
+        rows=rows,
+        counts={s: sum(r.status == s for r in rows) for s in STATUSES},
         stats={
             "mean": statistics.fmean(totals) if totals else 0.0,
             "median": float(statistics.median(totals)) if totals else 0.0,
             "min": min(totals, default=0.0),
             "max": max(totals, default=0.0),
         },
-        rates=pass_rates([d for f in folders if (d := load_valid(results_of[f]))]),
+        rates=pass_rates([d for f in results_of if (d := load_valid(results_of[f]))]),
         elapsed_s=time.monotonic() - started,
         died=died,
     )
-    write_outputs(summary)
-    return summary
+
+
+def _grade_on_cluster(
+    todo: list[str],
+    export_dir: Path,
+    results_of: dict[str, Path],
+    run: dict[str, Any],
+    record: Callable[[str, str], None],
+    cluster: ClusterOptions,
+    out_dir: Path,
+) -> dict[str, str]:
+    """The cluster executor: one submitit array task per submission; returns why each
+    task that died did."""
+    from grader.ta.regrade.cluster import TaskSpec, run_grading_tasks
+
+    died: dict[str, str] = {}
+    specs = [
+        TaskSpec(f, str(export_dir / f), str(results_of[f]), **run)  # type: ignore[arg-type]
+        for f in todo
+    ]
+    with closing(run_grading_tasks(specs, cluster, out_dir=out_dir)) as ended:
+        for spec, status, why in ended:
+            if why:
+                died[spec.folder] = why
+            record(spec.folder, status)
+    return died
 
 
 def _grade_here(

@@ -1,0 +1,1 @@
+"""The benchmark scripts under benchmarks/ (their tallies, not their timings)."""

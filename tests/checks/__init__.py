@@ -1,0 +1,1 @@
+"""Shared check helpers: logit comparison, timed pools."""

@@ -1,0 +1,1 @@
+"""The bottom layer: registry, points, results, thresholds."""

@@ -1,0 +1,1 @@
+"""Whole gradings: Gradescope's tree, feedback, hostile and course-style submissions."""

@@ -1,0 +1,1 @@
+"""The four parts: their checks, reference code and case data."""

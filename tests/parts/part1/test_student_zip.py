@@ -1,0 +1,172 @@
+"""The student zip's Part 1 data holds no write-up answer, and its self-check still judges
+them: the reference passes, a submission with wrong answers fails with the autograder's
+messages and without the answers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grader.core.paths import TEST_CASES
+from grader.core.points import POINTS
+from grader.ta import dist as build
+from grader.ta.mutants import load_mutants
+from tests.conftest import SOLUTION, patched_solution, run_grade
+
+pytestmark = pytest.mark.xdist_group("part1_student_zip")
+
+TOP = "kv-cache-assignment"
+ANSWERS: dict[str, dict[str, Any]] = json.loads((TEST_CASES / "hidden" / "part1.json").read_text())[
+    "answers"
+]
+#: The public checks (all but the hidden-case ones 1.12 and 1.13).
+PUBLIC_CHECKS = [n for n in POINTS["part1"] if n not in ("1.12", "1.13")]
+
+
+@pytest.fixture(scope="session")  # once per worker, however its tests interleave
+def unzipped(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``student.zip`` built from the committed cases and unpacked."""
+    out = tmp_path_factory.mktemp("dist")
+    path = build.build_student(out=out / "student.zip", check_cases=False)
+    with zipfile.ZipFile(path) as zf:
+        zf.extractall(out)
+    return out / TOP
+
+
+def scalars(value: Any) -> Iterator[int | float]:
+    """The numbers of a value: itself, or a table's entries."""
+    yield from value.values() if isinstance(value, dict) else [value]
+
+
+def forms(value: int | float) -> set[str]:
+    """The ways a number is written: JSON, with separators, as feedback rounds it."""
+    if isinstance(value, int):
+        return {str(value), f"{value:,}"}
+    return {repr(value), f"{value:.6g}", f"{value:.4g}", f"{value:.2f}"}
+
+
+def walk(node: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """Every leaf of a JSON document with its path of keys."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from walk(value, (*path, key))
+    elif isinstance(node, list):
+        for value in node:
+            yield from walk(value, path)
+    else:
+        yield path, node
+
+
+def test_the_zips_part1_cases_hold_no_answer_and_no_mistake_value(unzipped: Path) -> None:
+    """No expected value (nor a known mistake's value, from which the answer follows) of a
+    public case appears in the zip's part1.json: not as a number outside the calls'
+    arguments (an input, such as the 8 GiB of a GPU, may equal a mistake's value), not in
+    any string but the hex digests of the seals."""
+    document = json.loads((unzipped / "test_cases" / "public" / "part1.json").read_text())
+    numbers, strings = set(), []
+    for path, leaf in walk(document):
+        if "sealed" in path:
+            assert isinstance(leaf, str) and len(leaf) == 64, path  # digests only
+        elif "args" in path or "kwargs" in path:
+            continue
+        elif isinstance(leaf, str):
+            strings.append(leaf)
+        elif not isinstance(leaf, bool):
+            numbers.add(leaf)
+    secrets = [
+        value
+        for answer in ANSWERS.values()
+        for whole in (answer["expected"], *answer["mistakes"].values())
+        for value in scalars(whole)
+    ]
+    assert len(secrets) > 100
+    for value in secrets:
+        assert value not in numbers, value
+        for form in forms(value):
+            if len(form) >= 3:
+                assert not any(form in s for s in strings), form
+
+
+def selfcheck(home: Path, question1: Path) -> dict[str, dict[str, Any]]:
+    """Run the zip's self-check on Part 1 with ``question1`` as the student's file."""
+    (home / "assignment" / "question1.py").write_bytes(question1.read_bytes())
+    subprocess.run(
+        [sys.executable, "selfcheck.py", "assignment", "--parts", "part1"],
+        cwd=home,
+        capture_output=True,
+        timeout=300,
+        check=True,
+    )
+    results = json.loads((home / "selfcheck_results.json").read_text())
+    return {t["number"]: t for t in results["tests"]}
+
+
+def test_the_selfcheck_passes_the_reference_on_the_sealed_cases(unzipped: Path) -> None:
+    tests = selfcheck(unzipped, SOLUTION / "question1.py")
+    assert sorted(tests) == sorted(PUBLIC_CHECKS)
+    assert all(t["score"] == t["max_score"] > 0 for t in tests.values()), tests
+
+
+def test_wrong_answers_fail_with_the_autograders_messages_and_never_the_answer(
+    unzipped: Path, tmp_path: Path
+) -> None:
+    """Two known mistakes at once (the TP batch, an int; the prefill bytes, a float): the
+    self-check fails exactly the checks the autograder fails, with the same feedback
+    (the mistakes named), and the right values appear nowhere in it."""
+    mistakes = {m.name: m for m in load_mutants("part1")}
+    chosen = [mistakes["tp_weights_replicated"], mistakes["s_p_not_round_tripped"]]
+    edits = [edit for m in chosen for edit in m.edits]
+    submission = patched_solution(tmp_path / "submission", "question1.py", edits)
+    local = selfcheck(unzipped, submission / "question1.py")
+    official = run_grade(submission, tmp_path / "official", parts=["part1"])
+
+    failed = {n for n, t in local.items() if t["score"] < t["max_score"]}
+    assert failed == {"1.5", "1.7", "1.8", "1.10"}
+    for number in PUBLIC_CHECKS:
+        assert local[number].get("output", "") == official.output(number), number
+        assert local[number]["score"] == official.score(number), number
+    assert chosen[0].diagnosis in local["1.5"]["output"]
+    assert chosen[1].diagnosis in local["1.7"]["output"]
+    assert "max_batch_size_tp = 1,040 (compared exactly)" in local["1.10"]["output"]
+
+    wrong = [
+        answer["expected"]
+        for cid, answer in ANSWERS.items()
+        if cid.startswith("1.5 ")
+        or cid in ("1.7 N=1024, d=128, prefill", "1.8 N=1024, d=128, prefill")
+    ]
+    table = ANSWERS["1.10 defaults"]["expected"]
+    wrong += [table["max_batch_size_tp"], table["ai_prefill"]]
+    assert len(wrong) == 7
+    text = "\n".join(local[n].get("output", "") for n in failed)
+    for value in wrong:
+        for form in forms(value):
+            assert form not in text, form
+
+
+def test_a_build_refuses_plain_answers_in_the_public_part1_cases(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Public Part 1 cases as they were before sealing (expected values in plain form)
+    stop the student zip from being built."""
+    assert build.plain_answers(TEST_CASES / "public") == []
+    public = tmp_path / "test_cases" / "public"
+    public.mkdir(parents=True)
+    document = json.loads((TEST_CASES / "public" / "part1.json").read_text())
+    case = document["cases"][0]
+    answer = ANSWERS[case.pop("id")]
+    del case["sealed"]
+    document["cases"] = [{**case, **answer}]
+    (public / "part1.json").write_text(json.dumps(document))
+    assert build.plain_answers(public) == ["1.1 LLaMA-3-8B"]
+    monkeypatch.setattr(build, "TEST_CASES", tmp_path / "test_cases")
+    with pytest.raises(build.PlainAnswers, match=r"1\.1 LLaMA-3-8B"):
+        build.build_student(out=tmp_path / "student.zip", check_cases=False)
+    assert not (tmp_path / "student.zip").exists()

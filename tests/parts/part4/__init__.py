@@ -1,0 +1,1 @@
+"""Part 4: the KV-cache lab."""

@@ -1,0 +1,1 @@
+"""The parent's side of the pipe: timing."""

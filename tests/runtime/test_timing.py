@@ -1,0 +1,325 @@
+"""The shared timing harness: statistics, interleaving, ratios, criteria, the RSS sampler."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from grader.runtime.timing import (
+    BenchmarkRecord,
+    Criterion,
+    Measurement,
+    Ratio,
+    Sample,
+    Timing,
+    clock_for,
+    cpu_snapshot,
+    cpu_used,
+    interleaved,
+    measure,
+    rss_peak,
+)
+
+
+def timing(*seconds: float, peaks: tuple[int | None, ...] = ()) -> Timing:
+    peaks = peaks or (None,) * len(seconds)
+    return Timing(tuple(Sample(s, p) for s, p in zip(seconds, peaks, strict=True)))
+
+
+def test_median_spread_and_peak() -> None:
+    t = timing(1.0, 3.0, 2.0, peaks=(10, None, 30))
+    assert t.median == 2.0
+    assert t.spread == pytest.approx((3.0 - 1.0) / 2.0)
+    assert t.peak_bytes == 30
+    assert timing(1.0).peak_bytes is None
+
+
+def test_interleaved_alternates_variants_and_drops_warmups() -> None:
+    calls = []
+
+    def run(variant: str, i: int) -> Sample:
+        calls.append((variant, i))
+        return Sample(seconds=10 * i + (1 if variant == "b" else 0))
+
+    out = interleaved(run, ["a", "b"], warmup=2, repeats=3)
+    assert calls == [(v, i) for i in range(5) for v in ("a", "b")]
+    assert out["a"].seconds == [20, 30, 40]
+    assert out["b"].seconds == [21, 31, 41]
+
+
+def test_interleaved_rotates_the_order_when_asked() -> None:
+    calls = []
+
+    def run(variant: str, i: int) -> Sample:
+        calls.append(variant)
+        return Sample(seconds=1.0)
+
+    out = interleaved(run, ["a", "b", "c"], warmup=1, repeats=3, rotate=True)
+    assert "".join(calls) == "abc" + "bca" + "cab" + "abc"
+    assert all(len(t.samples) == 3 for t in out.values())
+
+
+def test_ratio_of_medians_with_paired_spread() -> None:
+    plain, cached = timing(10.0, 12.0, 30.0), timing(1.0, 2.0, 3.0)
+    r = Ratio.of(plain, cached)
+    assert r.median == pytest.approx(12.0 / 2.0)
+    assert (r.low, r.high) == (pytest.approx(6.0), pytest.approx(10.0))
+    assert str(r) == "6.00x (runs 6.00-10.00x)"
+
+
+def test_ratio_needs_equal_series() -> None:
+    with pytest.raises(ValueError):
+        Ratio.between([1.0, 2.0], [1.0])
+
+
+@pytest.mark.parametrize(
+    ("median", "limit", "at_least", "passed"),
+    [(3.0, 3.0, True, True), (2.99, 3.0, True, False), (2.0, 2.0, False, True),
+     (2.01, 2.0, False, False)],
+)  # fmt: skip
+def test_criterion_direction(median: float, limit: float, at_least: bool, passed: bool) -> None:
+    c = Criterion("part2.min_speedup", "speedup", Ratio(median, median, median), limit, at_least)
+    assert c.passed is passed
+    assert ("NOT MET" in c.describe()) is not passed
+
+
+def test_record_summary_is_plain_json() -> None:
+    good = Criterion("a", "a", Ratio(4.0, 3.5, 4.5), 3.0, True)
+    bad = Criterion("b", "b", Ratio(2.5, 2.4, 2.6), 2.0, False)
+    record = BenchmarkRecord("2.11", "cpu", [good, bad], {"x": timing(1.0, 2.0)}, {"speedup": 4.0})
+    assert not record.passed and record.failures() == [bad]
+    data = json.loads(json.dumps(record.summary()))
+    assert data["criteria"][0]["ratio"] == {"median": 4.0, "low": 3.5, "high": 4.5}
+    assert data["criteria"][1]["passed"] is False
+    assert data["timings"]["x"]["runs_s"] == [1.0, 2.0]
+
+
+def speedup_at_least(limit: float):
+    """A judge: cache-free ("plain") over "cached" must reach ``limit``."""
+
+    def judge(timings: dict[str, Timing]) -> list[Criterion]:
+        return [
+            Criterion("k", "speedup", Ratio.of(timings["plain"], timings["cached"]), limit, True)
+        ]
+
+    return judge
+
+
+def scripted(times: dict[str, list[float]]):
+    """A run that returns the next scripted time of each variant, and the calls it saw."""
+    calls: list[tuple[str, int]] = []
+
+    def run(variant: str, i: int) -> Sample:
+        calls.append((variant, i))
+        return Sample(times[variant].pop(0))
+
+    return run, calls
+
+
+def test_measure_without_a_miss_times_no_more_rounds() -> None:
+    run, calls = scripted({"plain": [9.0] * 10, "cached": [1.0] * 10})
+    m = measure(run, ["plain", "cached"], warmup=1, repeats=3, judge=speedup_at_least(2.0),
+                confirm_repeats=6)  # fmt: skip
+    assert len(calls) == 2 * 4 and m.extra_rounds == 0
+    assert [c.passed for c in m.criteria] == [True]
+
+
+def test_measure_confirms_a_miss_caused_by_a_burst_of_stalls() -> None:
+    # The cached runs of two of three rounds stalled by 0.3 s: their median misses 2x.
+    stalled = [0.05, 0.31, 0.32, 0.01] + [0.01] * 6  # warm-up, 3 timed, 6 more
+    run, calls = scripted({"plain": [0.04] * 10, "cached": stalled})
+    m = measure(run, ["plain", "cached"], warmup=1, repeats=3, judge=speedup_at_least(2.0),
+                confirm_repeats=6)  # fmt: skip
+    assert m.extra_rounds == 6 and len(calls) == 2 * 10  # no second warm-up
+    assert calls[-2:] == [("plain", 5), ("cached", 5)]
+    assert len(m.timings["cached"].samples) == 9  # verdict on every timed round
+    assert m.criteria[0].passed and m.criteria[0].ratio.median == pytest.approx(4.0)
+
+
+def test_measure_keeps_a_real_miss_and_can_be_switched_off() -> None:
+    # A cache that does not cache: about 1x in every round, confirmed or not.
+    times = {"plain": [0.04, 0.041, 0.039, 0.04] * 3, "cached": [0.04] * 12}
+    run, _ = scripted({k: list(v) for k, v in times.items()})
+    m = measure(run, ["plain", "cached"], warmup=1, repeats=3, judge=speedup_at_least(2.0),
+                confirm_repeats=6)  # fmt: skip
+    assert m.extra_rounds == 6 and not m.criteria[0].passed
+    run, calls = scripted({k: list(v) for k, v in times.items()})
+    m = measure(run, ["plain", "cached"], warmup=1, repeats=3, judge=speedup_at_least(2.0),
+                confirm_repeats=0)  # fmt: skip
+    assert m.extra_rounds == 0 and len(calls) == 8 and not m.criteria[0].passed
+
+
+def test_record_adds_measurements_and_reports_extra_rounds() -> None:
+    record = BenchmarkRecord("3.11", "cpu")
+    for name, extra in (("batch 1", 6), ("batch 8", 0)):
+        c = Criterion(name, name, Ratio(3.0, 2.0, 4.0), 2.0, True)
+        record.add(Measurement({name: timing(1.0)}, [c], extra))
+    assert list(record.timings) == ["batch 1", "batch 8"] and len(record.criteria) == 2
+    assert json.loads(json.dumps(record.summary()))["extra_rounds"] == 6
+
+
+def test_ratio_on_the_cpu_clock_uses_cpu_seconds() -> None:
+    # Wall times say 1x (a busy machine), CPU times say 10x (the work done).
+    plain = Timing((Sample(1.0, cpu_seconds=0.5), Sample(1.2, cpu_seconds=0.6)))
+    cached = Timing((Sample(1.0, cpu_seconds=0.05), Sample(1.2, cpu_seconds=0.06)))
+    assert Ratio.of(plain, cached).median == pytest.approx(1.0)
+    assert Ratio.of(plain, cached, "cpu").median == pytest.approx(10.0)
+    unread = Timing((Sample(2.0),))  # no CPU figure: the wall clock stands in
+    assert unread.cpu_seconds == [2.0]
+    assert clock_for("cpu") == "cpu" and clock_for("cuda") == "wall"
+
+
+BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {s}: pass\n"
+
+
+def test_cpu_used_counts_busy_children_and_threads_that_ended() -> None:
+    # A process that burns 0.3 s in a child it waits for, then 0.3 s in a thread that
+    # ends: both are the process's work, whichever way it was spread.
+    code = (
+        "import subprocess, sys, threading, time\n"
+        f"subprocess.run([sys.executable, '-c', {BURN.format(s=0.3)!r}])\n"
+        f"t = threading.Thread(target=exec, args=({BURN.format(s=0.3)!r},))\n"
+        "t.start(); t.join()\n"
+        "print('done', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        before = cpu_snapshot(proc.pid)
+        assert proc.stdout.readline().strip() == "done"
+        after = cpu_snapshot(proc.pid)
+        assert cpu_used(before, after) >= 0.55
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.needs_root(reason="needs root to give the process a group of its own")
+def test_work_handed_to_a_daemon_outside_the_tree_is_counted_by_the_run_gid() -> None:
+    # The worker double-forks a daemon (new session, re-parented to init) that does the
+    # work while the worker itself waits: invisible in the process tree, not in its group.
+    from grader.sandbox.sandbox import fresh_gid
+
+    gid = fresh_gid()
+    code = (
+        "import os, sys, time\n"
+        "r, w = os.pipe()\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        f"        exec({BURN.format(s=0.4)!r})\n"
+        "        os.write(w, b'x'); time.sleep(30)\n"
+        "    os._exit(0)\n"
+        "os.wait(); os.read(r, 1)\n"
+        "print('done', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: (os.setgroups([]), os.setgid(gid)),
+    )
+    try:
+        before_tree, before_run = cpu_snapshot(proc.pid), cpu_snapshot(proc.pid, run_gid=gid)
+        assert proc.stdout.readline().strip() == "done"
+        after_tree, after_run = cpu_snapshot(proc.pid), cpu_snapshot(proc.pid, run_gid=gid)
+        assert cpu_used(before_tree, after_tree) < 0.2  # the tree alone misses the daemon
+        assert cpu_used(before_run, after_run) >= 0.35
+    finally:
+        proc.kill()
+        proc.wait()
+        from grader.sandbox.processes import kill_matching
+
+        kill_matching(lambda p: p.info["gids"].real == gid, ["gids"])
+
+
+def test_cpu_used_never_shrinks_when_a_process_goes() -> None:
+    # A descendant that ran before and is gone after adds nothing and subtracts nothing.
+    before = {1: 5.0, 2: 100.0}
+    after = {1: 5.5, 3: 0.25}
+    assert cpu_used(before, after) == pytest.approx(0.75)
+    assert cpu_used(None, after) is None
+    assert cpu_snapshot(2**22 + 12345) is None  # no such process
+
+
+def test_rss_peak_sees_another_process_allocate() -> None:
+    # Touch 96 MB of fresh pages, hold them briefly, free them, then wait to be stopped.
+    code = (
+        "import sys, time\n"
+        "sys.stdin.readline()\n"
+        "b = bytearray(96 * 2**20)\n"
+        "b[::4096] = b'x' * len(b[::4096])\n"
+        "time.sleep(0.3)\n"
+        "del b\n"
+        "print('done', flush=True)\n"
+        "sys.stdin.readline()\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        time.sleep(0.2)
+        with rss_peak(child.pid) as rss:
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            assert child.stdout.readline().strip() == "done"
+        assert rss["peak"] - rss["start"] >= 64 * 2**20
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_rss_peak_of_a_missing_process_is_empty() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    with rss_peak(child.pid) as rss:
+        pass
+    assert rss == {"start": 0, "peak": 0}
+
+
+class FakeCuda:
+    """Stands in for ``torch.cuda`` on a machine without a GPU: records what is called."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def is_available(self) -> bool:
+        return True
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        self.calls.append("synchronize")
+
+    def reset_peak_memory_stats(self) -> None:
+        self.calls.append("reset")
+
+    def max_memory_allocated(self) -> int:
+        self.calls.append("peak")
+        return 123_456
+
+
+def test_worker_synchronises_cuda_around_a_timed_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    from grader.ta.regen import import_path
+    from tests.conftest import ROOT
+
+    worker_dir = ROOT / "grader" / "worker"
+    monkeypatch.syspath_prepend(str(worker_dir))
+    main = import_path(worker_dir / "main.py", "worker_main_under_test")
+    cuda = FakeCuda()
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    main.before_timed()
+    assert cuda.calls == ["synchronize", "reset"]  # idle GPU, fresh statistics
+    assert main.after_timed() == {"cuda_peak_bytes": 123_456}
+    assert cuda.calls[2:] == ["synchronize", "peak"]  # queued work finished before the reply
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace())  # CPU-only torch
+    assert main.after_timed() == {}

@@ -1,0 +1,1 @@
+"""The sandbox: limits, worker accounts, private views, process control."""

@@ -1,0 +1,190 @@
+"""The worker runs as an unprivileged user with limits, and sees none of the parent's env."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grader.core.paths import GRADESCOPE_FILES, WORKER_ACCOUNTS_SCRIPT
+from grader.sandbox.identity import claim_identity
+from grader.sandbox.sandbox import (
+    Limits,
+    Sandbox,
+    limit_setter,
+    resolve_identity,
+)
+from tests.conftest import in_param_count, refused
+
+ROOT_ONLY = os.geteuid() == 0
+
+
+def test_environment_is_built_from_scratch(monkeypatch) -> None:
+    monkeypatch.setenv("SECRET_TOKEN", "s3cret")
+    box = Sandbox.create()
+    try:
+        env = box.environment("cpu", 2)
+        assert "SECRET_TOKEN" not in env
+        assert env["HOME"].startswith(str(box.root))
+        assert env["OMP_NUM_THREADS"] == "2"
+        assert env["HF_HUB_OFFLINE"] == "1"
+    finally:
+        box.cleanup()
+
+
+@pytest.mark.needs_root(reason="dropping privileges needs root")
+def test_root_grader_drops_to_an_unprivileged_worker() -> None:
+    identity = resolve_identity()
+    assert identity.dropped
+    assert identity.uid != 0
+
+
+@pytest.mark.skipif(ROOT_ONLY, reason="only meaningful when not root")
+def test_non_root_grader_warns_that_it_cannot_drop() -> None:
+    identity = resolve_identity()
+    assert not identity.dropped
+    assert "not running as root" in identity.warning
+
+
+@pytest.mark.needs_root(reason="dropping privileges needs root")
+def test_worker_cannot_read_root_only_files(grade_patched, tmp_path: Path) -> None:
+    secret = tmp_path / "hidden.json"
+    secret.write_text("42")
+    secret.chmod(0o600)
+    graded = grade_patched([in_param_count(f"    open({str(secret)!r}).read()")])
+    assert graded.score("1.1") == 0
+    assert refused(graded.output("1.1"))
+
+
+@pytest.mark.needs_root(reason="dropping privileges needs root")
+def test_worker_cannot_write_the_results_folder(grade_patched, tmp_path: Path) -> None:
+    target = tmp_path / "out" / "results.json"
+    graded = grade_patched([in_param_count(f"    open({str(target)!r}, 'w').write('{{}}')")])
+    assert graded.score("1.1") == 0
+    assert refused(graded.output("1.1"))
+    assert graded.data["tests"]  # the real file, not the forged one
+
+
+@pytest.mark.needs_root(reason="creating a user needs root")
+def test_setup_script_creates_the_worker_user_that_the_grader_then_uses() -> None:
+    import pwd
+    import subprocess
+
+    name = "kvgrader-selftest"
+    script = WORKER_ACCOUNTS_SCRIPT
+    try:
+        subprocess.run(["bash", str(script), name], check=True, capture_output=True)
+        subprocess.run(["bash", str(script), name], check=True, capture_output=True)  # idempotent
+        entry = pwd.getpwnam(name)
+        identity = resolve_identity(preferred=name)
+        assert identity.dropped
+        assert (identity.name, identity.uid) == (name, entry.pw_uid)
+        assert identity.warning == ""
+    finally:
+        subprocess.run(["userdel", name], capture_output=True)
+
+
+@pytest.mark.needs_root(reason="dropping privileges needs root")
+def test_worker_cannot_read_the_hidden_test_cases(grade_patched) -> None:
+    from grader.core.paths import TEST_CASES
+
+    hidden = TEST_CASES / "hidden" / "part1.json"
+    graded = grade_patched([in_param_count(f"    open({str(hidden)!r}).read()")])
+    assert graded.score("1.1") == 0
+    assert refused(graded.output("1.1"))
+    assert 0 < graded.score("1.12") < 2  # the hidden checks still ran, from the parent
+
+
+@pytest.mark.needs_root(reason="dropping privileges needs root")
+def test_gradings_side_by_side_get_their_own_worker_account(tmp_path: Path) -> None:
+    """Two sandboxes at once never share a user; a finished one frees its account."""
+    import fcntl
+
+    from grader.sandbox.sandbox import LOCK_DIR, POOL_SIZE, pool_names
+
+    script = WORKER_ACCOUNTS_SCRIPT
+    subprocess.run(
+        ["bash", str(script), "kvgrader", str(POOL_SIZE)], check=True, capture_output=True
+    )
+    first, second = Sandbox.create(), Sandbox.create()
+    try:
+        assert first.identity.dropped and second.identity.dropped
+        assert first.identity.uid != second.identity.uid
+        assert {first.identity.name, second.identity.name} <= set(pool_names())
+        second.hand_over()
+        assert (second.submission_dir.stat().st_mode & 0o077) == 0  # no one else looks in
+    finally:
+        name = first.identity.name
+        first.cleanup()
+        second.cleanup()
+    fd = os.open(LOCK_DIR / f"{name}.lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released by cleanup
+    finally:
+        os.close(fd)
+    setup = (GRADESCOPE_FILES / "setup.sh").read_text()
+    assert f'create_worker_user.sh" kvgrader {POOL_SIZE}' in setup
+
+
+def _limits_of_worker(device: str) -> dict[str, str]:
+    """The soft limits a worker started for ``device`` runs under, from /proc."""
+    proc = subprocess.run(
+        ["cat", "/proc/self/limits"],
+        preexec_fn=limit_setter(Limits(), resolve_identity(), device=device),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    rows = {}
+    for line in proc.stdout.splitlines()[1:]:
+        name, soft = line[:26].strip(), line[26:47].strip()
+        rows[name] = soft
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("device", "bounded", "free"),
+    [("cpu", "Max address space", "Max data size"), ("cuda", "Max data size", "Max address space")],
+)
+def test_worker_memory_is_bounded_by_a_limit_cuda_can_start_under(
+    device: str, bounded: str, free: str
+) -> None:
+    """CUDA reserves about 18 GB of address space when it starts (measured on an H100:
+    VmSize 17.9 GB, VmData 1.4 GB) and fails under a 6 GiB RLIMIT_AS, so a GPU worker's
+    memory is bounded by its data segment instead; a CPU worker keeps the stricter
+    address-space limit."""
+    limits = _limits_of_worker(device)
+    assert limits[bounded] == str(Limits().memory_bytes)
+    assert limits[free] != str(Limits().memory_bytes)
+
+
+def test_a_data_limited_worker_cannot_allocate_past_its_limit() -> None:
+    """RLIMIT_DATA bounds host memory as RLIMIT_AS did: a 1 GiB anonymous mapping fails
+    under a 256 MiB data limit."""
+    code = (
+        "import mmap\n"
+        "try:\n    mmap.mmap(-1, 1 << 30, flags=mmap.MAP_PRIVATE)\n"
+        "except OSError:\n    print('refused')"
+    )
+    limits = Limits(memory_bytes=256 * 1024 * 1024)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        preexec_fn=limit_setter(limits, resolve_identity(), device="cuda"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.stdout.strip() == "refused", proc.stderr
+
+
+@pytest.mark.needs_root(reason="the account pool is used by a root grader only")
+def test_without_a_pool_the_warning_names_the_fallback_not_a_busy_pool() -> None:
+    """A machine without the pool's accounts (a GPU node where setup.sh never ran) is
+    told which account runs the worker, not that every account is in use."""
+    identity = claim_identity("kvgrader-absent", size=2)
+    assert "does not exist" in identity.warning
+    assert "in use" not in identity.warning

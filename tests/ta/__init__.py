@@ -1,0 +1,1 @@
+"""TA tooling: regeneration, skeletons, zips, calibration, mutants."""

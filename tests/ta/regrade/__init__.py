@@ -1,0 +1,1 @@
+"""Regrading a class: batch, cluster, merge."""

@@ -1,0 +1,58 @@
+"""Every known mistake is caught (loses points) and named in the feedback; every
+correct variant written differently keeps full marks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from grader.core.registry import PARTS
+from grader.ta.mutants import load_mutants, run_mutants
+from tests.conftest import SOLUTION
+
+LIBRARY_PARTS = ["part1", "part2", "part3", "part4"]
+MIN_MUTANTS = {"part1": 10, "part2": 10, "part3": 9, "part4": 13}  # what each issue asked for
+MUTANTS = [m for p in LIBRARY_PARTS for m in load_mutants(p)]
+VARIANTS = [v for p in LIBRARY_PARTS for v in load_mutants(p, variants=True)]
+
+
+@pytest.mark.parametrize("part", LIBRARY_PARTS)
+def test_library_is_large_and_names_are_unique(part: str) -> None:
+    names = [m.name for m in load_mutants(part) + load_mutants(part, variants=True)]
+    assert len(load_mutants(part)) >= MIN_MUTANTS[part]
+    assert len(set(names)) == len(names)
+    assert all(m.diagnosis for m in load_mutants(part))
+
+
+@pytest.mark.parametrize("mutant", MUTANTS + VARIANTS, ids=lambda m: m.name)
+def test_mutant_applies_to_the_solution(mutant) -> None:
+    source = (SOLUTION / mutant.file).read_text()
+    changed = mutant.apply(source)
+    assert changed != source
+    compile(changed, mutant.file, "exec")
+    assert Path(PARTS[mutant.part].main_file).parent == Path(mutant.file).parent
+
+
+def test_a_stale_edit_is_refused() -> None:
+    mutant = load_mutants("part2")[0]
+    with pytest.raises(ValueError, match="occurs 0 times"):
+        mutant.apply("nothing to mutate here")
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: f"{m.part}-{m.name}")
+def test_every_mutant_is_caught_and_named(mutant) -> None:
+    """Graded without the timed benchmarks first (they cost most of the time); a mutant
+    only the benchmark can catch, such as a cache-free path disguised as cached, is graded
+    again with them and must be caught there."""
+    (verdict,) = run_mutants([mutant.part], names=[mutant.name], benchmarks=False)
+    if not verdict.ok:
+        (verdict,) = run_mutants([mutant.part], names=[mutant.name])
+    assert verdict.caught, f"{mutant.name} keeps {verdict.score:g} / {verdict.max_score:g}"
+    assert verdict.named, f"{mutant.name}: the feedback does not name {mutant.diagnoses}"
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda m: f"{m.part}-{m.name}")
+def test_every_correct_variant_keeps_full_marks(variant) -> None:
+    (verdict,) = run_mutants([variant.part], names=[variant.name], benchmarks=False)
+    assert verdict.mutant.variant and verdict.ok, (variant.name, verdict.score)

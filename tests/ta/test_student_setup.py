@@ -1,0 +1,145 @@
+"""The student's side, as a student meets it: ``student.zip`` unpacked, the handout's
+set-up commands run verbatim in a fresh virtual environment, and the self-check run on
+the blank skeletons (0, every check listed) and on the reference (full marks).
+
+Only pip's own configuration is used. ``PIP_RETRIES=0`` keeps an unreachable PyTorch
+index (a machine without a network) from costing retries: pip then falls back to its
+configured local wheels, as it would to the index on a student's machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from grader.core.points import BONUS, POINTS, bonus_total, part_total
+from grader.core.registry import PARTS
+from grader.ta import dist as build
+from grader.ta.regen import import_path
+from tests.conftest import ROOT, SOLUTION
+
+# One pytest-xdist worker runs this module: its module fixtures are built once.
+pytestmark = pytest.mark.xdist_group("student_setup")
+
+TOP = "kv-cache-assignment"
+
+
+def setup_commands(handout: str) -> list[str]:
+    """The command lines of the handout's set-up block (the first block after "## Set-up")."""
+    section = handout.split("\n## Set-up\n", 1)[1]
+    block = re.search(r"```\n(.*?)```", section, re.S)
+    assert block is not None, "the set-up section has no command block"
+    return [line for line in block.group(1).splitlines() if line.strip()]
+
+
+def test_the_handout_opens_with_the_set_up() -> None:
+    handout = (ROOT / "assignment" / "README.md").read_text()
+    headings = re.findall(r"^## (.+)$", handout, re.M)
+    assert headings[0] == "Set-up"
+    commands = setup_commands(handout)
+    assert commands[0].startswith("python3.11 -m venv")
+    assert "download.pytorch.org/whl/cpu" in commands[2]
+    assert commands[3].endswith("install -r requirements.txt")
+    assert commands[-1] == "python selfcheck.py"
+
+
+def test_selfcheck_lists_a_public_counterpart_for_every_hidden_check() -> None:
+    """Each check tagged hidden (cases only Gradescope has) maps to public checks that the
+    self-check runs; every other check runs in the self-check itself."""
+    from grader.grading.runner import build_suite
+
+    def numbers(public_only: bool) -> set[str]:
+        suite = build_suite(None, list(PARTS), public_only=public_only)  # type: ignore[arg-type]
+        return {getattr(type(t), t._testMethodName).__number__ for t in suite}
+
+    selfcheck = import_path(ROOT / "grader/gradescope/student/selfcheck.py", "selfcheck_test")
+    every, public = numbers(False), numbers(True)
+    assert every == {n for part in POINTS.values() for n in part} | set(BONUS)
+    assert set(selfcheck.HIDDEN_COUNTERPARTS) == every - public
+    for hidden, counterparts in selfcheck.HIDDEN_COUNTERPARTS.items():
+        assert counterparts and set(counterparts) <= public, hidden
+        assert all(c.split(".")[0] == hidden.split(".")[0] for c in counterparts), hidden
+    assert {"4.2", "4.3", "4.4"} <= public  # Part 4's prompts now have public cases
+
+
+def test_selfcheck_explains_a_missing_set_up(tmp_path: Path) -> None:
+    """Run with an interpreter that lacks the packages: the set-up commands, no traceback."""
+    script = ROOT / "grader" / "gradescope" / "student" / "selfcheck.py"
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", str(script)],  # no site-packages: nothing installed
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "lacks torch" in proc.stderr and "pip install -r requirements.txt" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.fixture(scope="session")  # once per worker, however its tests interleave
+def student_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """student.zip unpacked and set up by the handout's commands, in a fresh venv."""
+    base = tmp_path_factory.mktemp("student")
+    zip_path = build.build_student(out=base / "student.zip", check_cases=False)
+    with zipfile.ZipFile(zip_path) as zf:
+        zf.extractall(base)
+    home = base / TOP
+    commands = setup_commands((home / "README.md").read_text())
+    install = commands[:-1]  # the last one is the self-check, run by the tests below
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON"))}
+    env.update(PIP_RETRIES="0", PIP_NO_INPUT="1")
+    proc = subprocess.run(
+        ["bash", "-euc", "\n".join(install)],
+        cwd=home,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (home / ".venv" / "bin" / "python").is_file()
+    return home
+
+
+def run_selfcheck(home: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """``python selfcheck.py ARGS`` with the student's environment active."""
+    command = f". .venv/bin/activate && python selfcheck.py {' '.join(args)}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON"))}
+    proc = subprocess.run(
+        ["bash", "-euc", command], cwd=home, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert "Traceback (most recent call last)" not in proc.stderr, proc.stderr[-3000:]
+    return proc, json.loads((home / "selfcheck_results.json").read_text())
+
+
+def test_fresh_venv_selfcheck_blank_then_reference(student_home: Path) -> None:
+    """One test (the install is the expensive part): the blank skeletons score 0 with
+    every public check listed; the reference scores every public point and the bonus."""
+    proc, blank = run_selfcheck(student_home)
+    listed = {t["number"] for t in blank["tests"]}
+    selfcheck = import_path(student_home / "selfcheck.py", "selfcheck_student_home")
+    every = {n for part in POINTS.values() for n in part} | set(BONUS)
+    assert listed == every - set(selfcheck.HIDDEN_COUNTERPARTS)
+    assert blank["score"] == 0
+    for number in listed:
+        assert re.search(rf"FAIL  {re.escape(number)} ", proc.stdout), number
+    assert "TOTAL  0 / " in proc.stdout
+    assert "public counterparts here" in proc.stdout
+
+    reference = student_home / "reference"
+    shutil.copytree(SOLUTION, reference, ignore=shutil.ignore_patterns("__pycache__"))
+    proc, full = run_selfcheck(student_home, "reference")
+    failed = [t["number"] for t in full["tests"] if t["status"] != "passed"]
+    assert failed == [], proc.stdout[-4000:]
+    hidden_points = sum(POINTS[f"part{n.split('.')[0]}"][n] for n in selfcheck.HIDDEN_COUNTERPARTS)
+    total = sum(part_total(p) + bonus_total(p) for p in PARTS)
+    assert full["score"] == pytest.approx(total - hidden_points)

@@ -1,0 +1,1 @@
+"""The worker's wire protocol."""
