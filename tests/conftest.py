@@ -132,7 +132,10 @@ GRADED_FIXTURES = {"solution_graded", "blank_graded", "course_graded", "regraded
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``needs_root`` tests are skipped without root (or without what their mark's
-    ``available`` says they need); tests that run gradings are marked ``grading``."""
+    ``available`` says they need); tests that run gradings are marked ``grading``. Grouped
+    tests (``xdist_group``: long units one worker runs whole) come first, so that under
+    pytest-xdist the short tests fill the workers' last minutes instead of a long unit."""
+    items.sort(key=lambda item: item.get_closest_marker("xdist_group") is None)
     for item in items:
         mark = item.get_closest_marker("needs_root")
         if mark is not None:
