@@ -221,15 +221,7 @@ def build(
             for b, n in ((3, 40), (2, MAX_SEQ_LEN), (4, 23))
         ]
         expected = probes(ref, probe_tokens)
-        signatures: dict[str, dict[str, Any]] = {key: {} for key in expected}
-        for name, root in mutant_roots.items():
-            try:
-                seen = probes(Observer(import_llama(root), ckpt), probe_tokens)
-            except Exception as exc:  # it cannot even build: named by check 3.1
-                seen = {key: {"error": f"{type(exc).__name__}: {exc}"[:2000]} for key in expected}
-            for key, value in seen.items():
-                if json.dumps(value) != json.dumps(expected[key]):
-                    signatures[key][name] = value
+        signatures = mutant_signatures(mutant_roots, ckpt, probe_tokens, expected)
         hidden_texts = {
             c: ref.generate("hidden", HIDDEN_PROMPTS, c)["texts"] for c in (True, False)
         }
@@ -263,17 +255,41 @@ def build(
         "models": {"public": model_entry("public")},
         "cases": [*({**c, "check": "3.2"} for c in cases), capacity],
     }
-    hidden_doc = {
+    out["public/part3.json"] = ("part3_cases", public)
+    out["hidden/part3.json"] = ("part3_cases", hidden_document(hidden_texts[True], pools, hidden))
+    return out
+
+
+def mutant_signatures(
+    mutant_roots: dict[str, Path],
+    ckpt: Path,
+    probe_tokens: np.ndarray,
+    expected: dict[str, Any],
+) -> dict[str, dict[str, Any]]:
+    """What each known mistake answers to the probes, where it differs from the reference:
+    probe key -> mutant name -> its answer (the diagnosis catalogue's fingerprints)."""
+    signatures: dict[str, dict[str, Any]] = {key: {} for key in expected}
+    for name, root in mutant_roots.items():
+        try:
+            seen = probes(Observer(import_llama(root), ckpt), probe_tokens)
+        except Exception as exc:  # it cannot even build: named by check 3.1
+            seen = {key: {"error": f"{type(exc).__name__}: {exc}"[:2000]} for key in expected}
+        for key, value in seen.items():
+            if json.dumps(value) != json.dumps(expected[key]):
+                signatures[key][name] = value
+    return signatures
+
+
+def hidden_document(texts: list[str], pools: Any, cases: list[dict]) -> dict[str, Any]:
+    """The hidden Part 3 file: its model, greedy texts, timed prompt pools and cases."""
+    return {
         "part": "part3",
         "version": 1,
         "models": {"hidden": model_entry("hidden")},
-        "hidden_generate": {"prompts": HIDDEN_PROMPTS, "expected_texts": hidden_texts[True]},
+        "hidden_generate": {"prompts": HIDDEN_PROMPTS, "expected_texts": texts},
         "bench_pools": pools,
-        "cases": [{**c, "check": "3.4"} for c in hidden],
+        "cases": [{**c, "check": "3.4"} for c in cases],
     }
-    out["public/part3.json"] = ("part3_cases", public)
-    out["hidden/part3.json"] = ("part3_cases", hidden_doc)
-    return out
 
 
 def capacity_case(ref: Observer) -> dict[str, Any]:

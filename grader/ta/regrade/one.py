@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,32 +83,13 @@ def grade_one(
     tmp = Path(tempfile.mkdtemp(prefix="kvbatch-"))
     tmp.chmod(0o711)
     status, reason, stopped = "graded", "", False
+
+    def on_stop() -> None:
+        nonlocal stopped
+        stopped = True
+
     try:
-        with open(results.parent / "grader.log", "wb") as log:
-            proc = subprocess.Popen(
-                cmd,
-                cwd=PROJECT_ROOT,
-                env={**os.environ, "TMPDIR": str(tmp), RUN_RECORD_ENV: str(tmp / "identity.json")},
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            _live[proc] = tmp
-            if _stopping.is_set():  # the batch was interrupted while this one started
-                _kill_tree(proc, tmp)
-            try:
-                code = proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                _kill_tree(proc, tmp)
-                status, reason = "timeout", f"The regrade timed out after {timeout_s:g} s."
-            except BaseException:  # this process is being stopped: leave nothing running
-                _kill_tree(proc, tmp)
-                results.unlink(missing_ok=True)  # the grader's placeholder: grade it again
-                stopped = True
-                raise
-            finally:
-                _live.pop(proc, None)
+        code, status, reason = _run_grader(cmd, results, tmp, timeout_s, on_stop)
         if _stopping.is_set():  # interrupted: no file (the grader reserves one at its
             results.unlink(missing_ok=True)  # start), so that a re-run grades it
             return "error"
@@ -125,6 +107,42 @@ def grade_one(
     if reason:
         write_fallback(results, parts, reason)
     return status
+
+
+def _run_grader(
+    cmd: list[str], results: Path, tmp: Path, timeout_s: float, on_stop: Callable[[], None]
+) -> tuple[int | None, str, str]:
+    """Run the grader command in its own session with its sandboxes under ``tmp``; its exit
+    code, and ("timeout", why) when it ran past ``timeout_s``. Whatever stops this process
+    while it waits kills the grader and its workers first, and ``on_stop`` is told."""
+    code: int | None = None
+    status, reason = "graded", ""
+    with open(results.parent / "grader.log", "wb") as log:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=PROJECT_ROOT,
+            env={**os.environ, "TMPDIR": str(tmp), RUN_RECORD_ENV: str(tmp / "identity.json")},
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        _live[proc] = tmp
+        if _stopping.is_set():  # the batch was interrupted while this one started
+            _kill_tree(proc, tmp)
+        try:
+            code = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_tree(proc, tmp)
+            status, reason = "timeout", f"The regrade timed out after {timeout_s:g} s."
+        except BaseException:  # this process is being stopped: leave nothing running
+            _kill_tree(proc, tmp)
+            results.unlink(missing_ok=True)  # the grader's placeholder: grade it again
+            on_stop()
+            raise
+        finally:
+            _live.pop(proc, None)
+    return code, status, reason
 
 
 def write_fallback(results: Path, parts: list[str], reason: str) -> None:
