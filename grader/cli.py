@@ -12,6 +12,7 @@ from grader.grading.commands import (
     add_grade,
     add_gradescope,
     add_parts_option,
+    add_tags_option,
     run,
 )
 from grader.ta.regrade.cluster import add_cluster_options
@@ -246,7 +247,7 @@ def add_batch(sub: argparse._SubParsersAction) -> None:
     add_parts_option(ba)
     ba.add_argument("--timeout", type=float, default=900, help="seconds per submission")
     add_device_option(ba)
-    ba.add_argument("--tags", default="", help="only checks with one of these tags, e.g. benchmark")
+    add_tags_option(ba)
     ba.add_argument("--quiet", action="store_true", help="no progress bar")
     add_cluster_options(ba)
     ba.set_defaults(func=cmd_batch)

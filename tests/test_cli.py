@@ -31,6 +31,18 @@ def test_zero_score_still_exits_zero(tmp_path: Path) -> None:
     assert json.loads(out.read_text())["score"] == 0
 
 
+def test_a_folder_that_does_not_exist_is_an_error_not_a_zero(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    for command in (["grader"], ["grader.grading"]):  # the TA's CLI and the zips' entry point
+        proc = subprocess.run(
+            [sys.executable, "-m", *command, "grade", str(tmp_path / "typo"), "--results",
+             str(out)], cwd=ROOT, capture_output=True, text=True,
+        )  # fmt: skip
+        assert proc.returncode == 2
+        assert f"{tmp_path / 'typo'} is not a folder" in proc.stderr
+        assert not out.exists()
+
+
 def test_unknown_part_is_a_usage_error(tmp_path: Path) -> None:
     proc = run("grade", str(SOLUTION), "--results", str(tmp_path / "r.json"), "--parts", "part9")
     assert proc.returncode == 2

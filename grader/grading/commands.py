@@ -5,6 +5,7 @@ keyword-only function, with its defaults written once, here."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from grader.core.registry import parse_parts
@@ -27,6 +28,12 @@ def add_device_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_tags_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--tags", default="", help="only checks with one of these tags, e.g. benchmark"
+    )
+
+
 def tag_set(text: str) -> frozenset[str] | None:
     """``"benchmark,timed"`` -> the tags; ``""`` -> None (every check)."""
     return frozenset(t.strip() for t in text.split(",") if t.strip()) or None
@@ -36,6 +43,9 @@ def cmd_grade(args: argparse.Namespace) -> int:
     from grader.core.report import failure_details, score_table
     from grader.grading.runner import grade
 
+    if not Path(args.submission).is_dir():  # a typo, not a submission that scores 0
+        print(f"error: {args.submission} is not a folder; nothing was graded", file=sys.stderr)
+        return 2
     results = grade(
         Path(args.submission),
         results_path=Path(args.results),
@@ -64,7 +74,7 @@ def add_grade(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--results", default=DEFAULT_RESULTS, help="where to write results")
     add_parts_option(g)
     add_device_option(g)
-    g.add_argument("--tags", default="", help="only checks with one of these tags, e.g. benchmark")
+    add_tags_option(g)
     g.add_argument(
         "--hide",
         action="append",
