@@ -53,9 +53,17 @@ def test_blank_skeleton_scores_zero_with_a_clear_message(blank_graded) -> None:
     assert "see check 2.1" in blank_graded.output("2.4")
 
 
+#: The timed benchmark (2.11) runs after every other check, so leaving it out changes no
+#: other check's outcome: tests that read neither 2.11 nor the part's total skip it.
+NO_BENCHMARK = frozenset({"benchmark"})
+
+
 def grade_edit(tmp_path: Path, edits: list[tuple[str, str]], **kwargs):
+    """The solution with ``edits``, graded on Part 2 without the timed benchmark unless
+    ``skip_tags=frozenset()`` asks for every check."""
     submission = patched_solution(tmp_path / "submission", FILE, edits)
     kwargs.setdefault("limits", PART2_LIMITS)
+    kwargs.setdefault("skip_tags", NO_BENCHMARK)
     return run_grade(submission, tmp_path / "out", parts=["part2"], **kwargs)
 
 
@@ -64,7 +72,7 @@ def test_a_w_o_bias_is_named_once_and_blocks_the_other_checks(tmp_path: Path) ->
         "self.W_o = nn.Linear(d_model, d_model, bias=False)",
         "self.W_o = nn.Linear(d_model, d_model)",
     )
-    graded = grade_edit(tmp_path, [edit])
+    graded = grade_edit(tmp_path, [edit], skip_tags=frozenset())
     assert graded.part_score("part2") == 0
     message = graded.output("2.1")
     assert "layers.0.attention.W_o.bias, layers.1.attention.W_o.bias" in message
@@ -80,7 +88,7 @@ def test_positions_hard_coded_to_the_course_128(tmp_path: Path) -> None:
         "self.pos_embedding = nn.Embedding(max_seq_len, d_model)",
         "self.pos_embedding = nn.Embedding(128, d_model)",
     )
-    graded = grade_edit(tmp_path, [edit])
+    graded = grade_edit(tmp_path, [edit], skip_tags=frozenset())
     assert [graded.score(n) for n in ("2.1", "2.2", "2.4", "2.8")] == [1, 4, 4, 2]
     assert 0 < graded.score("2.6") < 2
     assert "read every size from the constructor's arguments" in graded.output("2.6")
@@ -151,9 +159,10 @@ def test_exit_inside_generate_is_contained(tmp_path: Path) -> None:
 
 
 def test_the_harness_is_not_used_by_the_grader(tmp_path: Path) -> None:
-    graded = grade_edit(tmp_path, [("ATOL = 1e-2  #", "ATOL = 1e9  #")])
+    full = frozenset()
+    graded = grade_edit(tmp_path, [("ATOL = 1e-2  #", "ATOL = 1e9  #")], skip_tags=full)
     assert graded.part_score("part2") == 30
-    graded = grade_edit(tmp_path / "2", [("def evaluate(", "def evaluate_gone(")])
+    graded = grade_edit(tmp_path / "2", [("def evaluate(", "def evaluate_gone(")], skip_tags=full)
     assert graded.part_score("part2") == 30
 
 
@@ -195,7 +204,9 @@ def test_harness_verdicts_match_the_public_checks(name: str | None, tmp_path: Pa
     try:
         local = harness_failures(submission, "kv_evaluate")
         assert harness_failures(submission, "evaluate")["no cache"] == local["no cache"]
-        graded = run_grade(submission, tmp_path, parts=["part2"], limits=PART2_LIMITS)
+        graded = run_grade(
+            submission, tmp_path, parts=["part2"], limits=PART2_LIMITS, skip_tags=NO_BENCHMARK
+        )
     finally:
         if name is not None:
             shutil.rmtree(submission, ignore_errors=True)
