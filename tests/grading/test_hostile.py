@@ -132,10 +132,13 @@ def test_exit_at_import_fails_the_part_with_a_message(grade_patched, call: str) 
 
 
 def test_sleeping_past_the_timeout(grade_patched) -> None:
-    graded = grade_patched([in_param_count("    import time; time.sleep(3600)")])
+    # Part 1 answers in milliseconds: a 2 s timeout, waited out once per function that
+    # calls the sleeping one.
+    limits = Limits(request_timeout_s=2.0, startup_timeout_s=FAST_LIMITS.startup_timeout_s)
+    graded = grade_patched([in_param_count("    import time; time.sleep(3600)")], limits=limits)
     assert graded.score("1.1") == 0
     outputs = "\n".join(t.get("output", "") for t in graded.data["tests"])
-    assert f"did not finish within {FAST_LIMITS.request_timeout_s:g} s" in outputs
+    assert f"did not finish within {limits.request_timeout_s:g} s" in outputs
     assert "already ran past the time limit" in graded.output("1.1")  # not waited for twice
     assert graded.score("1.6") == 1
     bounded(graded)
@@ -257,8 +260,11 @@ def test_the_worker_has_no_network(grade_patched) -> None:
         f"    socket.create_connection(('127.0.0.1', {port}), timeout=2).sendall(b'secret')"
     )
     graded = grade_patched([in_param_count(code)])
+    with contextlib.suppress(OSError):
+        server.shutdown(socket.SHUT_RDWR)  # wakes the pending accept() now, not in 15 s
     server.close()
     thread.join(timeout=20)
+    assert not thread.is_alive()
     assert accepted == []
     assert graded.score("1.1") == 0
     assert "Error" in graded.output("1.1")  # ConnectionRefusedError / OSError: unreachable
