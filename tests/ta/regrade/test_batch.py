@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -508,3 +509,13 @@ def _grade_peeking_submission(export_dir: Path, tmp_path: Path) -> None:
     data = json.loads((tmp_path / "out" / "results" / "submission_3" / "results.json").read_text())
     first = next(t for t in data["tests"] if t["number"] == "1.1")
     assert first["score"] == first["max_score"], first.get("output")
+
+
+def test_the_default_regrade_folder_is_never_committed() -> None:
+    """``make batch``'s default output holds names, emails and SIDs: git must ignore it."""
+    out = re.search(r"^OUT\s*\?=\s*(\S+)", (ROOT / "Makefile").read_text(), re.M).group(1)
+    for rel in ("scores.csv", "results/submission_1/results.json"):
+        proc = subprocess.run(
+            ["git", "check-ignore", "-q", f"{out}/{rel}"], cwd=ROOT, capture_output=True
+        )
+        assert proc.returncode == 0, f"{out}/{rel} is not ignored"
