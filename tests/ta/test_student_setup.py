@@ -70,6 +70,18 @@ def test_selfcheck_lists_a_public_counterpart_for_every_hidden_check() -> None:
     assert {"4.2", "4.3", "4.4"} <= public  # Part 4's prompts now have public cases
 
 
+def test_selfcheck_started_on_windows_says_to_use_wsl(monkeypatch, capsys) -> None:
+    """The sandbox needs Linux or macOS (fcntl, pwd, resource): on Windows the self-check
+    stops at once with what to do, not with a ModuleNotFoundError."""
+    selfcheck = import_path(ROOT / "grader/gradescope/student/selfcheck.py", "selfcheck_nt")
+    monkeypatch.setattr(selfcheck.os, "name", "nt")
+    monkeypatch.setattr(selfcheck.subprocess, "call", lambda *a, **k: pytest.fail("graded"))
+    assert selfcheck.main([]) == 2
+    err = capsys.readouterr().err
+    assert "WSL" in err and "Linux or macOS" in err
+    assert "python3 -m venv" not in err  # not the venv advice: the platform is the cause
+
+
 def test_selfcheck_explains_a_missing_set_up(tmp_path: Path) -> None:
     """Run with an interpreter that lacks the packages: the set-up commands, no traceback."""
     script = ROOT / "grader" / "gradescope" / "student" / "selfcheck.py"

@@ -19,6 +19,7 @@ names a known mistake), never what the right value is.
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -46,8 +47,17 @@ SETUP_HINT = (
 )
 
 
+WINDOWS_HINT = (
+    "The self-check runs your code in a sandbox that needs Linux or macOS; on Windows, "
+    "open WSL (the Windows Subsystem for Linux), unzip the assignment there and follow "
+    "README.md's set-up inside it."
+)
+
+
 def setup_problem() -> str:
     """Why this interpreter cannot run the grader ("" when it can)."""
+    if os.name == "nt":
+        return WINDOWS_HINT
     if sys.version_info < (3, 11):  # noqa: UP036  (a student may run any python3)
         return f"This is Python {sys.version.split()[0]}; the assignment needs 3.11 or newer."
     missing = [name for name in NEEDED if importlib.util.find_spec(name) is None]
@@ -69,7 +79,7 @@ def main(argv: list[str]) -> int:
     """Grade a folder with the public checks; returns the grader's exit status."""
     problem = setup_problem()
     if problem:
-        print(f"{problem}\n{SETUP_HINT}", file=sys.stderr)
+        print(problem if problem == WINDOWS_HINT else f"{problem}\n{SETUP_HINT}", file=sys.stderr)
         return 2
     folder = argv[0] if argv and not argv[0].startswith("-") else "assignment"
     rest = argv[1:] if argv and not argv[0].startswith("-") else argv
