@@ -278,12 +278,21 @@ def run_latency(mod: Any, model: Any, request: dict[str, Any]) -> dict[str, Any]
     return {"result": encode_value(result), "forward_calls": calls[0]}
 
 
+#: The clocks a lab may time with: each is driven while ``measure_latency`` runs.
+DRIVEN_CLOCKS = (
+    "perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "time_ns",
+    "process_time", "process_time_ns",
+)  # fmt: skip
+
+
 def run_latency_clock(mod: Any, model: Any, request: dict[str, Any]) -> dict[str, Any]:
-    """The student's ``measure_latency`` with ``time.perf_counter`` (and its ``_ns`` form,
-    and any alias the module holds) replaced by a clock that moves only inside the
-    model's calls: ``per_token_s`` per token fed, and in the second call of every
-    generation (when its mode shows) ``run_extra_s[(2 k + cached) % len]`` for the
-    mode's k-th generation (the modes take turns along the list). A generation starts
+    """The student's ``measure_latency`` with every standard clock (``time.perf_counter``,
+    ``monotonic``, ``time``, ``process_time``, their ``_ns`` forms, ``timeit``'s default
+    timer and any alias the module holds: the lab leaves the clock open) replaced by a
+    clock that moves only inside the model's calls: ``per_token_s`` per token fed, and in
+    the second call of every generation (when its mode shows)
+    ``run_extra_s[(2 k + cached) % len]`` for the mode's k-th generation (the modes take
+    turns along the list). A generation starts
     with a call of exactly ``prompt_len`` tokens. The parent knows from this rule what
     every figure must be; the real clock is back afterwards. ``args`` are the keyword
     arguments passed (none: the defaults)."""
@@ -313,14 +322,21 @@ def run_latency_clock(mod: Any, model: Any, request: dict[str, Any]) -> dict[str
             state["now"] += extras[(2 * k + cached) % len(extras)]
         return original(*args, **kwargs)
 
-    real, real_ns = clock_module.perf_counter, clock_module.perf_counter_ns
-    fakes = {id(real): lambda: state["now"], id(real_ns): lambda: round(state["now"] * 1e9)}
-    places = [(clock_module, "perf_counter"), (clock_module, "perf_counter_ns")]
-    places += [(timeit, "default_timer")] + [(mod, name) for name in list(vars(mod))]
+    reals = {name: getattr(clock_module, name) for name in DRIVEN_CLOCKS}
+
+    def seconds() -> float:
+        return state["now"]
+
+    def nanoseconds() -> int:
+        return round(state["now"] * 1e9)
+
+    fakes = {
+        id(real): nanoseconds if name.endswith("_ns") else seconds for name, real in reals.items()
+    }
+    places = [(clock_module, name) for name in reals] + [(timeit, "default_timer")]
+    places += [(mod, name) for name in list(vars(mod))]
     saved = [
-        (obj, name, value)
-        for obj, name in places
-        if (value := getattr(obj, name, None)) is real or value is real_ns
+        (obj, name, value) for obj, name in places if id(value := getattr(obj, name, None)) in fakes
     ]
     model.forward = ticking
     try:

@@ -117,6 +117,28 @@ def test_the_driven_clock_tells_a_changed_measure_latency(monkeypatch, lab_model
     assert any(problems)
 
 
+@pytest.mark.parametrize(
+    "clock",
+    ["time.monotonic()", "time.time()", "time.process_time()", "time.perf_counter_ns() / 1e9",
+     "time.monotonic_ns() / 1e9", "timeit.default_timer()"],
+)  # fmt: skip
+def test_every_standard_clock_is_driven(monkeypatch, lab_model, clock):
+    """The lab leaves the clock open: a measure_latency timed with any standard clock gets
+    the figures the driven clock foretells, and every real clock is back afterwards."""
+    import time as time_module
+
+    reals = {name: getattr(time_module, name) for name in adapter_part4.DRIVEN_CLOCKS}
+    lab = reference_lab(
+        monkeypatch,
+        ("import time\n", "import time\nimport timeit\n"),
+        ("time.perf_counter()", clock),
+    )
+    for case in CLOCKED_CASES:
+        assert clocked_problem(case, clocked(lab, lab_model, case)) == ("", None)
+    assert {name: getattr(time_module, name) for name in reals} == reals
+    assert timeit.default_timer is time.perf_counter
+
+
 def test_a_clock_alias_taken_at_import_is_driven_too(monkeypatch, lab_model):
     lab = reference_lab(
         monkeypatch,

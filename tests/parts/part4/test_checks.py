@@ -115,3 +115,15 @@ def test_an_unguarded_all_zero_vector_loses_the_bonus_and_is_told_why(tmp_path) 
     graded = run_grade(submission, tmp_path / "out", parts=["part4"], tags=frozenset({"bonus"}))
     assert graded.score("4.7") == 0
     assert "0 / 0; the handout stores a scale of 1 where max|x| is 0" in graded.output("4.7")
+
+
+def test_a_lab_timed_with_time_monotonic_keeps_4_8(tmp_path) -> None:
+    """The lab leaves the clock open: time.monotonic (or time.time) is as right as
+    time.perf_counter, so the grader drives it too."""
+    edit = ("time.perf_counter()", "time.monotonic()")
+    submission = patched_solution(tmp_path / "submission", "kv_lab.py", [])
+    path = submission / "kv_lab.py"
+    path.write_text(path.read_text().replace(*edit))
+    assert "perf_counter()" not in path.read_text().split("def measure_latency")[1][:2000]
+    graded = run_grade(submission, tmp_path / "out", parts=["part4"], numbers=frozenset({"4.8"}))
+    assert graded.score("4.8") == POINTS["part4"]["4.8"], graded.output("4.8")
