@@ -8,6 +8,7 @@ what a generation that gave other tokens did. The int8 cache is judged in
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -65,6 +66,29 @@ def generation_problem(
     return problem
 
 
+#: What unpacking transformers 5's cache as (key, value) pairs raises: its items are triples.
+UNPACKED_AS_PAIRS = "too many values to unpack (expected 2)"
+CACHE_API_HINT = (
+    "This is the course lab's `for k, v in past_key_values`: with the transformers the "
+    "grader uses (5.x) the cache is a DynamicCache whose items are (keys, values, "
+    "sliding_window) triples, not pairs. Use the provided kv_pairs(past_key_values), or "
+    "read past_key_values.layers[i].keys and .values."
+)
+
+
+def cache_api_hint(exc: SubmissionError) -> str:
+    """The cause in one sentence where the submission iterated the cache as the course's
+    lab did (pairs, the API before transformers 5); "" for any other failure."""
+    error = exc.error
+    if error.get("type") != "ValueError" or not str(error.get("message", "")).startswith(
+        UNPACKED_AS_PAIRS
+    ):
+        return ""
+    lines = [line.strip() for line in str(error.get("traceback", "")).splitlines()]
+    loops = [line for line in lines if re.search(r"\bfor\b.*,.*\bin\b", line)]
+    return CACHE_API_HINT if any("past" in line or "cache" in line for line in loops) else ""
+
+
 class Part4Base(GradedTestCase):
     """Part 4's machinery: the cases, the worker's models and requests, and the
     catalogue's names for what a submission did."""
@@ -97,8 +121,11 @@ class Part4Base(GradedTestCase):
             self.ensure(header.get("model", "lab"))
             return self.ctx.worker(self.part).request(header, arrays, what=what, **kw)
         except SubmissionError as exc:
+            hint = cache_api_hint(exc)
+            if hint:
+                exc = SubmissionError(f"{exc.message}\n{hint}", exc.kind, exc.output, exc.error)
             if soft:
-                raise
+                raise exc from None
             self.fail(with_output(exc.message, exc.output))
 
     def generate(

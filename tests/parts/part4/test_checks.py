@@ -127,3 +127,41 @@ def test_a_lab_timed_with_time_monotonic_keeps_4_8(tmp_path) -> None:
     assert "perf_counter()" not in path.read_text().split("def measure_latency")[1][:2000]
     graded = run_grade(submission, tmp_path / "out", parts=["part4"], numbers=frozenset({"4.8"}))
     assert graded.score("4.8") == POINTS["part4"]["4.8"], graded.output("4.8")
+
+
+def test_the_course_labs_pair_loop_over_the_cache_is_named(tmp_path) -> None:
+    """``for k, v in past_key_values`` was right for the transformers the course's lab was
+    written for; on the pinned one it raises a bare unpacking error, which the feedback
+    explains in one sentence with the fix."""
+    edit = (
+        "    return sum(t.numel() * t.element_size() for k, v in kv_pairs(past_key_values) "
+        "for t in (k, v))",
+        "    return sum(k.numel() * k.element_size() + v.numel() * v.element_size()\n"
+        "               for k, v in past_key_values)",
+    )
+    submission = patched_solution(tmp_path / "submission", "kv_lab.py", [edit])
+    graded = run_grade(
+        submission, tmp_path / "out", parts=["part4"], skip_tags=frozenset({"benchmark"})
+    )
+    failed = {t["number"]: t.get("output", "") for t in graded.data["tests"] if t["score"] == 0}
+    assert failed, "the pair loop went unnoticed"
+    for number, output in failed.items():
+        assert "too many values to unpack" in output, number
+        assert "(keys, values, sliding_window) triples" in output, number
+        assert "kv_pairs(past_key_values)" in output, number
+
+
+def test_other_unpacking_errors_get_no_cache_hint() -> None:
+    from grader.parts.part4.support import cache_api_hint
+    from grader.runtime.client import SubmissionError
+
+    def error(message: str, line: str) -> SubmissionError:
+        tb = f'  File "kv_lab.py", line 9, in f\n    {line}'
+        return SubmissionError("x", error={"type": "ValueError", "message": message,
+                                           "traceback": tb})  # fmt: skip
+
+    loop = "for k, v in past_key_values:"
+    assert cache_api_hint(error("too many values to unpack (expected 2)", loop))
+    assert not cache_api_hint(error("too many values to unpack (expected 2)", "a, b = f(x)"))
+    assert not cache_api_hint(error("too many values to unpack (expected 3)", loop))
+    assert not cache_api_hint(SubmissionError("x", error={"type": "TypeError"}))
