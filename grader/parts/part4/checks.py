@@ -111,9 +111,41 @@ class Part4Checks(Part4Base):
                 outcome.failures.append(
                     generation_problem(case, cached, prefix, lengths, self.cause)
                 )
+        self.zero_new_tokens(outcome)
         if outcome.failures:
             outcome.failures[0] += f"\n{self.diagnose_generation()}".rstrip()
         self.finish("4.2", outcome, set_score)
+
+    def zero_new_tokens(self, outcome: Outcome) -> None:
+        """L = 0 gives the prompt back, in both modes: the token the prefill picks is the
+        first of the L new tokens, never one more."""
+        case = self.cases("4.2")[0]
+        ids = np.array(case["ids"], dtype=np.int64)
+        for cached in (True, False):
+            outcome.total += 1
+            fn = "generate_with_cache" if cached else "generate_no_cache"
+            try:
+                self.ensure(case["model"])
+                reply = self.generate(case["model"], ids, 0, cached, soft=True)
+            except SubmissionError as exc:
+                outcome.failures.append(f"{case['label']}, L = 0: {exc.message}")
+                continue
+            tokens = reply.arrays.get("tokens")
+            if isinstance(tokens, np.ndarray) and tokens.tolist() == case["ids"]:
+                outcome.passed += 1
+                continue
+            shape = tuple(tokens.shape) if isinstance(tokens, np.ndarray) else None
+            problem = (
+                f"{fn}(model, input_ids {tuple(ids.shape)}, 0) returned "
+                + (f"shape {shape}" if shape else "something else")
+                + " instead of the prompt unchanged."
+            )
+            if shape == (ids.shape[0], ids.shape[1] + 1):
+                problem += (
+                    " That is one token more than asked for: the token the prefill picks "
+                    "is the first of the L new tokens, so with L = 0 no token is added."
+                )
+            outcome.failures.append(problem)
 
     @check("4.3", partial=True)
     def test_step_logits(self, set_score: Any = None) -> None:

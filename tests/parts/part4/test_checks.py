@@ -165,3 +165,30 @@ def test_other_unpacking_errors_get_no_cache_hint() -> None:
     assert not cache_api_hint(error("too many values to unpack (expected 2)", "a, b = f(x)"))
     assert not cache_api_hint(error("too many values to unpack (expected 3)", loop))
     assert not cache_api_hint(SubmissionError("x", error={"type": "TypeError"}))
+
+
+def test_a_prefill_that_always_appends_a_token_loses_4_2_at_zero_new_tokens(tmp_path) -> None:
+    """The course lab's loop: prefill, append its token, then L - 1 cached steps. Right for
+    every L >= 1, one token too many for L = 0; the feedback says why."""
+    edit = (
+        "    return generate_with_cache_from(model, input_ids, None, L)\n",
+        "    out = model(input_ids, use_cache=True)\n"
+        "    cache, new = out.past_key_values, out.logits[:, -1].argmax(dim=-1, keepdim=True)\n"
+        "    ids = torch.cat([input_ids, new], dim=1)\n"
+        "    for _ in range(L - 1):\n"
+        "        out = model(new, past_key_values=cache, use_cache=True)\n"
+        "        cache, new = out.past_key_values, out.logits[:, -1].argmax(dim=-1, keepdim=True)\n"
+        "        ids = torch.cat([ids, new], dim=1)\n"
+        "    return ids\n",
+    )
+    submission = patched_solution(tmp_path / "submission", "kv_lab.py", [edit])
+    graded = run_grade(submission, tmp_path / "out", parts=["part4"], numbers=frozenset({"4.2"}))
+    assert 0 < graded.score("4.2") < POINTS["part4"]["4.2"]
+    output = graded.output("4.2")
+    shape = re.search(r"generate_with_cache\(model, input_ids \((\d+), (\d+)\), 0\) returned "
+                      r"shape \((\d+), (\d+)\)", output)  # fmt: skip
+    assert shape, output
+    batch, length, got_batch, got_length = map(int, shape.groups())
+    assert (got_batch, got_length) == (batch, length + 1)
+    assert "the token the prefill picks is the first of the L new tokens" in output
+    assert "generate_no_cache(model" not in output  # the cache-free path was right
