@@ -192,3 +192,16 @@ def test_a_prefill_that_always_appends_a_token_loses_4_2_at_zero_new_tokens(tmp_
     assert (got_batch, got_length) == (batch, length + 1)
     assert "the token the prefill picks is the first of the L new tokens" in output
     assert "generate_no_cache(model" not in output  # the cache-free path was right
+
+
+def test_an_untimed_warm_up_pass_before_the_loop_keeps_4_8(tmp_path) -> None:
+    """The handout's loop plus one untimed cached generation before it (a warm-up of the
+    lab's own): extra untimed work is allowed."""
+    edit = (
+        '    for L in L_values:\n        result["L"].append(int(L))\n',
+        "    generate_with_cache(model, prompt, 2)  # untimed warm-up of the cached path\n"
+        '    for L in L_values:\n        result["L"].append(int(L))\n',
+    )
+    submission = patched_solution(tmp_path / "submission", "kv_lab.py", [edit])
+    graded = run_grade(submission, tmp_path / "out", parts=["part4"], numbers=frozenset({"4.8"}))
+    assert graded.score("4.8") == POINTS["part4"]["4.8"], graded.output("4.8")

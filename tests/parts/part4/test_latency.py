@@ -11,6 +11,7 @@ import pytest
 
 from grader.parts.part4.latency import (
     CLOCKED_CASES,
+    UNTIMED_STARTS,
     clocked_figures,
     clocked_problem,
     follows_call_pattern,
@@ -95,6 +96,31 @@ def test_every_run_count_single_run_and_batch_gives_figures_of_its_own(case) -> 
     for i, a in enumerate(keys):
         for b in keys[i + 1 :]:
             assert not same_figures(figures[a], figures[b]), (a, b)
+
+
+@pytest.mark.parametrize("case", CLOCKED_CASES, ids=lambda c: c.what)
+def test_an_untimed_start_is_accepted_and_no_mistake_passes_for_one(case) -> None:
+    """Untimed generations before the loop over L (a warm-up pass of the lab's own) are
+    extra untimed work, which is allowed; no wrong run count, single timed run or batch
+    gives the figures of any such start, so accepting them lets no mistake through."""
+    s = case.settings
+    right = (s["warmup"], s["repeats"], False, 1)
+    for start in UNTIMED_STARTS:
+        figures = clocked_figures(case, start=start)
+        assert clocked_problem(case, figures) == ("", None), start
+        for h in HYPOTHESES - {right}:
+            mistake = clocked_figures(case, batch=h[3], warmup=h[0], repeats=h[1],
+                                      first_only=h[2])  # fmt: skip
+            assert not same_figures(mistake, figures), (start, h)
+
+
+def test_a_failure_names_the_first_wrong_figure() -> None:
+    case = CLOCKED_CASES[1]
+    figures = clocked_figures(case)
+    figures["cache_ms_per_token"][1] *= 1.5
+    problem, _ = clocked_problem(case, figures)
+    L = case.L_values[1]
+    assert f"cache_ms_per_token at L = {L} is" in problem and "where that clock gives" in problem
 
 
 @pytest.mark.parametrize("case", CLOCKED_CASES, ids=lambda c: c.what)
