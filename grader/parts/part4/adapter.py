@@ -278,6 +278,33 @@ def run_latency(mod: Any, model: Any, request: dict[str, Any]) -> dict[str, Any]
     return {"result": encode_value(result), "forward_calls": calls[0]}
 
 
+def run_latency_runs(mod: Any, model: Any, request: dict[str, Any]) -> dict[str, Any]:
+    """The student's ``measure_latency`` with the module's two generate functions counted:
+    the ``L`` of every call, per mode, in order (-1 where no int ``L`` was passed). How
+    the generate functions work does not matter, only how often they run."""
+    calls: dict[str, list[int]] = {"no_cache": [], "cache": []}
+    originals = {"no_cache": mod.generate_no_cache, "cache": mod.generate_with_cache}
+
+    def counting(mode: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            L = args[2] if len(args) > 2 else kwargs.get("L")
+            calls[mode].append(L if isinstance(L, int) and not isinstance(L, bool) else -1)
+            return originals[mode](*args, **kwargs)
+
+        return call
+
+    try:
+        mod.generate_no_cache, mod.generate_with_cache = counting("no_cache"), counting("cache")
+        mod.measure_latency(
+            model, tuple(request["L_values"]), prompt_len=request["prompt_len"],
+            warmup=request["warmup"], repeats=request["repeats"], device=device(),
+        )  # fmt: skip
+        sync()
+    finally:
+        mod.generate_no_cache, mod.generate_with_cache = originals["no_cache"], originals["cache"]
+    return {"calls": calls}
+
+
 #: The clocks a lab may time with: each is driven while ``measure_latency`` runs.
 DRIVEN_CLOCKS = (
     "perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "time_ns",
@@ -394,6 +421,8 @@ def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict
         return run_int8(module, MODELS[request["model"]], arrays["ids"], request["n"])
     if op == "latency":
         return run_latency(module, MODELS[request["model"]], request), {}
+    if op == "latency_runs":
+        return run_latency_runs(module, MODELS[request["model"]], request), {}
     if op == "latency_clock":
         return run_latency_clock(module, MODELS[request["model"]], request), {}
     if op == "int8_cache":

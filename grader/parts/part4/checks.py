@@ -31,11 +31,13 @@ from grader.core.thresholds import load_thresholds
 from grader.parts.part4.int8 import int8_reply, judge_int8, judge_int8_cache, restored_dtypes
 from grader.parts.part4.latency import (
     CLOCKED_CASES,
+    RUN_COUNT_CASE,
     clocked_problem,
     follows_call_pattern,
     judge_latency,
     latency_criteria,
     latency_figures,
+    run_count_problem,
 )
 from grader.parts.part4.support import Part4Base, generation_problem, plain_value
 from grader.runtime.client import SubmissionError
@@ -355,10 +357,29 @@ class Part4Checks(Part4Base):
             print(
                 "The exact cases on the grader's own clock are skipped: they find each "
                 "generation by the handout's model calls (the prompt, then one token per "
-                "call with the cache), which yours do not make (see 4.2 and 4.3)."
+                "call with the cache), which yours do not make (see 4.2 and 4.3). How often "
+                "measure_latency runs each generate function is checked instead."
             )
+            self.run_counts()
             return
         self.clocked_cases()
+
+    def run_counts(self) -> None:
+        """warmup + repeats runs of each generate function per L, with the values passed:
+        told from the calls themselves, however the generate functions work."""
+        case = RUN_COUNT_CASE
+        what = f"measure_latency(model, {tuple(case['L_values'])}, ...)"
+        reply = self.call({"op": "latency_runs", "model": "lab", **case}, {}, what)
+        problem = run_count_problem(
+            reply.header.get("calls"), case["L_values"], case["warmup"], case["repeats"]
+        )
+        if problem:
+            self.fail(problem)
+        if problem is None:
+            print(
+                "measure_latency called neither generate function by its name, so how often "
+                "it runs them is not checked."
+            )
 
     def clocked_cases(self) -> None:
         """4.8's exact cases: measure_latency on the adapter's driven clock, with every

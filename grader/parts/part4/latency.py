@@ -336,6 +336,37 @@ def first_wrong_figure(
     return "every figure is off."
 
 
+#: The run-count probe: arguments no hard-coded loop of the handout's defaults meets.
+RUN_COUNT_CASE = {"L_values": [2, 3], "prompt_len": 4, "warmup": 2, "repeats": 4}
+MODE_FUNCTIONS = {"no_cache": "generate_no_cache", "cache": "generate_with_cache"}
+
+
+def run_count_problem(calls: Any, L_values: list[int], warmup: int, repeats: int) -> str | None:
+    """What is wrong with how often ``measure_latency`` ran each generate function ("" if
+    nothing; None when it called neither, so nothing can be told): ``warmup + repeats``
+    runs per L and mode, plus at most one untimed run per mode before the loop."""
+    if not isinstance(calls, dict) or not any(calls.get(mode) for mode in MODE_FUNCTIONS):
+        return None
+    want = {L: warmup + repeats for L in L_values}
+    problems = []
+    for mode, fn in MODE_FUNCTIONS.items():
+        seen = [x for x in calls.get(mode) or [] if isinstance(x, int)]
+        if len(seen) == sum(want.values()) + 1:
+            seen = seen[1:]  # an untimed run of its own before the loop
+        counts = {L: seen.count(L) for L in L_values}
+        if counts != want or len(seen) != sum(want.values()):
+            runs = ", ".join(f"{n} for L = {L}" for L, n in counts.items())
+            problems.append(f"it ran {fn} {runs} ({len(seen)} calls in all)")
+    if not problems:
+        return ""
+    return (
+        f"measure_latency(model, {tuple(L_values)}, prompt_len=4, warmup={warmup}, "
+        f"repeats={repeats}): {'; '.join(problems)}. Each generate function must run "
+        f"warmup + repeats = {warmup + repeats} times for every L: warmup untimed runs, "
+        "then repeats timed ones, with the values passed, not fixed ones."
+    )
+
+
 def follows_call_pattern(lengths: Any, prompt_len: int, L: int, cached: bool) -> bool:
     """The model calls of a generation are the handout's: with the cache the prompt then
     one token per call, without it the whole sequence so far every call (the driven

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from grader.core.points import BONUS, POINTS, part_total
 from tests.conftest import patched_solution, run_grade
 
@@ -205,3 +207,31 @@ def test_an_untimed_warm_up_pass_before_the_loop_keeps_4_8(tmp_path) -> None:
     submission = patched_solution(tmp_path / "submission", "kv_lab.py", [edit])
     graded = run_grade(submission, tmp_path / "out", parts=["part4"], numbers=frozenset({"4.8"}))
     assert graded.score("4.8") == POINTS["part4"]["4.8"], graded.output("4.8")
+
+
+# generate_no_cache through the cache: its model calls are not the handout's, so 4.8's
+# exact cases on the driven clock are skipped and the run counts are checked instead.
+NO_CACHE_VIA_CACHE = (
+    "@torch.no_grad()\ndef generate_no_cache(model: torch.nn.Module,",
+    "@torch.no_grad()\ndef generate_no_cache(model, input_ids, L):\n"
+    "    return generate_with_cache_from(model, input_ids, None, L)\n\n\n"
+    "@torch.no_grad()\ndef _handout_no_cache(model: torch.nn.Module,",
+)
+
+
+@pytest.mark.parametrize("fixed", [False, True], ids=["passed values", "fixed counts"])
+def test_run_counts_are_checked_when_the_exact_cases_cannot_run(tmp_path, fixed) -> None:
+    edits = [NO_CACHE_VIA_CACHE]
+    if fixed:  # the handout's defaults written into the loop
+        edits += [("for i in range(warmup + repeats):", "for i in range(1 + 3):"),
+                  ("if i >= warmup:", "if i >= 1:")]  # fmt: skip
+    submission = patched_solution(tmp_path / "submission", "kv_lab.py", edits)
+    graded = run_grade(submission, tmp_path / "out", parts=["part4"], numbers=frozenset({"4.8"}))
+    output = graded.output("4.8")
+    assert "The exact cases on the grader's own clock are skipped" in output
+    if fixed:
+        assert graded.score("4.8") == 0
+        assert "it ran generate_with_cache 4 for L = 2, 4 for L = 3" in output
+        assert "must run warmup + repeats = 6 times for every L" in output
+    else:
+        assert graded.score("4.8") == POINTS["part4"]["4.8"], output
