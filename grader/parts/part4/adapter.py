@@ -305,6 +305,32 @@ def run_latency_runs(mod: Any, model: Any, request: dict[str, Any]) -> dict[str,
     return {"calls": calls}
 
 
+def _clock_places(mod: Any, state: dict[str, Any]) -> tuple[list, dict[int, Any]]:
+    """Where the lab can reach a standard clock (the ``time`` module, ``timeit``'s default
+    timer, aliases in ``mod``) with the real clock found there, and the driven stand-in
+    of each real clock (by id): ``state["now"]`` in seconds, or in ns for ``*_ns``."""
+    import time as clock_module
+    import timeit
+
+    reals = {name: getattr(clock_module, name) for name in DRIVEN_CLOCKS}
+
+    def seconds() -> float:
+        return state["now"]
+
+    def nanoseconds() -> int:
+        return round(state["now"] * 1e9)
+
+    fakes = {
+        id(real): nanoseconds if name.endswith("_ns") else seconds for name, real in reals.items()
+    }
+    places = [(clock_module, name) for name in reals] + [(timeit, "default_timer")]
+    places += [(mod, name) for name in list(vars(mod))]
+    saved = [
+        (obj, name, value) for obj, name in places if id(value := getattr(obj, name, None)) in fakes
+    ]
+    return saved, fakes
+
+
 #: The clocks a lab may time with: each is driven while ``measure_latency`` runs.
 DRIVEN_CLOCKS = (
     "perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "time_ns",
@@ -319,13 +345,10 @@ def run_latency_clock(mod: Any, model: Any, request: dict[str, Any]) -> dict[str
     clock that moves only inside the model's calls: ``per_token_s`` per token fed, and in
     the second call of every generation (when its mode shows)
     ``run_extra_s[(2 k + cached) % len]`` for the mode's k-th generation (the modes take
-    turns along the list). A generation starts
-    with a call of exactly ``prompt_len`` tokens. The parent knows from this rule what
-    every figure must be; the real clock is back afterwards. ``args`` are the keyword
+    turns along the list). A generation starts with a call of exactly ``prompt_len``
+    tokens. The parent knows from this rule what every figure must be; the real clock is
+    back afterwards. ``args`` are the keyword
     arguments passed (none: the defaults)."""
-    import time as clock_module
-    import timeit
-
     from values import encode_value
 
     rule = request["clock"]
@@ -349,22 +372,7 @@ def run_latency_clock(mod: Any, model: Any, request: dict[str, Any]) -> dict[str
             state["now"] += extras[(2 * k + cached) % len(extras)]
         return original(*args, **kwargs)
 
-    reals = {name: getattr(clock_module, name) for name in DRIVEN_CLOCKS}
-
-    def seconds() -> float:
-        return state["now"]
-
-    def nanoseconds() -> int:
-        return round(state["now"] * 1e9)
-
-    fakes = {
-        id(real): nanoseconds if name.endswith("_ns") else seconds for name, real in reals.items()
-    }
-    places = [(clock_module, name) for name in reals] + [(timeit, "default_timer")]
-    places += [(mod, name) for name in list(vars(mod))]
-    saved = [
-        (obj, name, value) for obj, name in places if id(value := getattr(obj, name, None)) in fakes
-    ]
+    saved, fakes = _clock_places(mod, state)
     model.forward = ticking
     try:
         for obj, name, value in saved:

@@ -95,18 +95,12 @@ class Part4Checks(Part4Base):
         outcome = Outcome()
         n = self.meta()["new_tokens"]
         for case in self.cases("4.2"):
-            ids = np.array(case["ids"], dtype=np.int64)
             prefix = int(case.get("cached_prefix", 0))
             for cached in (True,) if prefix else (True, False):
-                outcome.total += 1
-                try:
-                    self.ensure(case["model"])
-                    reply = self.generate(case["model"], ids, n, cached, prefix, soft=True)
-                except SubmissionError as exc:
-                    outcome.failures.append(f"{case['label']}: {exc.message}")
+                reply, tokens = self.generated(outcome, case, case["label"], n, cached, prefix)
+                if reply is None:
                     continue
-                tokens = reply.arrays.get("tokens")
-                if isinstance(tokens, np.ndarray) and tokens.tolist() == case["tokens"]:
+                if tokens == case["tokens"]:
                     outcome.passed += 1
                     continue
                 lengths = reply.header.get("lengths", [])
@@ -118,25 +112,44 @@ class Part4Checks(Part4Base):
             outcome.failures[0] += f"\n{self.diagnose_generation()}".rstrip()
         self.finish("4.2", outcome, set_score)
 
+    def generated(
+        self,
+        outcome: Outcome,
+        case: dict[str, Any],
+        label: str,
+        n: int,
+        cached: bool,
+        prefix: int = 0,
+    ) -> tuple[Any, list | None]:
+        """One generation of ``case``, counted in ``outcome``: the reply and its tokens as
+        a list (None when not an array). A generation that fails is recorded as a failure
+        under ``label``, and its reply is None; the caller counts a pass."""
+        outcome.total += 1
+        try:
+            self.ensure(case["model"])
+            ids = np.array(case["ids"], dtype=np.int64)
+            reply = self.generate(case["model"], ids, n, cached, prefix, soft=True)
+        except SubmissionError as exc:
+            outcome.failures.append(f"{label}: {exc.message}")
+            return None, None
+        tokens = reply.arrays.get("tokens")
+        return reply, tokens.tolist() if isinstance(tokens, np.ndarray) else None
+
     def zero_new_tokens(self, outcome: Outcome) -> None:
         """L = 0 gives the prompt back, in both modes: the token the prefill picks is the
         first of the L new tokens, never one more."""
         case = self.cases("4.2")[0]
         ids = np.array(case["ids"], dtype=np.int64)
         for cached in (True, False):
-            outcome.total += 1
             fn = "generate_with_cache" if cached else "generate_no_cache"
-            try:
-                self.ensure(case["model"])
-                reply = self.generate(case["model"], ids, 0, cached, soft=True)
-            except SubmissionError as exc:
-                outcome.failures.append(f"{case['label']}, L = 0: {exc.message}")
+            reply, tokens = self.generated(outcome, case, f"{case['label']}, L = 0", 0, cached)
+            if reply is None:
                 continue
-            tokens = reply.arrays.get("tokens")
-            if isinstance(tokens, np.ndarray) and tokens.tolist() == case["ids"]:
+            if tokens == case["ids"]:
                 outcome.passed += 1
                 continue
-            shape = tuple(tokens.shape) if isinstance(tokens, np.ndarray) else None
+            got = reply.arrays.get("tokens")
+            shape = tuple(got.shape) if isinstance(got, np.ndarray) else None
             problem = (
                 f"{fn}(model, input_ids {tuple(ids.shape)}, 0) returned "
                 + (f"shape {shape}" if shape else "something else")
