@@ -6,7 +6,6 @@ named here too; the autograder zip simply lacks them, and code that needs them i
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 #: The ``grader`` package folder.
@@ -36,8 +35,3 @@ CACHE_PATTERNS = ("__pycache__", "*.pyc", ".DS_Store")
 SOLUTION_COPY_PATTERNS = (*CACHE_PATTERNS, "*.png", "*.json", "results*")
 #: Files never shipped in a zip.
 DIST_PATTERNS = (*CACHE_PATTERNS, "*.png", "results", "benchmark_results.json")
-
-
-def ignore(*patterns: str):
-    """A ``shutil.copytree`` ignore callable for ``patterns``."""
-    return shutil.ignore_patterns(*patterns)

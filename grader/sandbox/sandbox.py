@@ -27,7 +27,7 @@ from pathlib import Path
 
 import psutil
 
-from grader.core.paths import CACHE_PATTERNS, PARTS_SOURCE, WORKER_SOURCE, ignore
+from grader.core.paths import CACHE_PATTERNS, PARTS_SOURCE, WORKER_SOURCE
 from grader.sandbox.identity import (  # noqa: F401  (re-exported: the sandbox's accounts)
     FALLBACK_USER,
     LOCK_DIR,
@@ -193,7 +193,7 @@ def kill_user_processes(identity: WorkerIdentity) -> int:
 def copy_worker_scripts(target: Path) -> None:
     """The worker's scripts, flat in ``target``: ``grader/worker``'s modules and each part's
     adapter as ``adapter_<part>.py``. Nothing else of the grader reaches the sandbox."""
-    shutil.copytree(WORKER_SOURCE, target, ignore=ignore(*CACHE_PATTERNS))
+    shutil.copytree(WORKER_SOURCE, target, ignore=shutil.ignore_patterns(*CACHE_PATTERNS))
     for adapter in sorted(PARTS_SOURCE.glob("part*/adapter.py")):
         shutil.copyfile(adapter, target / f"adapter_{adapter.parent.name}.py")
 

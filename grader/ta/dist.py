@@ -93,10 +93,8 @@ def grading_files() -> list[Path]:
     """The files of :func:`grading_modules` and the data beside them: every other file in
     a folder that holds one of them, and in that folder's data subfolders (``schemas/``).
     The top ``grader/`` folder contributes its ``__init__.py`` only."""
-    modules = grading_modules()
-    files = {_module_file(m) for m in modules}
-    folders = {_module_file(m).parent for m in modules if m != "grader"}
-    for folder in folders - {PACKAGE}:
+    files = {_module_file(m) for m in grading_modules()}
+    for folder in {f.parent for f in files} - {PACKAGE}:
         for path in _files(folder):
             package_dirs = [p for p in path.relative_to(folder).parents if p != Path(".")]
             inside_package = any((folder / d / "__init__.py").is_file() for d in package_dirs)
@@ -105,12 +103,17 @@ def grading_files() -> list[Path]:
     return sorted(files)
 
 
-def _add_grader(zf: zipfile.ZipFile, prefix: str) -> None:
-    """The grading path of ``grader/`` (:func:`grading_files`) under ``prefix``."""
-    for path in grading_files():
-        rel = path.relative_to(PACKAGE.parent).as_posix()
+def _add_files(zf: zipfile.ZipFile, paths: Iterable[Path], base: Path, prefix: str) -> None:
+    """``paths`` under ``prefix``, named relative to ``base``; scripts stay executable."""
+    for path in paths:
+        rel = path.relative_to(base).as_posix()
         executable = os.access(path, os.X_OK) and path.suffix in ("", ".sh")
         _write(zf, f"{prefix}{rel}", path.read_bytes(), executable)
+
+
+def _add_grader(zf: zipfile.ZipFile, prefix: str) -> None:
+    """The grading path of ``grader/`` (:func:`grading_files`) under ``prefix``."""
+    _add_files(zf, grading_files(), PACKAGE.parent, prefix)
 
 
 def _write(zf: zipfile.ZipFile, arcname: str, data: bytes, executable: bool = False) -> None:
@@ -123,10 +126,7 @@ def _write(zf: zipfile.ZipFile, arcname: str, data: bytes, executable: bool = Fa
 
 def _add_tree(zf: zipfile.ZipFile, root: Path, prefix: str, skip: Iterable[str] = ()) -> None:
     """Every file under ``root`` (but the ``skip`` patterns) under ``prefix``."""
-    for path in _files(root, skip):
-        rel = path.relative_to(root).as_posix()
-        executable = os.access(path, os.X_OK) and path.suffix in ("", ".sh")
-        _write(zf, f"{prefix}{rel}", path.read_bytes(), executable)
+    _add_files(zf, _files(root, skip), root, prefix)
 
 
 def ensure_fresh_cases() -> None:

@@ -14,7 +14,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.core.paths import MUTANT_LIBRARY, SOLUTION, SOLUTION_COPY_PATTERNS, ignore
+from grader.core.paths import MUTANT_LIBRARY, SOLUTION, SOLUTION_COPY_PATTERNS
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class Mutant:
         return materialise_all([self], solution, prefix=f"mutant-{self.name}-")
 
 
-_IGNORE = ignore(*SOLUTION_COPY_PATTERNS)
+_IGNORE = shutil.ignore_patterns(*SOLUTION_COPY_PATTERNS)
 
 
 def materialise_all(

@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.core.paths import RESULTS, SOLUTION, SOLUTION_COPY_PATTERNS, ignore
+from grader.core.paths import RESULTS, SOLUTION, SOLUTION_COPY_PATTERNS
 
 WORKDIR = RESULTS / "mutation"
 
@@ -91,7 +91,7 @@ OPERATORS = (
 # grader's own limits well before; this only guards the engine's wait).
 TIMEOUT_S = {"part1": 120, "part2": 400, "part3": 600, "part4": 600}
 
-_IGNORE = ignore(*SOLUTION_COPY_PATTERNS)
+_IGNORE = shutil.ignore_patterns(*SOLUTION_COPY_PATTERNS)
 
 
 @dataclass(frozen=True)

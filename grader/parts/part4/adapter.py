@@ -305,6 +305,13 @@ def run_latency_runs(mod: Any, model: Any, request: dict[str, Any]) -> dict[str,
     return {"calls": calls}
 
 
+#: The clocks a lab may time with: each is driven while ``measure_latency`` runs.
+DRIVEN_CLOCKS = (
+    "perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "time_ns",
+    "process_time", "process_time_ns",
+)  # fmt: skip
+
+
 def _clock_places(mod: Any, state: dict[str, Any]) -> tuple[list, dict[int, Any]]:
     """Where the lab can reach a standard clock (the ``time`` module, ``timeit``'s default
     timer, aliases in ``mod``) with the real clock found there, and the driven stand-in
@@ -331,13 +338,6 @@ def _clock_places(mod: Any, state: dict[str, Any]) -> tuple[list, dict[int, Any]
     return saved, fakes
 
 
-#: The clocks a lab may time with: each is driven while ``measure_latency`` runs.
-DRIVEN_CLOCKS = (
-    "perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "time_ns",
-    "process_time", "process_time_ns",
-)  # fmt: skip
-
-
 def run_latency_clock(mod: Any, model: Any, request: dict[str, Any]) -> dict[str, Any]:
     """The student's ``measure_latency`` with every standard clock (``time.perf_counter``,
     ``monotonic``, ``time``, ``process_time``, their ``_ns`` forms, ``timeit``'s default
@@ -347,8 +347,7 @@ def run_latency_clock(mod: Any, model: Any, request: dict[str, Any]) -> dict[str
     ``run_extra_s[(2 k + cached) % len]`` for the mode's k-th generation (the modes take
     turns along the list). A generation starts with a call of exactly ``prompt_len``
     tokens. The parent knows from this rule what every figure must be; the real clock is
-    back afterwards. ``args`` are the keyword
-    arguments passed (none: the defaults)."""
+    back afterwards. ``args`` are the keyword arguments passed (none: the defaults)."""
     from values import encode_value
 
     rule = request["clock"]

@@ -383,9 +383,7 @@ class Part4Checks(Part4Base):
         case = RUN_COUNT_CASE
         what = f"measure_latency(model, {tuple(case['L_values'])}, ...)"
         reply = self.call({"op": "latency_runs", "model": "lab", **case}, {}, what)
-        problem = run_count_problem(
-            reply.header.get("calls"), case["L_values"], case["warmup"], case["repeats"]
-        )
+        problem = run_count_problem(reply.header.get("calls"), case)
         if problem:
             self.fail(problem)
         if problem is None:

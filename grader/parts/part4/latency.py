@@ -280,9 +280,10 @@ def clocked_problem(
     """ "" if ``got`` are the figures the driven clock gives for ``case``; else what is
     wrong, and the catalogued mistake they match (or None). ``defaults_only``: the case
     that passes every argument was right, so the defaults are suspect."""
-    want = clocked_figures(case)
-    if any(same_figures(got, clocked_figures(case, start=start)) for start in UNTIMED_STARTS):
+    right = {start: clocked_figures(case, start=start) for start in UNTIMED_STARTS}
+    if any(same_figures(got, figures) for figures in right.values()):
         return "", None
+    want = right[0, 0]
     s = case.settings
     known: list[tuple[str, str | None, dict[str, list[float]]]] = [
         (f"{w} warm-up and {r} timed runs per L and mode", None if w else "latency_no_warmup",
@@ -341,12 +342,14 @@ RUN_COUNT_CASE = {"L_values": [2, 3], "prompt_len": 4, "warmup": 2, "repeats": 4
 MODE_FUNCTIONS = {"no_cache": "generate_no_cache", "cache": "generate_with_cache"}
 
 
-def run_count_problem(calls: Any, L_values: list[int], warmup: int, repeats: int) -> str | None:
-    """What is wrong with how often ``measure_latency`` ran each generate function ("" if
-    nothing; None when it called neither, so nothing can be told): ``warmup + repeats``
-    runs per L and mode, plus at most one untimed run per mode before the loop."""
+def run_count_problem(calls: Any, case: dict[str, Any] = RUN_COUNT_CASE) -> str | None:
+    """What is wrong with how often ``measure_latency`` ran each generate function on
+    ``case`` ("" if nothing; None when it called neither, so nothing can be told):
+    ``warmup + repeats`` runs per L and mode, plus at most one untimed run per mode before
+    the loop."""
     if not isinstance(calls, dict) or not any(calls.get(mode) for mode in MODE_FUNCTIONS):
         return None
+    L_values, warmup, repeats = case["L_values"], case["warmup"], case["repeats"]
     want = {L: warmup + repeats for L in L_values}
     problems = []
     for mode, fn in MODE_FUNCTIONS.items():
@@ -360,9 +363,10 @@ def run_count_problem(calls: Any, L_values: list[int], warmup: int, repeats: int
     if not problems:
         return ""
     return (
-        f"measure_latency(model, {tuple(L_values)}, prompt_len=4, warmup={warmup}, "
-        f"repeats={repeats}): {'; '.join(problems)}. Each generate function must run "
-        f"warmup + repeats = {warmup + repeats} times for every L: warmup untimed runs, "
+        f"measure_latency(model, {tuple(L_values)}, prompt_len={case['prompt_len']}, "
+        f"warmup={warmup}, repeats={repeats}): {'; '.join(problems)}. Each generate "
+        f"function must run warmup + repeats = {warmup + repeats} times for every L: "
+        "warmup untimed runs, "
         "then repeats timed ones, with the values passed, not fixed ones."
     )
 
