@@ -202,7 +202,10 @@ class GradedTestCase(unittest.TestCase):
         if key in failed:
             if full:
                 raise failed[key]
-            raise SubmissionError(not_run, "load")
+            stopped = failed[key].message.strip().splitlines()[:1]
+            raise SubmissionError(
+                "\n".join([not_run, *(f"What stopped it: {s}" for s in stopped)]), "load"
+            )
 
     def measure_benchmark(
         self,

@@ -18,34 +18,139 @@ MODELS: dict[str, Any] = {}
 TOKENIZERS: dict[str, Any] = {}
 
 
+#: How the student's code was built and what the worker did for it (reported to the
+#: grader with every build, for feedback): ``cuda_calls`` counts ``.cuda()`` calls sent
+#: to the grading device because this machine has no GPU.
+NOTES: dict[str, Any] = {"cuda_calls": 0}
+
+
 def setup() -> None:
     import torch  # noqa: F401  (imported before the student's code)
 
+    redirect_cuda()
     from llama import generation, model
 
     PACKAGE.update(model=model, generation=generation)
+    try:  # the course's code ships its own tokenizer; only a course-style build needs it
+        from llama import tokenizer
+    except ImportError:
+        return
+    PACKAGE["tokenizer"] = tokenizer
 
 
 def _device() -> str:
     return os.environ.get("KVGRADER_DEVICE", "cpu")
 
 
+def redirect_cuda() -> None:
+    """Without a GPU, ``Tensor.cuda()`` and ``Module.cuda()`` move to the grading device
+    instead of failing: the course's ``Attention.__init__`` allocates its cache with
+    ``.cuda()``, which is right on the course's machines and not the part being graded."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+
+    def tensor_cuda(self: Any, *args: Any, **kwargs: Any) -> Any:
+        NOTES["cuda_calls"] += 1
+        return self.to(_device())
+
+    def module_cuda(self: Any, *args: Any, **kwargs: Any) -> Any:
+        NOTES["cuda_calls"] += 1
+        return self.to(_device())
+
+    torch.Tensor.cuda = tensor_cuda
+    torch.nn.Module.cuda = module_cuda
+
+
 class LoadError(Exception):
     """The checkpoint does not fit the student's model."""
 
 
+def model_class(mod: Any) -> Any:
+    """The student's model class: ``Llama`` (the kit's and the course's name) or Meta's
+    ``Transformer``, whichever is an ``nn.Module``."""
+    import torch
+
+    for name in ("Llama", "Transformer"):
+        cls = getattr(mod, name, None)
+        if isinstance(cls, type) and issubclass(cls, torch.nn.Module):
+            return cls
+    raise LoadError(
+        "llama/model.py has no model class: define Llama (or Transformer), an nn.Module "
+        "built as Llama(ModelArgs(...))"
+    )
+
+
+def model_args(mod: Any, values: dict[str, Any]) -> Any:
+    """``ModelArgs`` of the fields the student's class has: a checkpoint's params.json may
+    name more (``use_scaled_rope``), which the course's ``ModelArgs`` lacks. What was left
+    out is noted for feedback."""
+    import dataclasses
+    import inspect
+
+    cls = mod.ModelArgs
+    if dataclasses.is_dataclass(cls):
+        known = {f.name for f in dataclasses.fields(cls)}
+    else:
+        known = set(inspect.signature(cls).parameters)
+    dropped = sorted(set(values) - known)
+    if dropped:
+        NOTES["dropped_fields"] = dropped
+    return cls(**{k: v for k, v in values.items() if k in known})
+
+
 def build_from_checkpoint(pkg: dict[str, Any], settings: dict[str, Any]) -> tuple[Any, Any]:
-    """``Llama.build`` on a checkpoint folder in Meta's layout."""
-    llama = pkg["model"].Llama
+    """``Llama.build`` on a checkpoint folder in Meta's layout; where the student's class
+    has none (the course's code builds its model in its scripts), the course's way:
+    ``Llama(ModelArgs(**params.json))``, then a strict ``load_state_dict``."""
+    device = settings.get("device") or _device()
+    llama = model_class(pkg["model"])
+    if not callable(getattr(llama, "build", None)):
+        return build_course_style(pkg, llama, settings, device)
+    NOTES["built_by"] = "build"
     model, tokenizer = llama.build(
         settings["ckpt_dir"],
         settings["tokenizer_path"],
         max_seq_len=settings["max_seq_len"],
         max_batch_size=settings["max_batch_size"],
-        device=settings.get("device") or _device(),
+        device=device,
         kv_caching=settings["kv_caching"],
     )
     return model.eval(), tokenizer
+
+
+def build_course_style(
+    pkg: dict[str, Any], llama: Any, settings: dict[str, Any], device: str
+) -> tuple[Any, Any]:
+    """The course's build: params.json's fields the student's ``ModelArgs`` knows, the
+    vocabulary of the checkpoint's embedding, the student's own ``Tokenizer``."""
+    import json
+    from pathlib import Path
+
+    import torch
+
+    NOTES["built_by"] = "constructor"
+    if "tokenizer" not in pkg:
+        raise LoadError("your Llama has no build() and llama/tokenizer.py has no Tokenizer")
+    ckpt = Path(settings["ckpt_dir"])
+    params = json.loads((ckpt / "params.json").read_text())
+    state = torch.load(ckpt / "consolidated.00.pth", map_location="cpu", weights_only=True)
+    state.pop("rope.freqs", None)  # Meta ships it; the model computes its own
+    args = model_args(
+        pkg["model"],
+        {
+            **params,
+            "vocab_size": int(state["tok_embeddings.weight"].shape[0]),
+            "max_seq_len": settings["max_seq_len"],
+            "max_batch_size": settings["max_batch_size"],
+            "kv_caching": settings["kv_caching"],
+        },
+    )
+    model = llama(args)
+    model.load_state_dict(state, strict=True)
+    tokenizer = pkg["tokenizer"].Tokenizer(settings["tokenizer_path"])
+    return model.to(device).eval(), tokenizer
 
 
 def build_from_arrays(
@@ -55,14 +160,17 @@ def build_from_arrays(
     import torch
 
     mod = pkg["model"]
-    args = mod.ModelArgs(
-        **settings["params"],
-        vocab_size=settings["vocab_size"],
-        max_seq_len=settings["max_seq_len"],
-        max_batch_size=settings["max_batch_size"],
-        kv_caching=settings["kv_caching"],
+    args = model_args(
+        mod,
+        {
+            **settings["params"],
+            "vocab_size": settings["vocab_size"],
+            "max_seq_len": settings["max_seq_len"],
+            "max_batch_size": settings["max_batch_size"],
+            "kv_caching": settings["kv_caching"],
+        },
     )
-    model = mod.Llama(args)
+    model = model_class(mod)(args)
     state = {k: torch.from_numpy(np.array(v)) for k, v in weights.items()}
     own = model.state_dict()
     lacking = sorted(set(state) - set(own))
@@ -70,6 +178,11 @@ def build_from_arrays(
         raise LoadError(f"your Llama has no parameter {', '.join(lacking[:4])}")
     model.load_state_dict(state, strict=True)
     return model.to(_device()).eval()
+
+
+def build_notes(model: Any) -> dict[str, Any]:
+    """What the grader tells the student about how their model was built."""
+    return {**NOTES, "switch": callable(getattr(model, "set_kv_caching", None))}
 
 
 def _numpy(logits: Any) -> np.ndarray:
@@ -107,12 +220,15 @@ def run_generate(
     import torch
 
     calls: list[list[int]] = []
+    first_ids: list[int] = []
     last_logits: list[np.ndarray] = []
     record = settings.get("record_logits", True)
     original = model.forward
 
     def recording_forward(tokens: Any, start_pos: Any, *args: Any, **kwargs: Any) -> Any:
         out = original(tokens, start_pos, *args, **kwargs)
+        if not calls and int(start_pos) == 0 and tokens.shape[1]:
+            first_ids.extend(int(t) for t in tokens[:, 0].tolist())  # BOS, if encoded
         calls.append([int(start_pos), int(tokens.shape[1])])
         if record and isinstance(out, torch.Tensor) and out.ndim == 3:
             # A copy: a view would keep every step's whole (B, T, vocab) logits alive.
@@ -140,7 +256,7 @@ def run_generate(
         texts.append(item["generation"])
     same_shape = last_logits and all(x.shape == last_logits[0].shape for x in last_logits)
     steps = np.stack(last_logits) if same_shape else np.zeros((0,), np.float32)
-    return {"texts": texts, "calls": calls, "step_logits": steps}
+    return {"texts": texts, "calls": calls, "first_ids": first_ids, "step_logits": steps}
 
 
 def run_sample_top_p(pkg: dict[str, Any], probs: np.ndarray, p: float, draws: int) -> np.ndarray:
@@ -195,10 +311,10 @@ def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict
         MODELS[_key(request)], TOKENIZERS[request["model"]] = build_from_checkpoint(
             PACKAGE, request
         )
-        return {}, {}
+        return build_notes(MODELS[_key(request)]), {}
     if op == "load":
         MODELS[_key(request)] = build_from_arrays(PACKAGE, request, arrays)
-        return {}, {}
+        return build_notes(MODELS[_key(request)]), {}
     if op == "build_error":  # Llama.build on a broken checkpoint: what does it raise?
         try:
             build_from_checkpoint(PACKAGE, request)
@@ -211,7 +327,7 @@ def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict
     if op == "generate":
         model = MODELS[_key(request)]
         out = run_generate(model, TOKENIZERS[request["tokenizer"]], request["prompts"], request)
-        header = {"texts": out["texts"], "calls": out["calls"]}
+        header = {"texts": out["texts"], "calls": out["calls"], "first_ids": out["first_ids"]}
         return header, {"step_logits": out["step_logits"]}
     if op == "cache_shapes":  # what cache_k / cache_v every attention layer holds now
         return {"shapes": cache_shapes(MODELS[_key(request)])}, {}

@@ -17,41 +17,37 @@ import numpy as np
 from grader.core.arrays import encode_array
 from grader.core.arrays import weights_digest as digest
 from grader.parts.part3 import adapter
+from grader.parts.part3.build_generate import (
+    HIDDEN_STOP_SEED,
+    full_batch,
+    sampling_probe,
+    stop_batch,
+)
 from grader.parts.part3.build_pools import bench_pools
 from grader.parts.part3.cases import (
     ATOL,
     CAPACITY_SEED,
     COURSE_PROMPTS,
-    FULL_SEED,
+    GENERATE,
     GROWTH_PROMPT,
+    MAX_BATCH,
+    MAX_SEQ_LEN,
     MODELS,
     N_RANKS,
-    POOL_MIN_GAP,
-    SAMPLE_PROMPT,
-    STOP_NEW,
-    STOP_PROMPT,
-    STOP_SEED,
     TOP_P,
     TOP_P_PROBS,
     WORK_PROMPT,
     benchmark_prompt,
     checkpoint_files,
     make_weights,
-    plain_words,
     plans,
-    sampling_case,
-    words_prompt,
 )
 
 CKPT = "part3/tiny_llama"
 VOCAB = N_RANKS + 256
-MAX_SEQ_LEN, MAX_BATCH = 128, 4
 POSITIONS = 6
-GENERATE = {"max_gen_len": 16, "temperature": 0.0, "top_p": 0.9, "seed": 0}
 SECOND_PROMPTS = ["Hello", "The capital of France is"]
 HIDDEN_PROMPTS = ["Once upon a time", "def fibonacci(n):", "Les sanglots longs des violons"]
-# Check 3.5's full batch: one prompt per cache row, the longest filling every position.
-FULL_LENGTHS = (MAX_SEQ_LEN, MAX_SEQ_LEN - 8, 57, 23)
 
 
 @contextlib.contextmanager
@@ -88,11 +84,15 @@ def tokenizer_bytes(reference: dict[str, ModuleType]) -> bytes:
         return Path(path).read_bytes()
 
 
-def settings(name: str, kv_caching: bool, ckpt_dir: Path | None = None) -> dict[str, Any]:
+def settings(
+    name: str, kv_caching: bool, ckpt_dir: Path | None = None, scaled: bool = True
+) -> dict[str, Any]:
+    """A build request for model ``name``; ``scaled``: RoPE with Llama 3.2's frequency
+    scaling (the checkpoints' ``use_scaled_rope``), else plain RoPE (the course's code)."""
     params, _ = MODELS.get(name, MODELS["public"])
     out: dict[str, Any] = {
         "model": name,
-        "params": params,
+        "params": {**params, "use_scaled_rope": scaled},
         "vocab_size": VOCAB,
         "max_seq_len": MAX_SEQ_LEN,
         "max_batch_size": MAX_BATCH,
@@ -104,11 +104,13 @@ def settings(name: str, kv_caching: bool, ckpt_dir: Path | None = None) -> dict[
 
 
 class Observer:
-    """A package's models (cached and cache-free) on the public and hidden weights."""
+    """A package's models (cached and cache-free) on the public and hidden weights, with
+    the RoPE convention of the checkpoint at ``ckpt_dir`` (see :func:`rope_checkpoint`)."""
 
     def __init__(self, pkg: dict[str, ModuleType], ckpt_dir: Path) -> None:
         self.pkg = pkg
         self.ckpt = ckpt_dir
+        self.scaled = bool(json.loads((ckpt_dir / "params.json").read_text())["use_scaled_rope"])
         self.models: dict[tuple[str, bool], Any] = {}
         for cache in (True, False):
             model, self.tokenizer = adapter.build_from_checkpoint(
@@ -118,7 +120,7 @@ class Observer:
             params, seed = MODELS["hidden"]
             weights = make_weights(params, VOCAB, seed)
             self.models["hidden", cache] = adapter.build_from_arrays(
-                pkg, settings("hidden", cache), weights
+                pkg, settings("hidden", cache, scaled=self.scaled), weights
             )
 
     def forward(self, model: str, tokens: np.ndarray, mode: str) -> np.ndarray:
@@ -182,35 +184,39 @@ def probes(obs: Observer, tokens: np.ndarray) -> dict[str, Any]:
     return out
 
 
-def sampling_probe(ref: Observer) -> dict[str, Any]:
-    """Check 3.10's temperature probe, from the reference's logits for its prompt."""
-    tok = ref.tokenizer
-    ids = np.array([tok.encode(SAMPLE_PROMPT, bos=True, eos=False)], dtype=np.int64)
-    logits = ref.forward("public", ids, "no_cache")[0, -1]  # (vocab,)
-    text_of = ["" if i in tok.stop_tokens else tok.decode([i]) for i in range(logits.shape[0])]
-    return sampling_case(logits, text_of)
-
-
 def top_p_sets(pkg: dict[str, ModuleType]) -> list[list[int]]:
     """The tokens ``sample_top_p`` ever draws for each row of the probe distribution."""
     draws = adapter.run_sample_top_p(pkg, np.array(TOP_P_PROBS, dtype=np.float32), TOP_P, 400)
     return [sorted(set(row.tolist())) for row in draws]
 
 
+def rope_checkpoint(files: dict[str, bytes], dest: Path, scaled: bool) -> Path:
+    """The tiny checkpoint written to ``dest``, its params.json saying ``scaled``."""
+    dest.mkdir(parents=True)
+    for name, data in files.items():
+        (dest / name).write_bytes(data)
+    params = json.loads((dest / "params.json").read_text())
+    (dest / "params.json").write_text(json.dumps({**params, "use_scaled_rope": scaled}))
+    return dest
+
+
 def build(
     reference_root: Path, mutant_roots: dict[str, Path], diagnoses: dict[str, str]
 ) -> dict[str, tuple[str | None, Any]]:
-    """Every Part 3 file: relative path -> (schema name or None, JSON document or bytes)."""
+    """Every Part 3 file: relative path -> (schema name or None, JSON document or bytes).
+
+    Every expected value exists twice: for RoPE with Llama 3.2's frequency scaling (the
+    checkpoints' ``use_scaled_rope``) and, under ``unscaled_rope``, for plain RoPE (the
+    course's code, whose ``ModelArgs`` has no such field); the grader judges a
+    submission by the convention its cache-free logits follow."""
     reference = import_llama(reference_root)
     files = checkpoint_files("public", tokenizer_bytes(reference), VOCAB)
     out: dict[str, tuple[str | None, Any]] = {
         f"public/{CKPT}/{name}": (None, data) for name, data in files.items()
     }
     with tempfile.TemporaryDirectory() as tmp:
-        ckpt = Path(tmp)
-        for name, data in files.items():
-            (ckpt / name).write_bytes(data)
-        ref = Observer(reference, ckpt)
+        ref = Observer(reference, rope_checkpoint(files, Path(tmp) / "scaled", True))
+        plain = Observer(reference, rope_checkpoint(files, Path(tmp) / "plain", False))
         rng = np.random.default_rng(31337)
         enc = [ref.tokenizer.encode(p, bos=True, eos=False) for p in COURSE_PROMPTS]
         probe_tokens = np.array([enc[3]], dtype=np.int64)
@@ -220,44 +226,81 @@ def build(
             forward_case("hidden", rng.integers(0, VOCAB, (b, n)), ref, rng)
             for b, n in ((3, 40), (2, MAX_SEQ_LEN), (4, 23))
         ]
-        expected = probes(ref, probe_tokens)
-        signatures = mutant_signatures(mutant_roots, ckpt, probe_tokens, expected)
-        hidden_texts = {
-            c: ref.generate("hidden", HIDDEN_PROMPTS, c)["texts"] for c in (True, False)
-        }
-        sampling = sampling_probe(ref)
         capacity = capacity_case(ref)
-        full = full_batch(ref)
-        stop = stop_batch(ref)
-        pools = bench_pools(reference, settings("bench", True, ckpt))
-    assert hidden_texts[True] == hidden_texts[False], "reference: cached and cache-free differ"
-    public = {
+        for case in [*cases, *hidden, capacity]:
+            case["expected_unscaled"] = expected_of(plain, case)
+        public, secret = (
+            convention(obs, reference, mutant_roots, probe_tokens) for obs in (ref, plain)
+        )
+    public_doc = {
         "part": "part3",
         "version": 1,
         "atol": ATOL,
         "checkpoint": CKPT,
         "max_seq_len": MAX_SEQ_LEN,
         "max_batch_size": MAX_BATCH,
+        "bos_id": ref.tokenizer.special_tokens["<|begin_of_text|>"],
         "generate": {**GENERATE, "prompts": COURSE_PROMPTS, "second_prompts": SECOND_PROMPTS},
-        "expected_texts": expected["generate_cached"],
-        "expected_second": expected["second_call"],
-        "full_generate": full,
-        "stop_generate": stop,
+        **public[0],
+        "unscaled_rope": secret[0],
         "probe_tokens": probe_tokens.tolist(),
-        "sampling": sampling,
         # Where the hidden pools are absent, every timed run takes the prompt of its length.
         "benchmark_prompts": {
             str(n): benchmark_prompt(ref.tokenizer, n)
             for n in (GROWTH_PROMPT, WORK_PROMPT, 64, 128, 256)
         },
         "diagnoses": diagnoses,
-        "signatures": signatures,
         "models": {"public": model_entry("public")},
         "cases": [*({**c, "check": "3.2"} for c in cases), capacity],
     }
-    out["public/part3.json"] = ("part3_cases", public)
-    out["hidden/part3.json"] = ("part3_cases", hidden_document(hidden_texts[True], pools, hidden))
+    out["public/part3.json"] = ("part3_cases", public_doc)
+    hidden_doc = {
+        "part": "part3",
+        "version": 1,
+        "models": {"hidden": model_entry("hidden")},
+        **public[1],
+        "unscaled_rope_hidden": secret[1],
+        "cases": [{**c, "check": "3.4"} for c in hidden],
+    }
+    out["hidden/part3.json"] = ("part3_cases", hidden_doc)
     return out
+
+
+def convention(
+    obs: Observer,
+    reference: dict[str, ModuleType],
+    mutant_roots: dict[str, Path],
+    probe_tokens: np.ndarray,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The public and the hidden values that depend on the RoPE convention of ``obs``
+    (texts, batches, probes, the mutants' signatures, the timed prompt pools)."""
+    expected = probes(obs, probe_tokens)
+    hidden_texts = {c: obs.generate("hidden", HIDDEN_PROMPTS, c)["texts"] for c in (True, False)}
+    assert hidden_texts[True] == hidden_texts[False], "reference: cached and cache-free differ"
+    public = {
+        "expected_texts": expected["generate_cached"],
+        "expected_second": expected["second_call"],
+        "full_generate": full_batch(obs),
+        "stop_generate": stop_batch(obs),
+        "sampling": sampling_probe(obs),
+        "signatures": mutant_signatures(mutant_roots, obs.ckpt, probe_tokens, expected),
+    }
+    hidden = {
+        "hidden_generate": {
+            "prompts": HIDDEN_PROMPTS,
+            "expected_texts": hidden_texts[True],
+            "stop": stop_batch(obs, "hidden", HIDDEN_STOP_SEED),
+        },
+        "bench_pools": bench_pools(reference, settings("bench", True, obs.ckpt)),
+    }
+    return public, hidden
+
+
+def expected_of(obs: Observer, case: dict[str, Any]) -> dict[str, Any]:
+    """``case``'s expected logits from ``obs`` (the same tokens and positions)."""
+    tokens = np.array(case["tokens"], dtype=np.int64)
+    logits = obs.forward(case["model"], tokens, "no_cache")
+    return encode_array(logits[:, case["positions"], :])
 
 
 def mutant_signatures(
@@ -280,18 +323,6 @@ def mutant_signatures(
     return signatures
 
 
-def hidden_document(texts: list[str], pools: Any, cases: list[dict]) -> dict[str, Any]:
-    """The hidden Part 3 file: its model, greedy texts, timed prompt pools and cases."""
-    return {
-        "part": "part3",
-        "version": 1,
-        "models": {"hidden": model_entry("hidden")},
-        "hidden_generate": {"prompts": HIDDEN_PROMPTS, "expected_texts": texts},
-        "bench_pools": pools,
-        "cases": [{**c, "check": "3.4"} for c in cases],
-    }
-
-
 def capacity_case(ref: Observer) -> dict[str, Any]:
     """Check 3.1's capacity probe: ``max_batch_size`` rows of ``max_seq_len`` seeded tokens,
     compared at the end of the prefill, the first decode step and the last two cache slots
@@ -311,59 +342,6 @@ def capacity_case(ref: Observer) -> dict[str, Any]:
         "positions": positions,
         "expected": encode_array(logits[:, positions, :]),
     }
-
-
-def full_batch(ref: Observer) -> dict[str, Any]:
-    """Check 3.5's full batch: ``max_batch_size`` seeded prompts of ``FULL_LENGTHS`` tokens,
-    the longest exactly ``max_seq_len`` (Meta's guard refuses only longer ones), so the
-    loop runs to the last cache slot; every greedy step of a generating row wins clearly."""
-    rng = np.random.default_rng(FULL_SEED)
-    words = plain_words(ref.tokenizer)
-    for _ in range(50):
-        prompts = [words_prompt(ref.tokenizer, words, n, rng) for n in FULL_LENGTHS]
-        runs = {cache: ref.generate("public", prompts, cache) for cache in (True, False)}
-        top2 = np.sort(runs[True]["step_logits"], axis=-1)[..., -2:]  # (steps, B, 2)
-        cur_pos = min(FULL_LENGTHS) + np.arange(top2.shape[0])[:, None]  # (steps, 1)
-        generating = cur_pos >= np.array(FULL_LENGTHS)[None, :]
-        gaps = (top2[..., 1] - top2[..., 0])[generating]
-        if runs[True]["texts"] == runs[False]["texts"] and gaps.min() >= POOL_MIN_GAP:
-            return {
-                "prompts": prompts,
-                "prompt_tokens": list(FULL_LENGTHS),
-                "max_gen_len": GENERATE["max_gen_len"],
-                "expected_texts": runs[True]["texts"],
-            }
-    raise RuntimeError("no full batch whose greedy steps all win clearly")
-
-
-def stop_batch(ref: Observer) -> dict[str, Any]:
-    """Check 3.5's stop batch: two seeded prompts, the first one's greedy continuation
-    reaching one of the tokenizer's stop tokens (the text must end there), the second one
-    not; every greedy step up to a row's stop wins clearly."""
-    rng = np.random.default_rng(STOP_SEED)
-    words = plain_words(ref.tokenizer)
-    stops = set(ref.tokenizer.stop_tokens)
-    for _ in range(400):
-        prompts = [words_prompt(ref.tokenizer, words, STOP_PROMPT, rng) for _ in range(2)]
-        run = ref.generate("public", prompts, True, max_gen_len=STOP_NEW)
-        logits = run["step_logits"]  # (steps, B, vocab)
-        chosen = logits.argmax(axis=-1)  # (steps, B)
-        hits = [np.flatnonzero(np.isin(chosen[:, b], list(stops))) for b in range(2)]
-        if not (len(hits[0]) and hits[0][0] < len(chosen) - 1 and not len(hits[1])):
-            continue
-        top2 = np.sort(logits, axis=-1)[..., -2:]  # (steps, B, 2)
-        gaps = top2[..., 1] - top2[..., 0]  # (steps, B)
-        if gaps[: hits[0][0] + 1, 0].min() < POOL_MIN_GAP or gaps[:, 1].min() < POOL_MIN_GAP:
-            continue
-        plain = ref.generate("public", prompts, False, max_gen_len=STOP_NEW)
-        if plain["texts"] == run["texts"]:
-            return {
-                "prompts": prompts,
-                "prompt_tokens": [STOP_PROMPT, STOP_PROMPT],
-                "max_gen_len": STOP_NEW,
-                "expected_texts": run["texts"],
-            }
-    raise RuntimeError("no seeded prompt whose greedy continuation reaches a stop token")
 
 
 def model_entry(name: str) -> dict[str, Any]:

@@ -46,6 +46,9 @@ TOP_P_PROBS = [[0.5, 0.3, 0.1, 0.06, 0.04], [0.05, 0.05, 0.6, 0.2, 0.1]]
 TOP_P_NUCLEUS = [[0, 1], [2, 3]]
 MODELS = {"public": (TINY_PARAMS, 3101), "hidden": (HIDDEN_PARAMS, 3202)}
 
+MAX_SEQ_LEN, MAX_BATCH = 128, 4  # the public and hidden models' cache (max_seq_len, rows)
+#: The settings of the generate checks (3.5, 3.6, 3.8, 3.9).
+GENERATE = {"max_gen_len": 16, "temperature": 0.0, "top_p": 0.9, "seed": 0}
 BENCH_MAX_SEQ_LEN, BENCH_MAX_BATCH = 320, 16  # the benchmark's model: the public weights
 POOL_SEED = 70707  # the timed runs' prompts (hidden), see build_pools.bench_pools()
 POOL_MIN_GAP = 1e-3  # every expected greedy step wins by at least this (logits)

@@ -20,13 +20,14 @@ from grader.checks.base import Outcome, check, with_output
 from grader.core.points import points
 from grader.core.thresholds import load_thresholds
 from grader.parts.part3.cases import TOP_P, TOP_P_NUCLEUS, TOP_P_PROBS
-from grader.parts.part3.support import Part3Base
+from grader.parts.part3.course import UNSCALED, build_notes
+from grader.parts.part3.probes import Part3Probes
 from grader.parts.part3.timed import Part3Timed, bench_key
 from grader.runtime.client import SubmissionError
 from grader.runtime.timing import BenchmarkRecord, Criterion, Ratio, Sample, Timing, clock_for
 
 
-class Part3ForwardChecks(Part3Base):
+class Part3ForwardChecks(Part3Probes):
     def run_cases(self, num: str, modes: tuple[str, ...], set_score: Any) -> None:
         outcome = Outcome()
         wrong: list[str] = []
@@ -50,70 +51,24 @@ class Part3ForwardChecks(Part3Base):
 
     @check("3.1")
     def test_build(self) -> None:
-        """3.1 Llama.build loads Meta's layout; the cache serves its full size, and only when on"""
+        """3.1 the model builds from Meta's layout; the cache serves its full size, only when on"""
         try:
             self.ensure("public", True, full=True)
             self.ensure("public", False, full=True)
         except SubmissionError as exc:
             self.fail(with_output(exc.message, exc.output))
-        problems = []
-        for broken, wanted in (("unknown_key", "my_new_key"), ("no_weights", "consolidated")):
-            ckpt = self.broken_checkpoint(broken)
-            header = {
-                "op": "build_error",
-                **self.settings("public", True),
-                "ckpt_dir": ckpt,
-                "tokenizer_path": f"{self.checkpoint()}/tokenizer.model",
-            }
-            reply = self.ctx.worker(self.part).request(header, what="Llama.build(broken)")
-            raised, message = reply.header.get("raised"), str(reply.header.get("message", ""))
-            if raised is None or wanted not in message:
-                what = "an unknown params.json key" if broken == "unknown_key" else "a missing file"
-                did = f"raised {raised}: {message}" if raised else "did not raise"
-                problems.append(
-                    f"Llama.build on a checkpoint with {what} should raise an error naming "
-                    f"{wanted!r}; it {did}."
-                )
+        self.print_build_notes()
+        problems = self.build_error_problems()
         problems += self.capacity_problems()
         problems += self.memory_problems()
         if problems:
             self.fail("\n".join([*problems, self.reported_shapes()]).strip())
 
-    def capacity_problems(self) -> list[str]:
-        """With kv_caching on, ``max_batch_size`` rows of ``max_seq_len`` tokens fed as a
-        prefill, then one token per call up to the last cache slot, must give the
-        reference's logits (compared here): a cache smaller than (max_batch_size,
-        max_seq_len, n_kv_heads, head_dim) cannot hold them."""
-        problems = []
-        for case in self.cases("3.1"):
-            problem = self.check_case(case, "cached")
-            if problem:
-                problems.append(
-                    f"{problem}\nWith kv_caching=True the model must serve every row up to "
-                    "max_batch_size and every position up to max_seq_len from its cache of "
-                    "shape (max_batch_size, max_seq_len, n_kv_heads, head_dim)."
-                )
-        return problems
-
-    def broken_checkpoint(self, kind: str) -> str:
-        """A worker-readable copy of the tiny checkpoint, broken the ``kind`` way (once)."""
-        import json
-
-        name = f"broken_{kind}"
-        if (self.ctx.sandbox.data_dir / name).exists():
-            return str(self.ctx.sandbox.data_dir / name)
-        good = self.ctx.cases_root / "public" / self.meta()["checkpoint"]
-        dest = self.ctx.sandbox.provide(good, name)
-        if kind == "unknown_key":
-            params = json.loads((dest / "params.json").read_text())
-            (dest / "params.json").write_text(json.dumps({**params, "my_new_key": 1}))
-        else:
-            (dest / "consolidated.00.pth").unlink()
-        return str(dest)
-
     @check("3.2", partial=True)
     def test_forward_without_cache(self, set_score: Any = None) -> None:
         """3.2 forward logits from position 0 with kv_caching off (course prompts, a batch)"""
+        if self.rope() == UNSCALED:
+            print(build_notes({}, UNSCALED, self.ctx.device)[0])
         self.run_cases("3.2", ("no_cache",), set_score)
 
     @check("3.3", partial=True)
@@ -132,21 +87,22 @@ class Part3ForwardChecks(Part3Base):
         return super().cases("3.2" if num == "3.3" else num)
 
 
-class Part3GenerateChecks(Part3Timed):
+class Part3GenerateChecks(Part3Timed, Part3Probes):
     @check("3.5")
     def test_greedy_generation(self) -> None:
         """3.5 greedy generate: the reference's text with and without the cache (ragged batch)"""
         gen, want = self.meta()["generate"], self.meta()["expected_texts"]
         problems = []
         for cache in (True, False):
-            got = self.texts(self.generate_or_fail(gen["prompts"], cache))
+            reply = self.generate_or_fail(gen["prompts"], cache)
+            got = self.texts(reply)
             wrong = [i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b]
             if len(got) != len(want) or wrong:
                 probe = "generate_cached" if cache else "generate_no_cache"
+                cause = self.generation_cause(reply, want) or self.name_mistakes(probe, got)
                 problems.append(
                     f"generate(kv_caching={cache}) at temperature 0 gave other text than the "
-                    f"reference for prompt(s) {[i + 1 for i in wrong] or 'all'}. "
-                    + self.name_mistakes(probe, got)
+                    f"reference for prompt(s) {[i + 1 for i in wrong] or 'all'}. {cause}"
                 )
         problems += self.full_batch_problems()
         if problems:
@@ -168,8 +124,8 @@ class Part3GenerateChecks(Part3Timed):
         stop = self.meta().get("stop_generate")
         if stop:
             setting = (
-                f"on {len(stop['prompts'])} prompts of {stop['prompt_tokens'][0]} tokens whose "
-                "first continuation reaches a stop token (the text ends before it)"
+                f"on {len(stop['prompts'])} prompts of {stop['prompt_tokens'][0]} tokens, the "
+                "first one's continuation reaching <|eot_id|> (the text ends before it)"
             )
             problems += self.batch_problems(stop, setting)
         return problems
@@ -191,7 +147,8 @@ class Part3GenerateChecks(Part3Timed):
             if len(got) != len(want) or wrong:
                 problems.append(
                     f"generate(kv_caching={cache}) at temperature 0 {setting}, gave other "
-                    f"text than the reference for prompt(s) {wrong or 'all'}."
+                    f"text than the reference for prompt(s) {wrong or 'all'}. "
+                    + self.generation_cause(reply, want)
                 )
         return problems
 
@@ -272,8 +229,20 @@ class Part3GenerateChecks(Part3Timed):
             again: Any = self.texts(self.generate(gen["second_prompts"], True, model="fresh"))
         except SubmissionError:
             again = None
-        if not first == again == self.meta()["expected_second"]:
+        want = self.meta()["expected_second"]
+        if not first == again == want:
             observed = first if first == again else {"repeat_differs": True}
+            clean = self.generate_or_fail(gen["second_prompts"], True, model="clean")
+            if first == again == self.texts(clean):  # a first call on a fresh model: no state
+                self.fail(
+                    "A second generate call gave the same text as a first call on a fresh "
+                    "model, but not the reference's text: no state is kept between calls; the "
+                    "text is wrong from the start (see check 3.5). "
+                    + (
+                        self.generation_cause(clean, want)
+                        or self.name_mistakes("second_call", observed)
+                    )
+                )
             self.fail(
                 "After a first generate call, a second one with other prompts gave other text "
                 "than on a fresh model"
@@ -288,21 +257,28 @@ class Part3GenerateChecks(Part3Timed):
         """3.9 hidden: greedy generation on the hidden model, with and without the cache"""
         self.require_hidden()
         hidden = self.meta()["hidden_generate"]
+        stop = hidden["stop"]
+        runs = [
+            (hidden["prompts"], {}, hidden["expected_texts"]),
+            (stop["prompts"], {"max_gen_len": stop["max_gen_len"]}, stop["expected_texts"]),
+        ]
         for cache in (True, False):
-            got = self.texts(self.generate_or_fail(hidden["prompts"], cache, model="hidden"))
-            if got != hidden["expected_texts"]:
-                self.fail(f"generate(kv_caching={cache}) on the hidden model gave other text.")
+            for prompts, kw, want in runs:
+                reply = self.generate_or_fail(prompts, cache, model="hidden", **kw)
+                if self.texts(reply) != want:
+                    self.fail(
+                        f"generate(kv_caching={cache}) on the hidden model gave other text. "
+                        + self.generation_cause(reply, want)
+                    )
 
     @check("3.10")
     def test_sample_top_p(self) -> None:
         """3.10 sampling: top-p keeps exactly the nucleus, generate applies the temperature"""
         probs = np.array(TOP_P_PROBS, dtype=np.float32)
-        header = {"op": "sample_top_p", "model": "public", "kv_caching": True}
-        try:
-            reply = self.call(
-                {**header, "p": TOP_P, "draws": 400},
-                {"probs": probs},
-                f"sample_top_p(probs, {TOP_P})",
+        header = {"op": "sample_top_p", "p": TOP_P, "draws": 400}
+        try:  # no model needed: graded even when the model cannot be built
+            reply = self.ctx.worker(self.part).request(
+                header, {"probs": probs}, what=f"sample_top_p(probs, {TOP_P})"
             )
         except SubmissionError as exc:
             self.fail(with_output(exc.message, exc.output))

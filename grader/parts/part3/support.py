@@ -17,29 +17,24 @@ from grader.checks.logits import (
     several_causes,
     signature_matches,
 )
-from grader.core.arrays import decode_array
 from grader.parts.part3.cases import (
     BENCH_MAX_BATCH,
     BENCH_MAX_SEQ_LEN,
     MEMORY_MAX_BATCH,
     MEMORY_MAX_SEQ_LEN,
-    MIB,
-    cache_bytes,
     make_weights,
     plans,
 )
+from grader.parts.part3.course import (
+    SCALED,
+    build_notes,
+    expected_logits,
+    generation_causes,
+    likely_causes,
+    rope_convention,
+    rope_view,
+)
 from grader.runtime.client import Reply, SubmissionError
-
-#: Check 3.8's mode switches: what goes wrong when a run's text differs.
-SWITCH_PROBLEMS = {
-    "after": "generate(kv_caching=False) after cached calls on the same model gave other "
-    "text than a fresh model: the cache-free path used what the earlier calls left in the cache.",
-    "on": "On a model built with kv_caching=False, generate(kv_caching=True) gave other text "
-    "than a model built with the cache: switching the mode must switch every attention layer "
-    "(set_kv_caching).",
-    "back": "Switched back to kv_caching=False, the same model gave other text than a fresh "
-    "cache-free model.",
-}
 
 
 class Part3Base(GradedTestCase):
@@ -47,16 +42,48 @@ class Part3Base(GradedTestCase):
 
     part = "part3"
 
-    def meta(self) -> dict[str, Any]:
+    def raw(self) -> dict[str, Any]:
+        """The case files as they are (every RoPE convention's values)."""
         return self.ctx.cases(self.part)
 
+    def meta(self) -> dict[str, Any]:
+        """The case data for the submission's RoPE convention (see :meth:`rope`)."""
+        rope = self.rope()
+        views = self.ctx.scratch.setdefault("part3.views", {})
+        if rope not in views:
+            views[rope] = rope_view(self.raw(), rope)
+        return views[rope]
+
+    def rope(self) -> str:
+        """The RoPE convention of the submission: the one whose reference logits its
+        cache-free forward matches on the first public case, probed once per grading
+        (Llama 3.2's scaled RoPE while probing and whenever it matches neither)."""
+        scratch = self.ctx.scratch
+        if "part3.rope" not in scratch:
+            scratch["part3.rope"] = SCALED
+            case = next(c for c in self.raw()["cases"] if c["check"] == "3.2")
+            try:
+                got = self.forward("public", np.array(case["tokens"], dtype=np.int64), "no_cache")
+            except SubmissionError:
+                got = None
+            scratch["part3.rope"] = rope_convention(got, case, self.atol()) or SCALED
+        return scratch["part3.rope"]
+
+    def notes(self) -> dict[str, Any]:
+        """How the worker built the submission's models (see ``adapter.build_notes``)."""
+        return self.ctx.scratch.get("part3.notes", {})
+
+    def print_build_notes(self) -> None:
+        for line in build_notes(self.notes(), self.rope(), self.ctx.device):
+            print(line)
+
     def atol(self) -> float:
-        return float(self.meta()["atol"])
+        return float(self.raw()["atol"])
 
     # ---------------------------------------------------------------- models
 
     def settings(self, name: str, cache: bool, **extra: Any) -> dict[str, Any]:
-        meta = self.meta()
+        meta = self.raw()
         return {
             "model": name,
             "kv_caching": cache,
@@ -67,7 +94,7 @@ class Part3Base(GradedTestCase):
 
     def checkpoint(self) -> str:
         """The public tiny checkpoint, copied where the worker can read it."""
-        source = self.ctx.cases_root / "public" / self.meta()["checkpoint"]
+        source = self.ctx.cases_root / "public" / self.raw()["checkpoint"]
         return str(self.ctx.sandbox.provide(source, "tiny_llama"))
 
     def ensure(self, name: str, cache: bool, *, full: bool = False) -> None:
@@ -83,7 +110,7 @@ class Part3Base(GradedTestCase):
         worker = self.ctx.worker(self.part)
         what = f"Llama.build(tiny checkpoint, kv_caching={cache})"
         if name == "hidden":
-            spec = self.meta()["models"]["hidden"]
+            spec = self.raw()["models"]["hidden"]
             weights = make_weights(spec["params"], spec["vocab_size"], spec["seed"])
             header = {
                 "op": "load",
@@ -92,7 +119,7 @@ class Part3Base(GradedTestCase):
                 "vocab_size": spec["vocab_size"],
             }
             what = f"Llama(ModelArgs(hidden sizes, kv_caching={cache}))"
-            worker.request(header, weights, what=what)
+            self.keep_notes(worker.request(header, weights, what=what))
             return
         ckpt = self.checkpoint()
         extra = {"ckpt_dir": ckpt, "tokenizer_path": f"{ckpt}/tokenizer.model"}
@@ -102,9 +129,15 @@ class Part3Base(GradedTestCase):
             extra.update(max_seq_len=MEMORY_MAX_SEQ_LEN, max_batch_size=MEMORY_MAX_BATCH)
         if name in ("work", "memory"):  # the probes of checks 3.7 and 3.1 run on the CPU
             extra["device"] = "cpu"
-        # "fresh" and "switch": the public model once more, built for check 3.8 alone.
+        # "fresh", "clean" and "switch": the public model once more, for check 3.8 alone.
         header = {"op": "build", **self.settings(name, cache), **extra}
-        worker.request(header, what=what, timeout=max(self.ctx.limits.request_timeout_s, 60))
+        timeout = max(self.ctx.limits.request_timeout_s, 60)
+        self.keep_notes(worker.request(header, what=what, timeout=timeout))
+
+    def keep_notes(self, reply: Reply) -> None:
+        """Keep what the worker said about a build, for :meth:`print_build_notes`."""
+        if isinstance(reply.header, dict):
+            self.ctx.scratch.setdefault("part3.notes", {}).update(reply.header)
 
     def call(
         self, header: dict[str, Any], arrays: dict[str, np.ndarray], what: str, **kw: Any
@@ -133,7 +166,7 @@ class Part3Base(GradedTestCase):
         if problem:
             return f"{case['label']}, {describe(mode)}: {problem}"
         positions = case["positions"]
-        result = compare(got[:, positions, :], decode_array(case["expected"]), self.atol())
+        result = compare(got[:, positions, :], expected_logits(case, self.rope()), self.atol())
         if result.ok:
             return ""
         where = positions[result.first_bad or 0]
@@ -230,6 +263,14 @@ class Part3Base(GradedTestCase):
         except Exception:
             return ""
 
+    def generation_cause(self, reply: Any, want: list[str], max_seq_len: int | None = None) -> str:
+        """The course template's mistakes that explain ``reply``'s texts (see
+        :func:`generation_causes`); "" when none shows."""
+        limit = max_seq_len or self.raw()["max_seq_len"]
+        got = self.texts(reply)
+        header = reply.header if isinstance(getattr(reply, "header", None), dict) else {}
+        return likely_causes(generation_causes(header, got, want, self.raw(), limit))
+
     def texts(self, reply: Any) -> list[str]:
         texts = reply.header.get("texts")
         return texts if isinstance(texts, list) else []
@@ -282,100 +323,6 @@ class Part3Base(GradedTestCase):
             names.append("temperature_ignored")
         lines.append(likely_cause(names, self.meta()["diagnoses"]))
         self.fail("\n".join(line for line in lines if line))
-
-    # ------------------------------------------------------------ cache memory
-
-    def memory_problems(self) -> list[str]:
-        """Check 3.1's memory probe, judged on the worker's resident memory as the kernel
-        reports it (read here, after the worker handed its free pages back): on a CPU model
-        built without the cache, a cache-free ``generate`` must not grow it by anything
-        like a cache, and what a cached ``generate`` then allocated must be released when
-        ``generate(kv_caching=False)`` switches the cache off. Only growth that is seen is
-        judged (a cache of ``torch.empty`` pages never touched does not show)."""
-        params = self.meta()["models"]["public"]["params"]
-        cache = cache_bytes(params, MEMORY_MAX_BATCH, MEMORY_MAX_SEQ_LEN)
-        prompts = self.meta()["generate"]["second_prompts"]
-        worker = self.ctx.worker(self.part)
-        resident: list[float] = []
-        try:
-            for cache_on in (None, False, True, False):
-                if cache_on is not None:
-                    run = {"max_gen_len": 2, "record_logits": False}
-                    self.generate(prompts, cache_on, model="memory", built_with=False, **run)
-                header = {"op": "settle", "model": "memory", "kv_caching": False}
-                self.call(header, {}, "releasing freed memory")
-                rss = worker.rss_bytes()
-                resident.append(float("nan") if rss is None else float(rss))
-        except SubmissionError as exc:
-            return [with_output(exc.message, exc.output)]
-        plain, cached = resident[1] - resident[0], resident[2] - resident[1]
-        freed = resident[2] - resident[3]
-        where = (
-            f"On the tiny model built with kv_caching=False, max_batch_size={MEMORY_MAX_BATCH} "
-            f"and max_seq_len={MEMORY_MAX_SEQ_LEN} (a cache of {cache / MIB:.0f} MiB), your "
-            "process's resident memory, read by the grader"
-        )
-        print(
-            f"Memory probe (resident memory read by the grader, a {cache / MIB:.0f} MiB cache): "
-            f"generate without the cache {plain / MIB:+.1f} MiB, then with it "
-            f"{cached / MIB:+.1f} MiB, then switched off {-freed / MIB:+.1f} MiB."
-        )
-        problems = []
-        if not plain < cache / 2:  # NaN is never below
-            problems.append(
-                f"{where}, grew by {plain / MIB:.1f} MiB during generate(kv_caching=False): "
-                "with the cache off, no cache_k/cache_v may be allocated."
-            )
-        elif not cached < cache / 2 and not freed >= cached / 2:  # NaN fails both ways
-            problems.append(
-                f"{where}, grew by {cached / MIB:.1f} MiB during generate(kv_caching=True) and "
-                f"shrank by only {freed / MIB:.1f} MiB when generate(kv_caching=False) switched "
-                "the cache off: set_kv_caching(False) must drop every layer's cache "
-                "(cache_k = cache_v = None) so its memory is freed."
-            )
-        return problems
-
-    def reported_shapes(self) -> str:
-        """What the worker says the attention layers of the public models hold: a hint for
-        feedback (the submission's process reports it, so it never decides a check)."""
-        found = []
-        for cache in (True, False):
-            try:
-                header = {"op": "cache_shapes", "model": "public", "kv_caching": cache}
-                reply = self.call(header, {}, f"inspecting cache_k / cache_v (kv_caching={cache})")
-                found.append(f"kv_caching={cache}: {reply.header.get('shapes', [])}")
-            except SubmissionError:
-                continue
-        if not found:
-            return ""
-        return "Hint, as your process reports them: cache_k / cache_v shapes per layer, " + (
-            "; ".join(found) + "."
-        )
-
-    # ------------------------------------------------------------ mode switches
-
-    def check_mode_switches(self, gen: dict[str, Any]) -> None:
-        """``Llama.generate(kv_caching=...)`` switches the model it is called on: a
-        cache-free call after cached ones, and a cached call on a model built without
-        the cache, give what a model built for that mode gives."""
-        meta = self.meta()
-        runs = {  # name -> (prompts, kv_caching, built with, expected texts)
-            "after": (gen["second_prompts"], False, True, meta["expected_second"]),
-            "on": (gen["prompts"], True, False, meta["expected_texts"]),
-            "back": (gen["second_prompts"], False, False, meta["expected_second"]),
-        }
-        observed: dict[str, Any] = {}
-        for name, (prompts, cache, built, _) in runs.items():
-            model = "fresh" if built else "switch"
-            try:
-                reply = self.generate(prompts, cache, model=model, built_with=built)
-                observed[name] = self.texts(reply)
-            except SubmissionError as exc:
-                observed[name] = {"error": exc.signature}
-        problems = [SWITCH_PROBLEMS[n] for n, run in runs.items() if observed[n] != run[3]]
-        if problems:
-            problems.append(self.name_mistakes("mode_switch", observed))
-            self.fail("\n".join(p for p in problems if p))
 
 
 def describe(mode: str) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 
 from grader.checks.timed_pools import TimedPools
 from grader.parts.part3.cases import (
+    BENCH_MAX_SEQ_LEN,
     GROWTH_BATCH,
     GROWTH_LONG,
     GROWTH_PROMPT,
@@ -81,7 +82,8 @@ class Part3Timed(TimedPools, Part3Base):
                 f"{input_len} tokens, {output_len} new tokens, returned other text than the "
                 f"reference in row(s) {wrong or 'all'}: its time cannot count. Every row of "
                 "every timed run has a prompt of its own; the answer must be computed for "
-                f"it. Got: {str(texts)[:300]}"
+                f"it. Got: {str(texts)[:300]}\n"
+                + self.generation_cause(reply, want, BENCH_MAX_SEQ_LEN)
             )
         return Sample(reply.seconds, reply.peak_bytes, reply.cpu_seconds)
 

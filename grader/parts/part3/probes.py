@@ -1,0 +1,191 @@
+"""Part 3's probes of the cache itself: check 3.1's capacity, memory and broken-checkpoint
+probes, check 3.8's mode switches. Each adapts to a model built the course's way (no
+``Llama.build``, the mode fixed when the model is built)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grader.checks.base import with_output
+from grader.parts.part3.cases import MEMORY_MAX_BATCH, MEMORY_MAX_SEQ_LEN, MIB, cache_bytes
+from grader.parts.part3.support import Part3Base
+from grader.runtime.client import SubmissionError
+
+#: Check 3.8's mode switches: what goes wrong when a run's text differs.
+SWITCH_PROBLEMS = {
+    "after": "generate(kv_caching=False) after cached calls on the same model gave other "
+    "text than a fresh model: the cache-free path used what the earlier calls left in the cache.",
+    "on": "On a model built with kv_caching=False, generate(kv_caching=True) gave other text "
+    "than a model built with the cache: switching the mode must switch every attention layer "
+    "(set_kv_caching).",
+    "back": "Switched back to kv_caching=False, the same model gave other text than a fresh "
+    "cache-free model.",
+}
+
+
+class Part3Probes(Part3Base):
+    """Probes of checks 3.1 and 3.8 (no checks of their own)."""
+
+    def capacity_problems(self) -> list[str]:
+        """With kv_caching on, ``max_batch_size`` rows of ``max_seq_len`` tokens fed as a
+        prefill, then one token per call up to the last cache slot, must give the
+        reference's logits (compared here): a cache smaller than (max_batch_size,
+        max_seq_len, n_kv_heads, head_dim) cannot hold them. The cache is blamed only when
+        the cache-free forward of the same tokens is right."""
+        problems = []
+        for case in self.cases("3.1"):
+            problem = self.check_case(case, "cached")
+            if not problem:
+                continue
+            if self.check_case(case, "no_cache"):
+                problems.append(
+                    f"{problem}\nWithout the cache the same tokens give wrong logits too: the "
+                    "difference is not the cache's (see check 3.2)."
+                )
+                continue
+            problems.append(
+                f"{problem}\nWith kv_caching=True the model must serve every row up to "
+                "max_batch_size and every position up to max_seq_len from its cache of "
+                "shape (max_batch_size, max_seq_len, n_kv_heads, head_dim)."
+            )
+        return problems
+
+    def build_error_problems(self) -> list[str]:
+        """``Llama.build`` on a checkpoint with an unknown params.json key, and on one
+        without weights, must raise an error naming what is wrong. Code built the course's
+        way (no ``build``) has nothing to ask."""
+        if self.notes().get("built_by") == "constructor":
+            return []
+        problems = []
+        for broken, wanted in (("unknown_key", "my_new_key"), ("no_weights", "consolidated")):
+            ckpt = self.broken_checkpoint(broken)
+            header = {
+                "op": "build_error",
+                **self.settings("public", True),
+                "ckpt_dir": ckpt,
+                "tokenizer_path": f"{self.checkpoint()}/tokenizer.model",
+            }
+            reply = self.ctx.worker(self.part).request(header, what="Llama.build(broken)")
+            raised, message = reply.header.get("raised"), str(reply.header.get("message", ""))
+            if raised is None or wanted not in message:
+                what = "an unknown params.json key" if broken == "unknown_key" else "a missing file"
+                did = f"raised {raised}: {message}" if raised else "did not raise"
+                problems.append(
+                    f"Llama.build on a checkpoint with {what} should raise an error naming "
+                    f"{wanted!r}; it {did}."
+                )
+        return problems
+
+    def broken_checkpoint(self, kind: str) -> str:
+        """A worker-readable copy of the tiny checkpoint, broken the ``kind`` way (once)."""
+        import json
+
+        name = f"broken_{kind}"
+        if (self.ctx.sandbox.data_dir / name).exists():
+            return str(self.ctx.sandbox.data_dir / name)
+        good = self.ctx.cases_root / "public" / self.raw()["checkpoint"]
+        dest = self.ctx.sandbox.provide(good, name)
+        if kind == "unknown_key":
+            params = json.loads((dest / "params.json").read_text())
+            (dest / "params.json").write_text(json.dumps({**params, "my_new_key": 1}))
+        else:
+            (dest / "consolidated.00.pth").unlink()
+        return str(dest)
+
+    def memory_problems(self) -> list[str]:
+        """Check 3.1's memory probe, judged on the worker's resident memory as the kernel
+        reports it (read here, after the worker handed its free pages back): on a CPU model
+        built without the cache, a cache-free ``generate`` must not grow it by anything
+        like a cache, and what a cached ``generate`` then allocated must be released when
+        ``generate(kv_caching=False)`` switches the cache off. Only growth that is seen is
+        judged (a cache of ``torch.empty`` pages never touched does not show)."""
+        params = self.meta()["models"]["public"]["params"]
+        cache = cache_bytes(params, MEMORY_MAX_BATCH, MEMORY_MAX_SEQ_LEN)
+        prompts = self.meta()["generate"]["second_prompts"]
+        worker = self.ctx.worker(self.part)
+        resident: list[float] = []
+        # Without a runtime switch (the course's code) only the cache-free run is judged:
+        # a model built without the cache has none to allocate or free.
+        switch = self.notes().get("switch", True)
+        try:
+            for cache_on in (None, False, True, False) if switch else (None, False):
+                if cache_on is not None:
+                    run = {"max_gen_len": 2, "record_logits": False}
+                    self.generate(prompts, cache_on, model="memory", built_with=False, **run)
+                header = {"op": "settle", "model": "memory", "kv_caching": False}
+                self.call(header, {}, "releasing freed memory")
+                rss = worker.rss_bytes()
+                resident.append(float("nan") if rss is None else float(rss))
+        except SubmissionError as exc:
+            return [with_output(exc.message, exc.output)]
+        resident += [resident[-1]] * (4 - len(resident))  # switch-less: nothing more ran
+        plain, cached = resident[1] - resident[0], resident[2] - resident[1]
+        freed = resident[2] - resident[3]
+        where = (
+            f"On the tiny model built with kv_caching=False, max_batch_size={MEMORY_MAX_BATCH} "
+            f"and max_seq_len={MEMORY_MAX_SEQ_LEN} (a cache of {cache / MIB:.0f} MiB), your "
+            "process's resident memory, read by the grader"
+        )
+        print(
+            f"Memory probe (resident memory read by the grader, a {cache / MIB:.0f} MiB cache): "
+            f"generate without the cache {plain / MIB:+.1f} MiB, then with it "
+            f"{cached / MIB:+.1f} MiB, then switched off {-freed / MIB:+.1f} MiB."
+        )
+        problems = []
+        if not plain < cache / 2:  # NaN is never below
+            problems.append(
+                f"{where}, grew by {plain / MIB:.1f} MiB during generate(kv_caching=False): "
+                "with the cache off, no cache_k/cache_v may be allocated."
+            )
+        elif not cached < cache / 2 and not freed >= cached / 2:  # NaN fails both ways
+            problems.append(
+                f"{where}, grew by {cached / MIB:.1f} MiB during generate(kv_caching=True) and "
+                f"shrank by only {freed / MIB:.1f} MiB when generate(kv_caching=False) switched "
+                "the cache off: set_kv_caching(False) must drop every layer's cache "
+                "(cache_k = cache_v = None) so its memory is freed."
+            )
+        return problems
+
+    def reported_shapes(self) -> str:
+        """What the worker says the attention layers of the public models hold: a hint for
+        feedback (the submission's process reports it, so it never decides a check)."""
+        found = []
+        for cache in (True, False):
+            try:
+                header = {"op": "cache_shapes", "model": "public", "kv_caching": cache}
+                reply = self.call(header, {}, f"inspecting cache_k / cache_v (kv_caching={cache})")
+                found.append(f"kv_caching={cache}: {reply.header.get('shapes', [])}")
+            except SubmissionError:
+                continue
+        if not found:
+            return ""
+        return "Hint, as your process reports them: cache_k / cache_v shapes per layer, " + (
+            "; ".join(found) + "."
+        )
+
+    # ------------------------------------------------------------ mode switches
+
+    def check_mode_switches(self, gen: dict[str, Any]) -> None:
+        """``Llama.generate(kv_caching=...)`` switches the model it is called on: a
+        cache-free call after cached ones, and a cached call on a model built without
+        the cache, give what a model built for that mode gives."""
+        meta = self.meta()
+        runs = {  # name -> (prompts, kv_caching, built with, expected texts)
+            "after": (gen["second_prompts"], False, True, meta["expected_second"]),
+            "on": (gen["prompts"], True, False, meta["expected_texts"]),
+            "back": (gen["second_prompts"], False, False, meta["expected_second"]),
+        }
+        if not self.notes().get("switch", True):  # the mode is fixed when the model is built
+            runs = {"after": runs["after"]}
+        observed: dict[str, Any] = {}
+        for name, (prompts, cache, built, _) in runs.items():
+            model = "fresh" if built else "switch"
+            try:
+                reply = self.generate(prompts, cache, model=model, built_with=built)
+                observed[name] = self.texts(reply)
+            except SubmissionError as exc:
+                observed[name] = {"error": exc.signature}
+        problems = [SWITCH_PROBLEMS[n] for n, run in runs.items() if observed[n] != run[3]]
+        if problems:
+            problems.append(self.name_mistakes("mode_switch", observed))
+            self.fail("\n".join(p for p in problems if p))
