@@ -271,29 +271,42 @@ class Part3GenerateChecks(Part3Timed, Part3Probes):
                         + self.generation_cause(reply, want)
                     )
 
-    @check("3.10")
-    def test_sample_top_p(self) -> None:
+    @check("3.10", partial=True)
+    def test_sample_top_p(self, set_score: Any = None) -> None:
         """3.10 sampling: top-p keeps exactly the nucleus, generate applies the temperature"""
+        # Half the points each: sample_top_p needs no model, so it is graded even when
+        # the model cannot be built.
+        problems = [self.top_p_problem()]
+        try:
+            problems.append(self.temperature_problem())
+        except SubmissionError as exc:
+            problems.append(with_output(exc.message, exc.output))
+        set_score(round(points("3.10") * problems.count("") / len(problems), 4))
+        if any(problems):
+            self.fail("\n".join(p for p in problems if p))
+
+    def top_p_problem(self) -> str:
+        """ "" when ``sample_top_p`` draws exactly from each probe row's nucleus."""
         probs = np.array(TOP_P_PROBS, dtype=np.float32)
         header = {"op": "sample_top_p", "p": TOP_P, "draws": 400}
-        try:  # no model needed: graded even when the model cannot be built
+        try:
             reply = self.ctx.worker(self.part).request(
                 header, {"probs": probs}, what=f"sample_top_p(probs, {TOP_P})"
             )
         except SubmissionError as exc:
-            self.fail(with_output(exc.message, exc.output))
+            return with_output(exc.message, exc.output)
         draws = reply.arrays.get("draws")
         if not isinstance(draws, np.ndarray) or draws.shape != (len(probs), 400):
-            self.fail("sample_top_p(probs, p) must return one token id per row, shaped (B, 1).")
+            return "sample_top_p(probs, p) must return one token id per row, shaped (B, 1)."
         seen = [sorted(set(row.tolist())) for row in draws]
         for row, allowed in enumerate(TOP_P_NUCLEUS):
             if seen[row] != allowed:
-                self.fail(
+                return (
                     f"With probabilities {TOP_P_PROBS[row]} and p = {TOP_P}, sample_top_p must "
                     f"draw exactly from tokens {allowed}; in 400 draws it drew {seen[row]}. "
                     + self.name_mistakes("top_p", seen)
                 )
-        self.check_temperature()
+        return ""
 
 
 class Part3Benchmark(Part3Timed):
