@@ -202,10 +202,9 @@ class GradedTestCase(unittest.TestCase):
         if key in failed:
             if full:
                 raise failed[key]
-            stopped = failed[key].message.strip().splitlines()[:1]
-            raise SubmissionError(
-                "\n".join([not_run, *(f"What stopped it: {s}" for s in stopped)]), "load"
-            )
+            stopped = " ".join(failed[key].message.split())
+            cut = f"{stopped[:300]} ..." if len(stopped) > 300 else stopped
+            raise SubmissionError(f"{not_run}\nWhat stopped it: {cut}", "load")
 
     def measure_benchmark(
         self,

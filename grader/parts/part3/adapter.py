@@ -148,7 +148,7 @@ def build_course_style(
         },
     )
     model = llama(args)
-    model.load_state_dict(state, strict=True)
+    strict_load(model, state)
     tokenizer = pkg["tokenizer"].Tokenizer(settings["tokenizer_path"])
     return model.to(device).eval(), tokenizer
 
@@ -171,13 +171,28 @@ def build_from_arrays(
         },
     )
     model = model_class(mod)(args)
-    state = {k: torch.from_numpy(np.array(v)) for k, v in weights.items()}
-    own = model.state_dict()
-    lacking = sorted(set(state) - set(own))
-    if lacking:
-        raise LoadError(f"your Llama has no parameter {', '.join(lacking[:4])}")
-    model.load_state_dict(state, strict=True)
+    strict_load(model, {k: torch.from_numpy(np.array(v)) for k, v in weights.items()})
     return model.to(_device()).eval()
+
+
+def strict_load(model: Any, state: dict[str, Any]) -> None:
+    """``load_state_dict(strict=True)``, with an error that names the parameters on each
+    side that the other lacks (and LoRA layers left on, the course's Phase 3)."""
+    own = model.state_dict()
+    lacking, extra = sorted(set(state) - set(own)), sorted(set(own) - set(state))
+    if lacking or extra:
+        lines = ["The checkpoint does not fit your Llama."]
+        if extra:
+            lines.append(f"Your model has parameters the checkpoint lacks: {', '.join(extra[:4])}")
+        if lacking:
+            lines.append(f"The checkpoint has weights your model lacks: {', '.join(lacking[:4])}")
+        if any("lora" in name.lower() for name in extra):
+            lines.append(
+                "Your model has LoRA parameters: Phase 3's LoRA layers are switched on. This "
+                "part grades the Phase 2 model: build it without them (Meta's parameter names)"
+            )
+        raise LoadError("\n".join(lines))
+    model.load_state_dict(state, strict=True)
 
 
 def build_notes(model: Any) -> dict[str, Any]:

@@ -108,7 +108,7 @@ class Part3Base(GradedTestCase):
 
     def _build(self, name: str, cache: bool) -> None:
         worker = self.ctx.worker(self.part)
-        what = f"Llama.build(tiny checkpoint, kv_caching={cache})"
+        what = f"your Llama on the tiny checkpoint (kv_caching={cache})"
         if name == "hidden":
             spec = self.raw()["models"]["hidden"]
             weights = make_weights(spec["params"], spec["vocab_size"], spec["seed"])
