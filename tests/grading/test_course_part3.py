@@ -6,8 +6,8 @@ bug that is really in the code, and its feedback must name it."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
