@@ -68,25 +68,36 @@ def generation_problem(
 
 #: What unpacking transformers 5's cache as (key, value) pairs raises: its items are triples.
 UNPACKED_AS_PAIRS = "too many values to unpack (expected 2)"
+#: The third item of such a triple (``sliding_window``) is None on GPT-2.
+USED_THE_THIRD_ITEM = "'NoneType' object has no attribute"
 CACHE_API_HINT = (
     "This is the course lab's `for k, v in past_key_values`: with the transformers the "
     "grader uses (5.x) the cache is a DynamicCache whose items are (keys, values, "
     "sliding_window) triples, not pairs. Use the provided kv_pairs(past_key_values), or "
     "read past_key_values.layers[i].keys and .values."
 )
+THIRD_ITEM_HINT = (
+    "Your code iterates the cache as the course lab did (each item a (keys, values) pair): "
+    "with the transformers the grader uses (5.x) the cache is a DynamicCache whose items "
+    "are (keys, values, sliding_window) triples, and sliding_window is None here. Use the "
+    "provided kv_pairs(past_key_values), or read past_key_values.layers[i].keys and .values."
+)
 
 
 def cache_api_hint(exc: SubmissionError) -> str:
     """The cause in one sentence where the submission iterated the cache as the course's
-    lab did (pairs, the API before transformers 5); "" for any other failure."""
+    lab did (pairs, the API before transformers 5): unpacking two names, or using every
+    item of a layer (the None third one included); "" for any other failure."""
     error = exc.error
-    if error.get("type") != "ValueError" or not str(error.get("message", "")).startswith(
-        UNPACKED_AS_PAIRS
-    ):
-        return ""
+    kind, message = error.get("type"), str(error.get("message", ""))
     lines = [line.strip() for line in str(error.get("traceback", "")).splitlines()]
-    loops = [line for line in lines if re.search(r"\bfor\b.*,.*\bin\b", line)]
-    return CACHE_API_HINT if any("past" in line or "cache" in line for line in loops) else ""
+    if kind == "ValueError" and message.startswith(UNPACKED_AS_PAIRS):
+        loops = [line for line in lines if re.search(r"\bfor\b.*,.*\bin\b", line)]
+        return CACHE_API_HINT if any("past" in line or "cache" in line for line in loops) else ""
+    if kind == "AttributeError" and message.startswith(USED_THE_THIRD_ITEM):
+        over_cache = [line for line in lines if re.search(r"\bfor\b.*\bin\b.*(past|cache)", line)]
+        return THIRD_ITEM_HINT if over_cache else ""
+    return ""
 
 
 class Part4Base(GradedTestCase):
