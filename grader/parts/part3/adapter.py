@@ -253,15 +253,7 @@ def run_generate(
     model.forward = recording_forward
     try:
         torch.manual_seed(settings["seed"])
-        results = model.generate(
-            tokenizer,
-            prompts,
-            max_gen_len=settings["max_gen_len"],
-            temperature=settings["temperature"],
-            top_p=settings["top_p"],
-            kv_caching=settings["kv_caching"],
-            device=settings.get("device") or _device(),
-        )
+        results = call_generate(model, tokenizer, prompts, settings)
     finally:
         del model.forward
     texts = []
@@ -272,6 +264,34 @@ def run_generate(
     same_shape = last_logits and all(x.shape == last_logits[0].shape for x in last_logits)
     steps = np.stack(last_logits) if same_shape else np.zeros((0,), np.float32)
     return {"texts": texts, "calls": calls, "first_ids": first_ids, "step_logits": steps}
+
+
+def call_generate(model: Any, tokenizer: Any, prompts: list[str], settings: dict[str, Any]) -> Any:
+    """The student's generation: the kit's and the course's ``model.generate(tokenizer,
+    prompts, ..., kv_caching, device)``, or, where the model class has no ``generate``
+    (Meta's layout: a ``Transformer`` and a ``Llama(model, tokenizer)`` wrapper in
+    generation.py), the wrapper's ``text_completion``, its mode fixed at build."""
+    import inspect
+
+    run = {
+        "max_gen_len": settings["max_gen_len"],
+        "temperature": settings["temperature"],
+        "top_p": settings["top_p"],
+    }
+    if callable(getattr(model, "generate", None)):
+        device = settings.get("device") or _device()
+        return model.generate(
+            tokenizer, prompts, **run, kv_caching=settings["kv_caching"], device=device
+        )
+    wrapper = getattr(PACKAGE.get("generation"), "Llama", None)
+    if not callable(getattr(wrapper, "text_completion", None)):
+        raise TypeError(
+            "your model has no generate(tokenizer, prompts, ...) and llama/generation.py no "
+            "Llama(model, tokenizer) with text_completion(prompts, ...)"
+        )
+    if "kv_caching" in inspect.signature(wrapper.text_completion).parameters:
+        run["kv_caching"] = settings["kv_caching"]
+    return wrapper(model, tokenizer).text_completion(prompts, **run)
 
 
 def run_sample_top_p(pkg: dict[str, Any], probs: np.ndarray, p: float, draws: int) -> np.ndarray:
