@@ -99,7 +99,7 @@ def build_skeleton(out: Path | None) -> int:
 
 def cmd_run_local(args: argparse.Namespace) -> int:
     """1 when the zip cannot be built or its set-up fails; else 0, whatever the score."""
-    from grader.core.report import failure_details, score_table
+    from grader.core.report import failure_details, score_table, terminal_safe
     from grader.ta.dist import StaleCases, build_autograder
     from grader.ta.run_local import IMAGE_VENV, SetupFailed, run_local
 
@@ -117,7 +117,7 @@ def cmd_run_local(args: argparse.Namespace) -> int:
     except SetupFailed as exc:
         print(f"the autograder image could not be built: {exc}", file=sys.stderr)
         return 1
-    print(score_table(results) if results.tests else results.output)
+    print(score_table(results) if results.tests else terminal_safe(results.output))
     if args.details and results.tests:
         print(failure_details(results))
     if args.keep:

@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
+import re
+
 from grader.core.results import GradingResults, TestResult
+
+#: Control characters a terminal acts on (C0 but newline and tab, DEL, C1): a student's
+#: output could clear the screen, draw a forged table or write the clipboard (OSC 52).
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with every control character shown as its escape (``\\x1b``), not obeyed."""
+    return CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def is_bonus(t: TestResult) -> bool:
@@ -40,9 +51,9 @@ def score_table(results: GradingResults, *, width: int = 72) -> str:
 
 
 def failure_details(results: GradingResults) -> str:
-    """The feedback of every failed check, as the student sees it."""
+    """The feedback of every failed check, as the student sees it (safe for a terminal)."""
     blocks = []
     for t in results.tests:
         if t.status == "failed":
             blocks.append(f"[{t.number}] {t.name}\n{t.output.strip()}")
-    return "\n\n".join(blocks)
+    return terminal_safe("\n\n".join(blocks))

@@ -31,7 +31,13 @@ from typing import Any
 from grader.core.points import part_total
 from grader.core.registry import PARTS
 from grader.core.results import validate_results, write_results
-from grader.ta.regrade.report import Submitter, natural_key, part_scores, read_submitters
+from grader.ta.regrade.report import (
+    Submitter,
+    natural_key,
+    part_scores,
+    read_submitters,
+    safe_cell,
+)
 
 CSV_COLUMNS = ["Name", "SID", "Email", "Total Score", "Max Points", "Submission ID"]
 
@@ -218,7 +224,8 @@ def main(*, cpu: Path, gpu: Path, out_dir: Path) -> MergeSummary:
         scores = part_scores(data)
         for p in people:
             table.append(
-                [p.name, p.sid, p.email, f"{data['score']:g}", f"{max_score:g}", key,
+                [*(safe_cell(x) for x in (p.name, p.sid, p.email)), f"{data['score']:g}",
+                 f"{max_score:g}", safe_cell(key),
                  *("" if scores[x] is None else f"{scores[x]:g}" for x in PARTS),
                  " ".join(records[folders[key]]["checks_from_gpu"]),
                  g.device if g else "", g.profile if g else "", c.profile if c else "", status]

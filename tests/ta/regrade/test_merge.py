@@ -165,3 +165,18 @@ def test_gradescope_totals_that_already_count_the_gpu_checks_are_refused(
     argv = ["merge", "--cpu", str(tmp_path), "--gpu", str(gpu), "--out", str(tmp_path / "m")]
     assert cli.main(argv) == 2  # not a batch output
     assert "is not a batch output" in capsys.readouterr().err
+
+
+def test_cells_a_student_controls_are_written_as_text(
+    runs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    # A name that a spreadsheet would run as a formula (CSV injection) is escaped, as in
+    # batch's scores.csv.
+    cpu, gpu = runs
+    for side in (cpu, gpu):
+        people = side / "submitters.json"
+        people.write_text(people.read_text().replace("Grace Hopper", '=HYPERLINK(\\"x\\")'))
+    main(cpu=cpu, gpu=gpu, out_dir=tmp_path / "merged")
+    names = [r["Name"] for r in _rows(tmp_path / "merged")]
+    assert names[2].startswith("'=HYPERLINK(")
+    assert not [n for n in names if n.startswith(("=", "+", "-", "@"))]

@@ -1,0 +1,27 @@
+"""grader/core/report.py: what a grading prints to a terminal."""
+
+from __future__ import annotations
+
+from grader.core.report import failure_details, terminal_safe
+from grader.core.results import GradingResults, TestResult
+
+#: What a hostile submission prints: clear the screen, a forged green PASS line, an OSC 52
+#: clipboard write, a C1 control.
+HOSTILE = "\x1b[2J\x1b[32mPASS 2.1 100/100\x1b[0m\x1b]52;c;cm0gLXJmIH4=\x07\x9b"
+
+
+def test_control_characters_are_shown_not_obeyed() -> None:
+    safe = terminal_safe(HOSTILE)
+    assert not [c for c in safe if ord(c) < 32 or 0x7F <= ord(c) <= 0x9F]
+    assert safe.startswith("\\x1b[2J") and "\\x07" in safe and safe.endswith("\\x9b")
+
+
+def test_newlines_tabs_and_text_are_kept() -> None:
+    assert terminal_safe("a\tb\nc é ✓") == "a\tb\nc é ✓"
+
+
+def test_the_details_of_a_failed_check_are_terminal_safe() -> None:
+    failed = TestResult("2.1 forward", 0, 2, "failed", "2.1", f"Got: {HOSTILE}", ["part2"])
+    details = failure_details(GradingResults(tests=[failed]))
+    assert "\x1b" not in details and "\\x1b[32mPASS" in details
+    assert details.startswith("[2.1] 2.1 forward\nGot: ")
