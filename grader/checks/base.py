@@ -191,20 +191,27 @@ class GradedTestCase(unittest.TestCase):
         self, key: str, build: Callable[[], None], not_run: str, *, full: bool = False
     ) -> None:
         """:meth:`once_per_worker`, remembering a failure of the submission: ``full`` (the
-        check that explains it) gets it whole, every other caller ``not_run`` in one line."""
+        check that explains it) gets it whole, every other caller ``not_run`` in one line.
+        A ``not_run`` with a ``{shown}`` field names the check that showed the failure
+        whole: the first ``full`` caller or, where none came first, the first caller."""
         self.ctx.worker(self.part)  # a missing file is reported as such, not remembered
         failed = self.ctx.scratch.setdefault(f"{self.part}.failed", {})
         if key not in failed:
             try:
                 self.once_per_worker(key, build)
             except SubmissionError as exc:
-                failed[key] = exc
+                failed[key] = [exc, None]
         if key in failed:
-            if full:
-                raise failed[key]
-            stopped = " ".join(failed[key].message.split())
-            cut = f"{stopped[:300]} ..." if len(stopped) > 300 else stopped
-            raise SubmissionError(f"{not_run}\nWhat stopped it: {cut}", "load")
+            exc, shown = failed[key]
+            if full or (shown is None and "{shown}" in not_run):
+                failed[key][1] = shown or self.check_number()
+                raise exc
+            raise SubmissionError(not_run.format(shown=shown), "load")
+
+    def check_number(self) -> str:
+        """The number of the check running now ("" outside a check)."""
+        method = getattr(self, getattr(self, "_testMethodName", ""), None)
+        return str(getattr(method, "__number__", ""))
 
     def measure_benchmark(
         self,

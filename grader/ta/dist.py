@@ -142,13 +142,18 @@ class PlainAnswers(RuntimeError):
 
 
 def plain_answers(public: Path) -> list[str]:
-    """The public Part 1 cases under ``public`` that hold an expected value or a known
-    mistake's value in plain form instead of sealed (the student zip ships these)."""
+    """The public Part 1 cases under ``public`` that hold a write-up answer or a known
+    mistake's value in plain form instead of sealed (the student zip ships these). Cases
+    on inputs of their own (``own_input``) may show their answers."""
     path = public / "part1.json"
     if not path.is_file():
         return []
     cases = json.loads(path.read_text())["cases"]
-    return [f"{c['check']} {c['label']}" for c in cases if "expected" in c or "mistakes" in c]
+    return [
+        f"{c['check']} {c['label']}"
+        for c in cases
+        if ("expected" in c or "mistakes" in c) and not c.get("own_input")
+    ]
 
 
 def requirements() -> str:

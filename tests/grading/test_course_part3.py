@@ -140,11 +140,15 @@ def test_bos_dropped_is_named_wherever_it_costs_points(
     assert "kept state" not in graded.output("3.8")
 
 
-def test_a_model_that_cannot_load_names_what_stopped_it(
+def test_a_model_that_cannot_load_is_explained_once_where_it_stopped(
     graded_variant: Callable[[str], Graded],
 ) -> None:
     graded = graded_variant("lora_left_on")
     assert "Phase 3's LoRA layers are switched on" in graded.output("3.1")
-    for number in ("3.2", "3.5", "3.10", "3.11"):
+    # The public models fail in 3.1 (every other model needs their tokenizer): every later
+    # check points there, in one line; the hidden model is first built in 3.4, which
+    # shows its failure whole.
+    for number in ("3.2", "3.3", "3.5", "3.6", "3.7", "3.8", "3.9", "3.10", "3.11"):
         output = graded.output(number)
-        assert "What stopped it:" in output and "lora_a" in output, number
+        assert "see check 3.1." in output and "lora_a" not in output, number
+    assert "lora_a" in graded.output("3.4")

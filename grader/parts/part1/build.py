@@ -172,6 +172,30 @@ def hidden_cases(seed: int = SEED, n_specs: int = 8, n_shapes: int = 8) -> list[
     return out
 
 
+#: The write-up's integer answers (1.1 to 1.7) can be searched for against their seals (a
+#: batch size by trying 0, 1, 2, ...), so each of these checks also asks for one input of
+#: its own: a public one whose answer the self-check may show, and on Gradescope a hidden
+#: one. An answer written in for the write-up's inputs earns nothing.
+COMPANION_SEED = 20251125
+
+
+def companion_cases(rng: random.Random, label: str) -> list[dict[str, Any]]:
+    """One random input for each of checks 1.1 to 1.7, labelled ``label``."""
+    s = spec(random_spec(rng))
+    n, d = rng.choice([256, 333, 2048, 4096]), rng.choice([64, 96, 128])
+    phase = rng.choice(["prefill", "decode"])
+    gpu = rng.choice([24, 40, 48, 141]) * GIB
+    return [
+        case("1.1", label, "param_count", s),
+        case("1.2", label, "weight_bytes", s),
+        case("1.3", label, "kv_cache_bytes_per_request", s, rng.choice([512, 2048]), 2),
+        case("1.4", label, "max_batch_size", s, gpu, rng.choice([512, 2048])),
+        case("1.5", label, "max_batch_size", s, gpu, 1024, tp=rng.choice([2, 4, 8])),
+        case("1.6", label, "attention_flops", n, d, phase),
+        case("1.7", label, "attention_bytes", n, d, phase),
+    ]
+
+
 def case_id(case: dict[str, Any]) -> str:
     """A public case's id: its check and label (unique within the file)."""
     return f"{case['check']} {case['label']}"
@@ -212,8 +236,14 @@ def build(
     if len(set(ids)) != len(ids):
         raise ValueError("two public Part 1 cases share a check and a label")
     answers = {case_id(c): {"expected": c["expected"], "mistakes": c["mistakes"]} for c in public}
+    rng = random.Random(COMPANION_SEED)
+    own = [
+        {**finish(c, reference, mutants), "own_input": True}
+        for c in companion_cases(rng, "an input of its own")
+    ]
     hidden = [finish(c, reference, mutants) for c in hidden_cases()]
+    hidden += [finish(c, reference, mutants) for c in companion_cases(rng, "hidden input")]
     return {
-        "public": document([sealed(c) for c in public]),
+        "public": document([*(sealed(c) for c in public), *own]),
         "hidden": document(hidden, answers=answers),
     }

@@ -74,11 +74,14 @@ def test_answer_table_feedback_names_the_wrong_cells_without_the_answers(grade_p
 
 
 def test_hidden_checks_give_partial_credit_without_revealing_answers(grade_patched) -> None:
-    # Wrong only for tied embeddings: some hidden specs are tied, the public ones are not.
+    # Wrong only for tied embeddings: the write-up's models are not tied; 1.1's input of
+    # its own and some hidden specs are.
     graded = grade_patched(
         [("output_head = 0 if spec.tied_embeddings else", "output_head = 0 if False else")]
     )
-    assert graded.score("1.1") == 2
+    assert graded.score("1.1") == 0
+    assert "param_count(an input of its own) returned" in graded.output("1.1")
+    assert "LLaMA" not in graded.output("1.1")  # the write-up's models are right
     assert 0 < graded.score("1.12") < 2
     assert "hidden cases correct" in graded.output("1.12")
     assert "expected" not in graded.output("1.12")
@@ -276,3 +279,18 @@ def test_printed_output_is_shown_with_the_failure_and_capped(grade_patched) -> N
     assert "raised RuntimeError: oops" in output
     assert "Your code printed:\ndebugging" in output
     assert len(output) <= 8100
+
+
+def test_answers_written_in_for_the_write_ups_inputs_earn_nothing(grade_patched) -> None:
+    """A max_batch_size that knows only the write-up's models (their answers can be found
+    against the seals by trying 0, 1, 2, ...) fails 1.4 and 1.5 on their inputs of their
+    own, in the self-check as on Gradescope."""
+    graded = grade_patched(
+        [("    free = tp * gpu_mem_bytes - weight_bytes(spec)",
+          "    if spec.vocab_size != 128256:\n        return 0\n"
+          "    free = tp * gpu_mem_bytes - weight_bytes(spec)")]
+    )  # fmt: skip
+    for number in ("1.4", "1.5"):
+        assert graded.score(number) == 0, number
+        assert "max_batch_size(an input of its own) returned 0" in graded.output(number)
+        assert "max_batch_size(hidden input) returned 0" in graded.output(number)

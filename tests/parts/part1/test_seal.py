@@ -22,11 +22,25 @@ def sealed_cases() -> list[dict[str, Any]]:
     return [c for c in PUBLIC["cases"] if "sealed" in c]
 
 
-def test_every_public_case_is_sealed_and_answered_in_the_hidden_file() -> None:
-    cases = PUBLIC["cases"]
+def test_every_write_up_case_is_sealed_and_answered_in_the_hidden_file() -> None:
+    cases = [c for c in PUBLIC["cases"] if not c.get("own_input")]
     assert cases and all("sealed" in c and "expected" not in c for c in cases)
     assert {c["id"] for c in cases} == set(HIDDEN["answers"])
     assert "answers" not in PUBLIC
+
+
+def test_every_searchable_check_has_an_input_of_its_own_public_and_hidden() -> None:
+    """1.1 to 1.7's write-up answers are integers a search finds against the seals: each
+    of these checks also has a public input of its own (its answer shown) and a hidden
+    one, so an answer written in for the write-up's inputs cannot pass the check."""
+    checks = [f"1.{n}" for n in range(1, 8)]
+    own = [c for c in PUBLIC["cases"] if c.get("own_input")]
+    assert sorted(c["check"] for c in own) == checks
+    assert all("expected" in c and "sealed" not in c for c in own)
+    hidden = [c for c in HIDDEN["cases"] if c["label"] == "hidden input"]
+    assert sorted(c["check"] for c in hidden) == checks
+    write_up = {json.dumps(c["args"]) for c in PUBLIC["cases"] if not c.get("own_input")}
+    assert not write_up & {json.dumps(c["args"]) for c in [*own, *hidden]}
 
 
 def test_the_hidden_answers_are_the_handouts_figures() -> None:

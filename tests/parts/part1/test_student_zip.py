@@ -130,7 +130,10 @@ def test_wrong_answers_fail_with_the_autograders_messages_and_never_the_answer(
     failed = {n for n, t in local.items() if t["score"] < t["max_score"]}
     assert failed == {"1.5", "1.7", "1.8", "1.10"}
     for number in PUBLIC_CHECKS:
-        assert local[number].get("output", "") == official.output(number), number
+        # On Gradescope checks 1.1 to 1.7 also run one hidden input each: its lines are
+        # the only difference.
+        shown = [x for x in official.output(number).splitlines() if "(hidden input)" not in x]
+        assert local[number].get("output", "").splitlines() == shown, number
         assert local[number]["score"] == official.score(number), number
     assert chosen[0].diagnosis in local["1.5"]["output"]
     assert chosen[1].diagnosis in local["1.7"]["output"]
