@@ -84,6 +84,12 @@ CAPACITY_SEED = 4141
 # Check 3.1's memory probe: the public weights with a cache large enough (32 MiB) to show
 # in the worker's resident memory, which the grader reads from the kernel (on the CPU).
 MEMORY_MAX_BATCH, MEMORY_MAX_SEQ_LEN = 16, 4096
+# Check 3.1's cache-size probe: what building a model with kv_caching=True and one cached
+# generate on it add to the resident memory, less the same without the cache, over the
+# bytes of a cache of n_kv_heads heads, must stay within this factor: the reference adds
+# its cache (about 1x), a cache of n_heads heads (GQA expanded before the cache) 2x on
+# the public model (4 query heads per 2 KV heads).
+MAX_CACHE_MEMORY_RATIO = 1.5
 # Check 3.5's full batch: max_batch_size prompts, the longest exactly max_seq_len tokens.
 FULL_SEED = 5353
 # Check 3.5's stop batch: two prompts of STOP_PROMPT tokens, STOP_NEW new tokens; the

@@ -64,6 +64,7 @@ class Part3ForwardChecks(Part3Probes):
         problems = self.build_error_problems()
         problems += self.capacity_problems()
         problems += self.memory_problems()
+        problems += self.cache_size_problems()
         if problems:
             self.fail("\n".join([*problems, self.reported_shapes()]).strip())
 

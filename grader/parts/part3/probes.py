@@ -7,7 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from grader.checks.base import with_output
-from grader.parts.part3.cases import MEMORY_MAX_BATCH, MEMORY_MAX_SEQ_LEN, MIB, cache_bytes
+from grader.parts.part3.cases import (
+    MAX_CACHE_MEMORY_RATIO,
+    MEMORY_MAX_BATCH,
+    MEMORY_MAX_SEQ_LEN,
+    MIB,
+    cache_bytes,
+)
 from grader.parts.part3.support import Part3Base
 from grader.runtime.client import SubmissionError
 
@@ -126,10 +132,14 @@ class Part3Probes(Part3Base):
             f"and max_seq_len={MEMORY_MAX_SEQ_LEN} (a cache of {cache / MIB:.0f} MiB), your "
             "process's resident memory, read by the grader"
         )
+        switched = (
+            f", then with it {cached / MIB:+.1f} MiB, then switched off {-freed / MIB:+.1f} MiB"
+            if switch
+            else ""
+        )
         print(
             f"Memory probe (resident memory read by the grader, a {cache / MIB:.0f} MiB cache): "
-            f"generate without the cache {plain / MIB:+.1f} MiB, then with it "
-            f"{cached / MIB:+.1f} MiB, then switched off {-freed / MIB:+.1f} MiB."
+            f"generate without the cache {plain / MIB:+.1f} MiB{switched}."
         )
         problems = []
         if not plain < cache / 2:  # NaN is never below
@@ -145,6 +155,47 @@ class Part3Probes(Part3Base):
                 "(cache_k = cache_v = None) so its memory is freed."
             )
         return problems
+
+    def cache_size_problems(self) -> list[str]:
+        """Check 3.1's cache-size probe, on the resident memory the grader reads: what
+        building a CPU model with kv_caching=True and one cached ``generate`` add (the
+        cache, whichever allocates it: the course's constructor or the kit's first call),
+        less what the same with kv_caching=False adds (the weights), over the bytes of a
+        cache of ``n_kv_heads`` heads. A cache that holds every query head (GQA expanded
+        before the cache) takes n_heads / n_kv_heads times that."""
+        params = self.meta()["models"]["public"]["params"]
+        cache = cache_bytes(params, MEMORY_MAX_BATCH, MEMORY_MAX_SEQ_LEN)
+        worker = self.ctx.worker(self.part)
+        prompts = self.meta()["generate"]["second_prompts"]
+        run = {"max_gen_len": 2, "record_logits": False}
+        resident = []
+        try:
+            for model, cache_on in ((None, None), ("sized_plain", False), ("sized", True)):
+                if model:
+                    self.generate(prompts, cache_on, model=model, **run)
+                settle = {"op": "settle", "model": "public", "kv_caching": True}
+                self.call(settle, {}, "releasing freed memory")
+                rss = worker.rss_bytes()
+                resident.append(float("nan") if rss is None else float(rss))
+        except SubmissionError as exc:
+            return [with_output(exc.message, exc.output)]
+        grown = (resident[2] - resident[1]) - (resident[1] - resident[0])
+        ratio = grown / cache
+        print(
+            f"Cache-size probe: a model built with kv_caching=True and a cached generate took "
+            f"{grown / MIB:.1f} MiB more than one without the cache, {ratio:.2f}x a cache of "
+            f"n_kv_heads heads ({cache / MIB:.0f} MiB; at most {MAX_CACHE_MEMORY_RATIO:g}x)."
+        )
+        if ratio <= MAX_CACHE_MEMORY_RATIO:  # NaN never is
+            return []
+        return [
+            f"On the tiny model with max_batch_size={MEMORY_MAX_BATCH} and max_seq_len="
+            f"{MEMORY_MAX_SEQ_LEN}, your process's resident memory, read by the grader, grew "
+            f"by {grown / MIB:.1f} MiB more with kv_caching=True than without: {ratio:.2f}x a "
+            "cache of (max_batch_size, max_seq_len, n_kv_heads, head_dim). The cache must hold "
+            "n_kv_heads heads (grouped-query attention): store xk and xv as they are and call "
+            "repeat_kv after reading them."
+        ]
 
     def reported_shapes(self) -> str:
         """What the worker says the attention layers of the public models hold: a hint for

@@ -131,9 +131,9 @@ class Part3Base(GradedTestCase):
         extra = {"ckpt_dir": ckpt, "tokenizer_path": f"{ckpt}/tokenizer.model"}
         if name in ("bench", "work"):
             extra.update(max_seq_len=BENCH_MAX_SEQ_LEN, max_batch_size=BENCH_MAX_BATCH)
-        if name == "memory":
+        if name in ("memory", "sized", "sized_plain"):
             extra.update(max_seq_len=MEMORY_MAX_SEQ_LEN, max_batch_size=MEMORY_MAX_BATCH)
-        if name in ("work", "memory"):  # the probes of checks 3.7 and 3.1 run on the CPU
+        if name in ("work", "memory", "sized", "sized_plain"):  # 3.7's and 3.1's probes: CPU
             extra["device"] = "cpu"
         # "fresh", "clean" and "switch": the public model once more, for check 3.8 alone.
         header = {"op": "build", **self.settings(name, cache), **extra}
@@ -208,7 +208,7 @@ class Part3Base(GradedTestCase):
             "seed": kw.pop("seed", gen["seed"]),
             "record_logits": kw.pop("record_logits", True),
         }
-        if model in ("work", "memory"):
+        if model in ("work", "memory", "sized", "sized_plain"):
             header["device"] = "cpu"
         if model != "public":  # other models share the public checkpoint's tokenizer
             self.ensure("public", True)

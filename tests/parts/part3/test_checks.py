@@ -185,3 +185,28 @@ def test_a_prompt_of_max_seq_len_tokens_is_accepted(tmp_path: Path) -> None:
     assert graded.score("3.5") == 0
     assert "the longest exactly max_seq_len = 128" in graded.output("3.5")
     assert graded.score("3.1") == graded.test("3.1")["max_score"]
+
+
+def test_a_cache_of_every_query_head_loses_3_1(tmp_path: Path) -> None:
+    """GQA expanded before the cache: the cache holds n_heads heads instead of n_kv_heads
+    (right logits, twice the memory on the public model), which the resident memory read
+    by the grader shows; the rest of the part is right."""
+    expand = [
+        ("return (self.max_batch_size, self.max_seq_len, self.n_kv_heads, self.head_dim)",
+         "return (self.max_batch_size, self.max_seq_len, self.n_heads, self.head_dim)"),
+        ("self.cache_k[:bsz, start_pos : start_pos + seqlen] = xk",
+         "self.cache_k[:bsz, start_pos : start_pos + seqlen] = repeat_kv(xk, self.n_rep)"),
+        ("self.cache_v[:bsz, start_pos : start_pos + seqlen] = xv",
+         "self.cache_v[:bsz, start_pos : start_pos + seqlen] = repeat_kv(xv, self.n_rep)"),
+        ("keys = repeat_kv(keys, self.n_rep)  # (B, T_total, H, D)",
+         "keys = keys if keys.shape[2] == self.n_heads else repeat_kv(keys, self.n_rep)"),
+        ("values = repeat_kv(values, self.n_rep)",
+         "values = values if values.shape[2] == self.n_heads else repeat_kv(values, self.n_rep)"),
+    ]  # fmt: skip
+    graded = grade_edit(tmp_path, "llama/model.py", expand)
+    assert graded.score("3.1") == 0
+    assert "The cache must hold n_kv_heads heads" in graded.output("3.1")
+    assert re.search(r"grew by [\d.]+ MiB more with kv_caching=True than without: 2\.\d\dx",
+                     graded.output("3.1"))  # fmt: skip
+    lost = {t["number"] for t in graded.part_tests("part3") if t["score"] < t["max_score"]}
+    assert lost == {"3.1"}
