@@ -26,7 +26,7 @@ import psutil
 from grader.runtime.client_output import OutputCollector, describe_error
 from grader.runtime.timing import cpu_snapshot, cpu_used, rss_peak
 from grader.sandbox.mounts import mount_isolation, plan_for
-from grader.sandbox.processes import kill_tree
+from grader.sandbox.processes import STARTED, become_subreaper, kill_tree, reap_orphans
 from grader.sandbox.sandbox import (
     Limits,
     Sandbox,
@@ -115,7 +115,10 @@ class WorkerClient:
         self._await_import()
 
     def _spawn(self) -> None:
-        """The worker process, as the sandbox's user, under its limits, with its channel."""
+        """The worker process, as the sandbox's user, under its limits, with its channel.
+        This process becomes the reaper of the worker's orphans, so that their CPU time is
+        charged to the worker (see ``timing.cpu_snapshot``)."""
+        become_subreaper()
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
         identity = self.sandbox.identity
@@ -155,6 +158,7 @@ class WorkerClient:
         finally:
             os.close(req_r)
             os.close(resp_w)
+        STARTED.add(self._proc.pid)
         self.starts += 1
         os.set_blocking(req_w, False)  # writes are deadline-bounded: see request()
         self._to_worker, self._from_worker = req_w, resp_r
@@ -194,6 +198,8 @@ class WorkerClient:
             kill_tree(proc.pid)
             proc.wait()
             kill_user_processes(self.sandbox.identity)
+            STARTED.discard(proc.pid)
+            reap_orphans()  # the zombies its descendants left with this process
             if self._output is not None:
                 self._output.join(timeout=5)
             if proc.stdout is not None:

@@ -38,6 +38,8 @@ from typing import Any
 
 import psutil
 
+from grader.sandbox.processes import orphans
+
 #: What a benchmark's ratios are taken of: "cpu" (CPU seconds) or "wall" (wall seconds).
 CLOCKS = ("cpu", "wall")
 
@@ -289,7 +291,9 @@ def cpu_snapshot(pid: int, run_gid: int | None = None) -> dict[int, float] | Non
 
     With ``run_gid`` (the grading's own group id, which a worker cannot leave: it runs
     with no new privileges), every live process of that group counts too, so work handed
-    to a daemon that left the worker's process tree is still charged to the worker."""
+    to a daemon that left the worker's process tree is still charged to the worker. So
+    does every orphan that exited under this process, the workers' subreaper
+    (``become_subreaper``): its CPU time is read before it is reaped."""
     try:
         process = psutil.Process(pid)
         out = {pid: _process_cpu(process, reaped=True)}
@@ -298,6 +302,9 @@ def cpu_snapshot(pid: int, run_gid: int | None = None) -> dict[int, float] | Non
                 out[child.pid] = _process_cpu(child, reaped=False)
     except psutil.Error:
         return None
+    for zombie in orphans(keep=[pid]):  # descendants that exited, reaped by no one yet
+        with contextlib.suppress(psutil.Error):
+            out.setdefault(zombie.pid, _process_cpu(zombie, reaped=False))
     if run_gid is not None:
         for other in psutil.process_iter(["gids"]):
             with contextlib.suppress(psutil.Error, TypeError):

@@ -4,14 +4,20 @@ Parent-side only. A submission may fork, start new sessions or re-parent its
 children to init, so each helper kills by what cannot be shed: the process
 tree at the time of the call, then any process that still matches a predicate
 (its uid and gid, or the sandbox folder it runs from), repeated until none is left.
+
+The grader is also the reaper of its workers' orphans (:func:`become_subreaper`): a
+process that a submission double-forks away and lets exit is not reaped by init, whose
+accounting the grader cannot read, but waits as a zombie of the grader's, its CPU time
+still readable, until the grader reaps it (:func:`reap_orphans`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import psutil
 
@@ -52,3 +58,44 @@ def kill_matching(
                 killed += 1
         psutil.wait_procs(found, timeout=2)
     return killed
+
+
+#: prctl(2)'s option that makes a process the reaper of its descendants' orphans.
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Make this process the parent of every orphan its descendants leave (Linux 3.4+),
+    so that their CPU time stays readable after they exit; False where it cannot."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+#: The workers this process started itself (their pids), which are never orphans.
+STARTED: set[int] = set()
+
+
+def orphans(keep: Iterable[int] = ()) -> list[psutil.Process]:
+    """This process's children that exited and were not started by it (nor in
+    ``keep``): the zombies left by a worker's descendants."""
+    keep = {*STARTED, *keep}
+    found = []
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process().children():
+            with contextlib.suppress(psutil.Error):
+                if child.pid not in keep and child.status() == psutil.STATUS_ZOMBIE:
+                    found.append(child)
+    return found
+
+
+def reap_orphans(keep: Iterable[int] = ()) -> int:
+    """Wait for every orphan zombie (see :func:`orphans`); how many were reaped."""
+    reaped = 0
+    for zombie in orphans(keep):
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(zombie.pid, os.WNOHANG)
+            reaped += 1
+    return reaped

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +25,7 @@ from grader.runtime.timing import (
     measure,
     rss_peak,
 )
+from tests.conftest import SOLUTION
 
 
 def timing(*seconds: float, peaks: tuple[int | None, ...] = ()) -> Timing:
@@ -237,6 +239,65 @@ def test_work_handed_to_a_daemon_outside_the_tree_is_counted_by_the_run_gid() ->
         from grader.sandbox.processes import kill_matching
 
         kill_matching(lambda p: p.info["gids"].real == gid, ["gids"])
+
+
+#: A worker that hands its work to a grandchild: the middle process exits at once, so the
+#: grandchild is an orphan; it burns CPU and exits before the worker answers. Reaped by
+#: init, its CPU time would be charged to no one the grader can read.
+GRANDCHILD = (
+    "import os, time\n"
+    "r, w = os.pipe()\n"
+    "if os.fork() == 0:\n"
+    "    if os.fork() == 0:\n"
+    "        exec({burn!r})\n"
+    "        os.write(w, b'x'); os._exit(0)\n"
+    "    os._exit(0)\n"
+    "os.wait(); os.read(r, 1); time.sleep(0.3)\n"
+    "print('done', flush=True)\n"
+    "time.sleep(30)\n"
+)
+
+
+def cpu_of_grandchild_work(subreaper: bool) -> float | None:
+    """CPU time charged to a worker whose grandchild did 0.4 s of work and exited, with
+    this process as the orphans' reaper or not (in a child, so the test runner's own
+    process keeps its settings)."""
+    code = (
+        "import subprocess, sys\n"
+        "from grader.runtime.timing import cpu_snapshot, cpu_used\n"
+        "from grader.sandbox.processes import become_subreaper, reap_orphans\n"
+        f"if {subreaper}: assert become_subreaper()\n"
+        f"worker = {GRANDCHILD.format(burn=BURN.format(s=0.4))!r}\n"
+        "proc = subprocess.Popen([sys.executable, '-c', worker], stdout=-1, text=True)\n"
+        "before = cpu_snapshot(proc.pid)\n"
+        "assert proc.stdout.readline().strip() == 'done'\n"
+        "print(cpu_used(before, cpu_snapshot(proc.pid)))\n"
+        "proc.kill(); proc.wait(); reap_orphans()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return float(out.stdout.strip())
+
+
+def test_work_of_an_orphan_that_exited_is_counted_by_its_subreaper() -> None:
+    assert cpu_of_grandchild_work(subreaper=False) < 0.2  # reaped by init: unseen
+    assert cpu_of_grandchild_work(subreaper=True) >= 0.35
+
+
+def test_a_grading_makes_the_grader_its_workers_orphans_reaper(tmp_path: Path) -> None:
+    """Checked in a child process through prctl's PR_GET_CHILD_SUBREAPER: not a subreaper
+    before a grading, one after (its worker client made it one)."""
+    code = (
+        "import ctypes\n"
+        "from grader.grading.runner import grade\n"
+        "libc = ctypes.CDLL(None); flag = ctypes.c_int(0)\n"
+        "libc.prctl(37, ctypes.byref(flag), 0, 0, 0); before = flag.value\n"
+        f"grade({str(SOLUTION)!r}, results_path={str(tmp_path / 'r.json')!r}, parts=['part1'])\n"
+        "libc.prctl(37, ctypes.byref(flag), 0, 0, 0)\n"
+        "print(before, flag.value)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.stdout.split()[-2:] == ["0", "1"], out.stdout + out.stderr
 
 
 def test_cpu_used_never_shrinks_when_a_process_goes() -> None:
