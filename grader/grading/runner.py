@@ -90,6 +90,10 @@ class Grading:
     copied: CopyReport | None = None
     results: GradingResults | None = None
     crash: str = ""
+    #: Print the sandbox's security warnings: where they matter (a TA's or Gradescope's
+    #: grading), not in a student's self-check, who can do nothing about them (they stay
+    #: in results.json).
+    warn: bool = True
 
     @property
     def total(self) -> float:
@@ -207,7 +211,7 @@ class Grading:
         else:
             fallback = fallback_results(CRASHED + self.crash[-3000:], max_score=self.total)
             write_results(fallback, self.results_path)
-        if self.sandbox is not None:
+        if self.sandbox is not None and self.warn:
             for warning in self.sandbox.warnings:
                 print(f"warning: {warning}", file=sys.stderr)
 
@@ -237,6 +241,7 @@ def grade(
     run = Grading(
         Path(submission), results_path, parts or list(PARTS), limits or Limits(), cases_root
     )
+    run.warn = not public_only  # a public-only run is a student's self-check
     try:
         run.reserve()
         run.open_sandbox(identity, hide)

@@ -107,25 +107,32 @@ def claim_identity(preferred: str = WORKER_USER, size: int = POOL_SIZE) -> Worke
     if os.geteuid() != 0:
         return resolve_identity(preferred)
     LOCK_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
-    pool_exists = False
+    busy, unusable = [], []
     for name in pool_names(preferred, size):
         try:
             pwd.getpwnam(name)
         except KeyError:
             continue
-        pool_exists = True
         fd = os.open(LOCK_DIR / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
+            busy.append(name)
             continue
         identity = resolve_identity(name)
         if identity.name == name:
             return dataclasses.replace(identity, lock_fd=fd)
         os.close(fd)
+        unusable.append(name)
     identity = resolve_identity(preferred)
-    if not pool_exists:  # resolve_identity's warning already says which account is used
+    if unusable:  # the true cause: the accounts are there but cannot run this python
+        note = (
+            f"the worker accounts ({', '.join(unusable)}) cannot run {sys.executable}: make "
+            "it and its folders readable by them (a virtual environment under /root is not)"
+        )
+    elif busy:
+        note = "every worker account is in use: this grading shares its worker user"
+    else:  # no pool: resolve_identity's warning already says which account is used
         return identity
-    note = "every worker account is in use: this grading shares its worker user"
     return dataclasses.replace(identity, warning="; ".join(filter(None, [identity.warning, note])))

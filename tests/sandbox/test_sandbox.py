@@ -188,3 +188,23 @@ def test_without_a_pool_the_warning_names_the_fallback_not_a_busy_pool() -> None
     identity = claim_identity("kvgrader-absent", size=2)
     assert "does not exist" in identity.warning
     assert "in use" not in identity.warning
+
+
+@pytest.mark.needs_root(reason="the account pool is used by a root grader only")
+def test_accounts_that_cannot_run_python_are_named_not_called_busy(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Root with a python the pool's accounts cannot read (a venv under /root): the
+    warning says so, not that every account is in use (they are free)."""
+    import pwd
+
+    from grader.sandbox import identity as ids
+
+    monkeypatch.setattr(ids, "LOCK_DIR", tmp_path / "locks")
+    monkeypatch.setattr(ids, "_interpreter_usable_by", lambda uid, gid: False)
+    name = "nobody"  # an account that exists everywhere, and is not the grader's own
+    pwd.getpwnam(name)
+    monkeypatch.setattr(ids, "pool_names", lambda preferred, size: [name])
+    identity = claim_identity(name, size=1)
+    assert f"({name}) cannot run" in identity.warning
+    assert "in use" not in identity.warning

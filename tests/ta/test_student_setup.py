@@ -155,3 +155,50 @@ def test_fresh_venv_selfcheck_blank_then_reference(student_home: Path) -> None:
     hidden_points = sum(POINTS[f"part{n.split('.')[0]}"][n] for n in selfcheck.HIDDEN_COUNTERPARTS)
     total = sum(part_total(p) + bonus_total(p) for p in PARTS)
     assert full["score"] == pytest.approx(total - hidden_points)
+
+
+def selfcheck_module():
+    return import_path(ROOT / "grader/gradescope/student/selfcheck.py", "selfcheck_args")
+
+
+@pytest.mark.parametrize(
+    ("argv", "folder", "options"),
+    [
+        ([], "assignment", []),
+        (["mine", "--parts", "4"], "mine", ["--parts", "part4"]),
+        (["--parts=2,part3"], "assignment", ["--parts", "part2,part3"]),
+        (["mine", "--device", "cpu"], "mine", ["--device", "cpu"]),
+    ],
+)
+def test_selfcheck_reads_parts_by_number_or_tag(argv, folder, options) -> None:
+    got_folder, got_options, _, error = selfcheck_module().student_arguments(argv)
+    assert (got_folder, got_options, error) == (folder, options, "")
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--parts", "5"], "the parts are 1, 2, 3 and 4"),
+        (["--parts"], "--parts needs a value"),
+        (["--tags", "benchmark"], "unknown argument '--tags'"),
+        (["a", "b"], "unknown argument 'b'"),
+    ],
+)
+def test_selfcheck_answers_a_wrong_argument_with_its_own_usage(argv, said, capsys) -> None:
+    selfcheck = selfcheck_module()
+    assert selfcheck.main(argv) == 2
+    err = capsys.readouterr().err
+    assert said in err and "usage: python selfcheck.py" in err
+    assert "regrade" not in err and "batch" not in err  # not the TA subcommands
+
+
+def test_selfcheck_says_which_points_only_gradescope_checks(tmp_path: Path) -> None:
+    selfcheck = selfcheck_module()
+    results = tmp_path / "selfcheck_results.json"
+    ran = [n for n in POINTS["part1"] if n not in ("1.12", "1.13")]
+    results.write_text(json.dumps({"tests": [{"number": n} for n in ran]}))
+    note = selfcheck.points_note(results, ["part1"])
+    assert note == "16 of 20 points are checked here; 4 only on Gradescope: 1.12, 1.13."
+    assert selfcheck.points_note(results, ["part4"]).startswith("All 20 points")
+    assert selfcheck.counterpart_note(["part4"]) == ""  # no empty header
+    assert "1.12  <- 1.1" in selfcheck.counterpart_note(["part1"])

@@ -2,7 +2,7 @@
 
     python selfcheck.py                 # grades the files in assignment/
     python selfcheck.py path/to/folder  # or another folder
-    python selfcheck.py assignment --parts part2
+    python selfcheck.py assignment --parts part2   # or --parts 2
 
 It runs the autograder's own checks on the public test data, with the same
 messages and the same sandboxed worker. A few checks use cases only Gradescope
@@ -67,31 +67,109 @@ def setup_problem() -> str:
 
 
 def counterpart_note(parts: list[str] | None = None) -> str:
-    """The hidden-case checks and the public checks that stand for them here."""
-    lines = ["Checks with hidden cases (Gradescope only) and their public counterparts here:"]
+    """The hidden-case checks and the public checks that stand for them here ("" when
+    the parts asked for have none)."""
+    lines = []
     for hidden, public in HIDDEN_COUNTERPARTS.items():
         if parts is None or f"part{hidden.split('.')[0]}" in parts:
             lines.append(f"  {hidden:<5} <- {', '.join(public)}")
-    return "\n".join(lines)
+    if not lines:
+        return ""
+    return "\n".join(
+        ["Checks with hidden cases (Gradescope only) and their public counterparts here:", *lines]
+    )
+
+
+PART_TAGS = ("part1", "part2", "part3", "part4")
+USAGE = (
+    "usage: python selfcheck.py [FOLDER] [--parts PARTS] [--device cpu|cuda]\n"
+    "  FOLDER   the folder with your files (default: assignment)\n"
+    "  --parts  which parts to check, e.g. --parts 2 or --parts part2,part3 (default: all)"
+)
+#: The grader options a student may pass on.
+PASSED_ON = ("--parts", "--device")
+
+
+def student_arguments(argv: list[str]) -> tuple[str, list[str], list[str], str]:
+    """(folder, the grader's options, the part tags asked for, an error): ``--parts 4``
+    is read as part4; anything else the self-check does not take is an error that
+    shows its own usage (the grader's TA options are not for students)."""
+    folder, options, tags = "assignment", [], []
+    args = list(argv)
+    if args and not args[0].startswith("-"):
+        folder = args.pop(0)
+    while args:
+        name, _, value = args.pop(0).partition("=")
+        if name not in PASSED_ON:
+            return folder, options, tags, f"unknown argument {name!r}\n{USAGE}"
+        if not value:
+            if not args:
+                return folder, options, tags, f"{name} needs a value\n{USAGE}"
+            value = args.pop(0)
+        if name == "--parts":
+            asked = [t.strip() for t in value.split(",") if t.strip()]
+            tags = [f"part{t}" if t.isdigit() else t for t in asked]
+            unknown = [a for a, t in zip(asked, tags, strict=True) if t not in PART_TAGS]
+            if unknown or not tags:
+                return (
+                    folder,
+                    options,
+                    tags,
+                    f"unknown part {unknown or value!r}: "
+                    + (f"the parts are 1, 2, 3 and 4\n{USAGE}"),
+                )
+            value = ",".join(tags)
+        options += [name, value]
+    return folder, options, tags, ""
+
+
+def points_note(results: Path, parts: list[str]) -> str:
+    """How many of the selected parts' points this run could check, and which checks
+    only Gradescope runs (their cases are hidden)."""
+    import json
+
+    from grader.core.points import POINTS
+
+    try:
+        ran = {t.get("number") for t in json.loads(results.read_text()).get("tests", [])}
+    except (OSError, ValueError):
+        return ""
+    selected = {n: p for part in parts or PART_TAGS for n, p in POINTS[part].items()}
+    only_there = [n for n in selected if n not in ran and n in HIDDEN_COUNTERPARTS]
+    total = sum(selected.values())
+    hidden = sum(selected[n] for n in only_there)
+    if not only_there:
+        return f"All {total:g} points of these checks are checked here."
+    return (
+        f"{total - hidden:g} of {total:g} points are checked here; {hidden:g} only on "
+        f"Gradescope: {', '.join(only_there)}."
+    )
 
 
 def main(argv: list[str]) -> int:
     """Grade a folder with the public checks; returns the grader's exit status."""
+    if any(a in ("-h", "--help") for a in argv):
+        print(USAGE)
+        return 0
     problem = setup_problem()
     if problem:
         print(problem if problem == WINDOWS_HINT else f"{problem}\n{SETUP_HINT}", file=sys.stderr)
         return 2
-    folder = argv[0] if argv and not argv[0].startswith("-") else "assignment"
-    rest = argv[1:] if argv and not argv[0].startswith("-") else argv
+    folder, options, parts, error = student_arguments(argv)
+    if error:
+        print(error, file=sys.stderr)
+        return 2
+    results = HERE / "selfcheck_results.json"
     command = [
         sys.executable, "-m", "grader.grading", "grade", str(Path(folder).resolve()),
-        "--results", str(HERE / "selfcheck_results.json"),
-        "--table", "--details", "--public-only", *rest,
+        "--results", str(results), "--table", "--details", "--public-only", *options,
     ]  # fmt: skip
     print("Public test data only: the hidden cases run on Gradescope.\n", flush=True)
     status = subprocess.call(command, cwd=HERE)
-    parts = [p for i, a in enumerate(rest[:-1]) if a == "--parts" for p in rest[i + 1].split(",")]
-    print(f"\n{counterpart_note(parts or None)}")
+    if status == 0:
+        for note in (points_note(results, parts), counterpart_note(parts or None)):
+            if note:
+                print(f"\n{note}")
     return status
 
 
