@@ -159,6 +159,13 @@ class GradedTestCase(unittest.TestCase):
     longMessage = False
     maxDiff = None
 
+    def shortDescription(self) -> str | None:
+        """The check's whole title, Gradescope's test name: the first paragraph of its
+        docstring on one line (unittest keeps only the first line, which cuts a title
+        that wraps mid-sentence)."""
+        doc = self._testMethodDoc
+        return " ".join(doc.strip().split("\n\n")[0].split()) if doc else None
+
     def setUp(self) -> None:
         # gradescope-utils keeps partial scores on the function object: clear
         # any left from an earlier run in the same process.

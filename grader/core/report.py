@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import textwrap
 
 from grader.core.results import GradingResults, TestResult
 
@@ -41,11 +42,13 @@ def score_table(results: GradingResults, *, width: int = 72) -> str:
         lines.append(f"{part}  {_score(regular, bonus, max_score)}")
         for t in tests:
             mark = "PASS" if t.status == "passed" else "FAIL"
-            name = t.name if len(t.name) <= width - 22 else t.name[: width - 25] + "..."
             points = f"{t.score:>5g} / {t.max_score:<4g}"
             if is_bonus(t):
                 points = f"{t.score:>5g} bonus"
+            # A long title wraps under itself: never cut (the points stay on its first line).
+            name, *rest = textwrap.wrap(t.name, width - 22) or [""]
             lines.append(f"  {mark}  {name:<{width - 22}} {points}")
+            lines += [f"        {more}" for more in rest]
     lines.append(f"TOTAL  {_score(*totals)}")
     return "\n".join(lines)
 

@@ -90,3 +90,23 @@ def test_traceback_keeps_library_frames_when_none_is_the_submissions(
     except RuntimeError as exc:
         described = describe_exception(exc, Path("/nonexistent-submission"))
     assert "linear.py" in described["traceback"]
+
+
+def test_check_titles_are_whole_sentences_on_gradescope_and_in_the_table(solution_graded) -> None:
+    """A docstring whose title wraps onto a second line is the test's whole name, and the
+    terminal table wraps a long name instead of cutting it."""
+    names = {t["number"]: t["name"] for t in solution_graded.data["tests"]}
+    assert names["4.2"].endswith("gives the reference tokens")
+    assert names["4.6"].endswith("and at L = 256 the cache is faster")
+    assert names["4.7"].endswith("greedy agreement)")
+    table = score_table(GradingResults.from_gradescope(solution_graded.data), width=72)
+    lines = table.splitlines()
+    for number in ("4.2", "4.6", "4.7"):
+        first = next(i for i, x in enumerate(lines) if x[8:].startswith(f"{number} "))
+        title = [lines[first][8:58].strip()]  # the name column, before the points
+        for more in lines[first + 1 :]:
+            if not more.startswith(" " * 8):
+                break
+            title.append(more.strip())
+        assert " ".join(title) == names[number], number
+    assert "..." not in table
