@@ -150,6 +150,12 @@ class Outcome:
     def fraction(self) -> float:
         return self.passed / self.total if self.total else 0.0
 
+    def listing(self, most: int = 3) -> str:
+        """The first ``most`` failures, then how many more there are: a cut list says so."""
+        extra = len(self.failures) - most
+        more = [f"(and {extra} more failing case{'s' if extra > 1 else ''})"] if extra > 0 else []
+        return "\n".join([*self.failures[:most], *more])
+
 
 class GradedTestCase(unittest.TestCase):
     """Base of every check class. ``ctx`` is bound by the runner, per grading run."""

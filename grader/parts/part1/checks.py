@@ -142,7 +142,7 @@ class Part1Checks(GradedTestCase):
         if not outcome.total:
             self.fail(f"No test cases for check {num}: run `python -m grader regen`.")
         if outcome.failures:
-            self.fail("\n".join(outcome.failures[:3]))
+            self.fail(outcome.listing())
 
     def partial(self, num: str, set_score: Any) -> None:
         self.require_hidden()
@@ -150,7 +150,7 @@ class Part1Checks(GradedTestCase):
         set_score(round(points(num) * outcome.fraction, 4))
         print(f"{outcome.passed} of {outcome.total} hidden cases correct.")
         if outcome.failures:
-            self.fail(f"First failure: {outcome.failures[0]}")
+            self.fail(f"First failure: {outcome.listing(most=1)}")
 
     # ------------------------------------------------------------------ checks
 

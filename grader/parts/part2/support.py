@@ -275,9 +275,7 @@ class Part2Base(Part2Diagnosis, GradedTestCase):
         set_score(round(points(num) * outcome.fraction, 4))
         print(f"{outcome.passed} of {outcome.total} {what} correct.")
         if outcome.failures:
-            extra = len(outcome.failures) - 3
-            more = f"\n(and {extra} more failing cases)" if extra > 0 else ""
-            self.fail("\n".join(outcome.failures[:3]) + more)
+            self.fail(outcome.listing())
 
     def run_hidden(self, num: str) -> Outcome:
         outcome = Outcome()

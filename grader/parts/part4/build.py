@@ -61,7 +61,7 @@ def generation_cases(
         model = adapter.build(spec["config"], spec["seed"], on="cpu")
         ids = rng.integers(0, spec["config"]["vocab_size"], size=(batch, length))
         out = adapter.run_generate(reference, model, ids, NEW_TOKENS, cached=True)
-        label = f"{prefix}{name} model, batch {batch}, {length}-token prompt"
+        label = f"{prefix}{MODEL_NAMES[name]}, batch {batch}, {length}-token prompt"
         cases.append(
             {
                 "check": "4.2",
@@ -210,6 +210,11 @@ def build(reference: ModuleType, mutants: dict[str, ModuleType], diagnoses: dict
         "public/part4.json": ("part4_cases", public),
         "hidden/part4.json": ("part4_cases", hidden),
     }
+
+
+#: How case labels call the two models: the second one's weights and sizes are public
+#: (the self-check runs it), so it is not called "hidden" there.
+MODEL_NAMES = {"lab": "lab model", "hidden": "second model (other sizes)"}
 
 
 def public_cases(reference: ModuleType) -> list[dict[str, Any]]:

@@ -175,7 +175,7 @@ class Part4Base(GradedTestCase):
         set_score(round(points(num) * outcome.fraction, 4))
         print(f"{outcome.passed} of {outcome.total} cases correct.")
         if outcome.failures:
-            self.fail("\n".join(outcome.failures[:3]))
+            self.fail(outcome.listing())
 
     def cause(self, names: list[str]) -> str:
         """ "Likely cause: ..." for catalogued mistakes named by what was seen."""

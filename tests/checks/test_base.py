@@ -1,0 +1,33 @@
+"""grader/checks/base.py: what every check shares."""
+
+from __future__ import annotations
+
+import pytest
+
+from grader.checks.base import Outcome
+
+
+@pytest.mark.parametrize(
+    ("failures", "most", "tail"),
+    [
+        (0, 3, None),
+        (3, 3, None),
+        (4, 3, "(and 1 more failing case)"),
+        (9, 3, "(and 6 more failing cases)"),
+        (2, 1, "(and 1 more failing case)"),
+    ],
+)
+def test_a_cut_list_of_failures_says_how_many_more(failures: int, most: int, tail) -> None:
+    outcome = Outcome(failures=[f"case {i} is wrong" for i in range(failures)])
+    lines = outcome.listing(most).splitlines()
+    shown = [x for x in lines if x.startswith("case ")]
+    assert shown == [f"case {i} is wrong" for i in range(min(failures, most))]
+    assert (lines[-1] if len(lines) > len(shown) else None) == tail
+
+
+def test_every_part_lists_its_failures_through_the_one_helper() -> None:
+    """No part cuts a list of failures by hand (a cut that does not say so)."""
+    from grader.core.paths import PACKAGE
+
+    for path in (PACKAGE / "parts").rglob("*.py"):
+        assert "failures[:" not in path.read_text(), path
