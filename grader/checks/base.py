@@ -119,12 +119,23 @@ def diagnose(got: Any, mistakes: dict[str, Any], diagnoses: dict[str, str], rel_
     return likely_cause(names, diagnoses)
 
 
+#: The ids of the causes named by the check running now (see :func:`note_causes`).
+_NAMED: list[str] = []
+
+
+def note_causes(ids: list[str]) -> None:
+    """Record the stable ids of the causes a check names, beside its text: the runner
+    stores them in results.json (``extra_data["causes"]``) so that reports can count them."""
+    _NAMED.extend(i for i in ids if i not in _NAMED)
+
+
 def likely_cause(names: list[str], diagnoses: dict[str, str]) -> str:
     """ "Likely cause: your code ..." for the named mistakes ("" if none)."""
-    causes = [diagnoses[n] for n in names if n in diagnoses]
-    if not causes:
+    known = [n for n in names if n in diagnoses]
+    if not known:
         return ""
-    return f"Likely cause: your code {'; or '.join(causes)}."
+    note_causes(known)
+    return f"Likely cause: your code {'; or '.join(diagnoses[n] for n in known)}."
 
 
 def same_value(got: Any, value: Any, rel_tol: float) -> bool:
@@ -178,6 +189,14 @@ class GradedTestCase(unittest.TestCase):
         fn = getattr(type(self), self._testMethodName)
         if hasattr(fn, "__score__"):
             fn.__score__ = None
+        _NAMED.clear()
+
+    def tearDown(self) -> None:
+        """Keep the ids of the causes this check named, for results.json."""
+        if _NAMED:
+            causes = self.ctx.scratch.setdefault("causes", {})
+            causes[self.check_number()] = list(_NAMED)
+        _NAMED.clear()
 
     def request(self, header: dict[str, Any], *, what: str, **kwargs: Any) -> Any:
         """Send a request to this part's worker; a submission problem fails the check."""

@@ -182,6 +182,10 @@ class Grading:
                 f"The grading ran past its {self.limits.grading_timeout_s:.0f} s budget: the "
                 "check running then was stopped and the ones after it were not run."
             )
+        named = ctx.scratch.get("causes", {})
+        for test in results.tests:  # the named causes' ids, beside the failed checks' text
+            if test.status == "failed" and named.get(test.number):
+                test.extra_data["causes"] = named[test.number]
         results.output = summary(results, notes)
         results.extra_data = {
             "device": ctx.device,

@@ -152,3 +152,13 @@ def test_a_model_that_cannot_load_is_explained_once_where_it_stopped(
         output = graded.output(number)
         assert "see check 3.1." in output and "lora_a" not in output, number
     assert "lora_a" in graded.output("3.4")
+
+
+def test_the_named_causes_are_stored_as_ids_in_results_json(template: Graded) -> None:
+    """Beside the text, results.json holds each failed check's named causes as stable ids
+    (the catalogue's mutant names, or the course template's own), for reports to count."""
+    causes = {t["number"]: t.get("extra_data", {}).get("causes") for t in template.data["tests"]}
+    assert causes["3.3"] == ["mask_not_offset"]
+    assert causes["3.5"] == ["past_max_seq_len", "no_eot_stop"]
+    assert causes["3.9"] == ["no_eot_stop"]
+    assert causes["3.1"] is None and causes["3.2"] is None  # passed checks name nothing

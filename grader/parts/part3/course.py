@@ -84,16 +84,16 @@ def build_notes(notes: dict[str, Any], rope: str, device: str) -> list[str]:
 
 def generation_causes(
     header: dict[str, Any], got: list[str], want: list[str], meta: dict[str, Any], max_seq_len: int
-) -> list[str]:
+) -> dict[str, str]:
     """The course template's mistakes that explain a generate whose texts ``got`` differ
     from the reference's ``want``, as the worker saw them (its first token ids and the
     positions of its forward calls): no BOS, positions past ``max_seq_len``, no stop at
-    ``<|eot_id|>``. Each is named only where the evidence shows it."""
-    causes = []
+    ``<|eot_id|>``. Each is named only where the evidence shows it: id -> text."""
+    causes = {}
     bos = meta.get("bos_id")
     first = header.get("first_ids") or []
     if bos is not None and first and any(t != bos for t in first):
-        causes.append(
+        causes["bos_missing"] = (
             f"the prompts were encoded without BOS: the first token your generate fed the "
             f"model is {first[0]}, not <|begin_of_text|> ({bos}). Llama 3 expects it first: "
             "tokenizer.encode(prompt, bos=True, eos=False)."
@@ -101,7 +101,7 @@ def generation_causes(
     calls = header.get("calls") or []
     reached = max((int(s) + int(n) for s, n in calls), default=0)
     if reached > max_seq_len:
-        causes.append(
+        causes["past_max_seq_len"] = (
             f"generate fed the model positions up to {reached}, past max_seq_len = "
             f"{max_seq_len}: total_len must be min(max_seq_len, max_prompt_len + max_gen_len) "
             "(the model holds max_seq_len positions: a cache drops the writes past them)."
@@ -112,7 +112,7 @@ def generation_causes(
         if isinstance(g, str) and g != w and g.startswith(w + EOT)
     ]
     if ran_on:
-        causes.append(
+        causes["no_eot_stop"] = (
             f"generate did not stop at {EOT} (prompt(s) {ran_on} went on after it): Llama 3 "
             "ends a turn with it. Stop at every token of tokenizer.stop_tokens "
             "(<|end_of_text|> and <|eot_id|>), not only at tokenizer.eos_id, and cut the text "

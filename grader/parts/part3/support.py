@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from grader.checks.base import GradedTestCase, likely_cause, with_output
+from grader.checks.base import GradedTestCase, likely_cause, note_causes, with_output
 from grader.checks.logits import (
     compare,
     explain,
@@ -275,7 +275,9 @@ class Part3Base(GradedTestCase):
         limit = max_seq_len or self.raw()["max_seq_len"]
         got = self.texts(reply)
         header = reply.header if isinstance(getattr(reply, "header", None), dict) else {}
-        return likely_causes(generation_causes(header, got, want, self.raw(), limit))
+        causes = generation_causes(header, got, want, self.raw(), limit)
+        note_causes(list(causes))
+        return likely_causes(list(causes.values()))
 
     def texts(self, reply: Any) -> list[str]:
         texts = reply.header.get("texts")

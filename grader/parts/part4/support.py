@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from grader.checks.base import GradedTestCase, Outcome, likely_cause, with_output
+from grader.checks.base import GradedTestCase, Outcome, likely_cause, note_causes, with_output
 from grader.core.points import points
 from grader.runtime.client import Reply, SubmissionError
 
@@ -134,6 +134,7 @@ class Part4Base(GradedTestCase):
         except SubmissionError as exc:
             hint = cache_api_hint(exc)
             if hint:
+                note_causes(["cache_iterated_as_pairs"])
                 exc = SubmissionError(f"{exc.message}\n{hint}", exc.kind, exc.output, exc.error)
             if soft:
                 raise exc from None

@@ -84,25 +84,28 @@ def header(first: list[int], calls: list[list[int]]) -> dict:
 
 def test_bos_is_named_only_when_the_first_token_is_not_bos() -> None:
     causes = generation_causes(header([40, BOS], [[0, 5]]), ["a"], ["b"], META, 128)
-    assert len(causes) == 1 and "without BOS" in causes[0] and "40" in causes[0]
-    assert generation_causes(header([BOS, BOS], [[0, 5]]), ["a"], ["b"], META, 128) == []
-    assert generation_causes(header([], []), ["a"], ["b"], META, 128) == []
+    assert list(causes) == ["bos_missing"]
+    assert "without BOS" in causes["bos_missing"] and "40" in causes["bos_missing"]
+    assert generation_causes(header([BOS, BOS], [[0, 5]]), ["a"], ["b"], META, 128) == {}
+    assert generation_causes(header([], []), ["a"], ["b"], META, 128) == {}
 
 
 def test_positions_past_max_seq_len_are_named() -> None:
     calls = [[0, 120], *([p, 1] for p in range(120, 143))]
     causes = generation_causes(header([BOS], calls), ["a"], ["b"], META, 128)
-    assert len(causes) == 1 and "positions up to 143, past max_seq_len = 128" in causes[0]
-    assert generation_causes(header([BOS], calls[:9]), ["a"], ["b"], META, 128) == []
+    assert list(causes) == ["past_max_seq_len"]
+    assert "positions up to 143, past max_seq_len = 128" in causes["past_max_seq_len"]
+    assert generation_causes(header([BOS], calls[:9]), ["a"], ["b"], META, 128) == {}
 
 
 def test_a_text_that_runs_on_past_eot_is_named() -> None:
     want = ["Hello there", "more"]
     got = ["Hello there<|eot_id|> and so on", "more"]
     causes = generation_causes(header([BOS], [[0, 3]]), got, want, META, 128)
-    assert len(causes) == 1 and "did not stop at <|eot_id|> (prompt(s) [1]" in causes[0]
+    assert list(causes) == ["no_eot_stop"]
+    assert "did not stop at <|eot_id|> (prompt(s) [1]" in causes["no_eot_stop"]
     other = ["Hello where", "more"]
-    assert generation_causes(header([BOS], [[0, 3]]), other, want, META, 128) == []
+    assert generation_causes(header([BOS], [[0, 3]]), other, want, META, 128) == {}
 
 
 def test_causes_read_as_one_line_or_a_list() -> None:
