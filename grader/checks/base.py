@@ -131,7 +131,7 @@ def note_causes(ids: list[str]) -> None:
 
 def likely_cause(names: list[str], diagnoses: dict[str, str]) -> str:
     """ "Likely cause: your code ..." for the named mistakes ("" if none)."""
-    known = [n for n in names if n in diagnoses]
+    known = [n for n in dict.fromkeys(names) if n in diagnoses]  # each cause once
     if not known:
         return ""
     note_causes(known)

@@ -75,7 +75,7 @@ def describe_error(error: dict[str, Any], what: str, module_file: str) -> str:
     if etype == "MemoryError":
         return f"{what} ran out of memory{at}."
     text = f"{what} raised {etype}: {message}{at}"
-    tb = str(error.get("traceback", "")).strip()
-    if tb:
-        text += f"\nTraceback (your code):\n{tb}"
+    tb = str(error.get("traceback", "")).rstrip()  # every frame keeps its indent
+    if tb.strip():
+        text += f"\nTraceback (your code):\n{tb.lstrip(chr(10))}"
     return text

@@ -89,6 +89,7 @@ def run_generate(
             past = model(x[:, :cached_prefix], use_cache=True).past_key_values
     lengths: list[int] = []
     use_cache: list[bool] = []  # what each call asked for (the call pattern, as a hint)
+    past_given: list[bool] = []  # whether each call was given a cache
     last: list[np.ndarray] = []
     original = model.forward
 
@@ -96,6 +97,7 @@ def run_generate(
         given = args[0] if args else kwargs.get("input_ids")
         lengths.append(int(given.shape[-1]) if hasattr(given, "shape") else -1)
         use_cache.append(bool(kwargs.get("use_cache")))
+        past_given.append(kwargs.get("past_key_values") is not None)
         out = original(*args, **kwargs)
         logits = getattr(out, "logits", None)
         if isinstance(logits, torch.Tensor) and logits.ndim == 3:
@@ -123,6 +125,7 @@ def run_generate(
         "tokens": tokens.detach().to("cpu", torch.int64).numpy(),
         "lengths": lengths,
         "use_cache": use_cache,
+        "past_given": past_given,
         "step_logits": np.stack(last) if same else np.zeros((0,), np.float32),
     }
 
@@ -415,7 +418,8 @@ def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict
             request["cached"],
             int(request.get("cached_prefix", 0)),
         )
-        return {"lengths": out["lengths"], "use_cache": out["use_cache"]}, {
+        header = {k: out[k] for k in ("lengths", "use_cache", "past_given")}
+        return header, {
             "tokens": out["tokens"],
             "step_logits": out["step_logits"],
         }

@@ -242,10 +242,12 @@ def signatures(reference: ModuleType, mutants: dict[str, ModuleType]) -> dict[st
             out = adapter.run_generate(mod, model, ids, 8, cached=True)
             seen["cached_lengths"] = out["lengths"]
             seen["cached_use_cache"] = out["use_cache"]
+            seen["cached_past"] = out["past_given"]
             seen["cached_tokens"] = out["tokens"].tolist()
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"[:500]
-            seen["cached_lengths"] = seen["cached_use_cache"] = seen["cached_tokens"] = error
+            for key in ("cached_lengths", "cached_use_cache", "cached_past", "cached_tokens"):
+                seen[key] = error
         return seen
 
     expected = observe(reference)

@@ -100,6 +100,24 @@ def cache_api_hint(exc: SubmissionError) -> str:
     return ""
 
 
+def positions_hint(exc: SubmissionError, n_positions: int | None) -> str:
+    """The cause of a bare "index out of range in self" from the model's position
+    embedding: positions past ``n_positions`` (re-feeding the sequence on top of a cache
+    shifts every position by the cached length); "" for any other failure."""
+    error = exc.error
+    if error.get("type") != "IndexError" or "index out of range in self" not in str(
+        error.get("message", "")
+    ):
+        return ""
+    limit = f" ({n_positions})" if n_positions else ""
+    return (
+        f"Likely cause: the model was asked for positions past its n_positions{limit}. With a "
+        "cache, each call's positions start after the tokens the cache holds, so feeding the "
+        "whole sequence again on top of the cache runs past the end: feed only the newest "
+        "token."
+    )
+
+
 class Part4Base(GradedTestCase):
     """Part 4's machinery: the cases, the worker's models and requests, and the
     catalogue's names for what a submission did."""
@@ -135,6 +153,12 @@ class Part4Base(GradedTestCase):
             hint = cache_api_hint(exc)
             if hint:
                 note_causes(["cache_iterated_as_pairs"])
+            else:
+                spec = self.meta()["models"].get(header.get("model", "lab"), {})
+                hint = positions_hint(exc, spec.get("config", {}).get("n_positions"))
+                if hint:
+                    note_causes(["positions_past_n_positions"])
+            if hint:
                 exc = SubmissionError(f"{exc.message}\n{hint}", exc.kind, exc.output, exc.error)
             if soft:
                 raise exc from None
@@ -197,6 +221,7 @@ class Part4Base(GradedTestCase):
         return self.named({
             "cached_lengths": reply.header.get("lengths"),
             "cached_use_cache": reply.header.get("use_cache"),
+            "cached_past": reply.header.get("past_given"),
             "cached_tokens": tokens.tolist() if isinstance(tokens, np.ndarray) else None,
         })  # fmt: skip
 

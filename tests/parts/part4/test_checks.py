@@ -235,3 +235,31 @@ def test_run_counts_are_checked_when_the_exact_cases_cannot_run(tmp_path, fixed)
         assert "must run warmup + repeats = 6 times for every L" in output
     else:
         assert graded.score("4.8") == POINTS["part4"]["4.8"], output
+
+
+def mutant_graded(tmp_path, name: str, numbers: set[str]):
+    """The reference with one catalogued mistake, graded on ``numbers`` only."""
+    from grader.ta.mutants import load_mutants
+
+    [mutant] = [m for m in load_mutants("part4") if m.name == name]
+    submission = patched_solution(tmp_path / "submission", mutant.file, mutant.edits)
+    return run_grade(submission, tmp_path / "out", parts=["part4"], numbers=frozenset(numbers))
+
+
+def test_a_cache_fed_the_whole_sequence_gets_its_own_cause_once(tmp_path) -> None:
+    """It passes the cache back (the grader records that), so "never passes the cache
+    back" is not named; 4.6's IndexError is named as positions past n_positions."""
+    graded = mutant_graded(tmp_path, "whole_sequence_with_cache", {"4.2", "4.6"})
+    causes = graded.test("4.2")["extra_data"]["causes"]
+    assert "whole_sequence_with_cache" in causes
+    assert "cache_never_passed_back_recomputes" not in causes
+    assert "never passes it back" not in graded.output("4.2")
+    assert "IndexError" in graded.output("4.6")
+    assert "positions past its n_positions (512)" in graded.output("4.6")
+
+
+def test_a_bare_uint8_cast_is_named_once(tmp_path) -> None:
+    graded = mutant_graded(tmp_path, "uint8_cast", {"4.7"})
+    output = graded.output("4.7")
+    assert output.count("bare .to(torch.uint8) cast") == 1
+    assert output.count("The cache is a bare uint8 cast") == 1

@@ -1,0 +1,29 @@
+"""grader/runtime/client_output.py: a worker's exception, told to the student."""
+
+from __future__ import annotations
+
+import traceback
+
+from grader.runtime.client_output import describe_error
+
+
+def test_every_frame_of_a_traceback_is_indented_alike() -> None:
+    frames = [
+        traceback.FrameSummary("llama/model.py", 189, "forward", line="h = layer(h)"),
+        traceback.FrameSummary("llama/model.py", 124, "forward", line="scores = scores + mask"),
+    ]
+    error = {
+        "type": "RuntimeError",
+        "message": "size mismatch",
+        "where": "llama/model.py, line 124, in forward",
+        "traceback": "".join(traceback.format_list(frames)),
+    }
+    text = describe_error(error, "forward(...)", "llama/model.py")
+    after = text.split("Traceback (your code):\n", 1)[1].splitlines()
+    assert [line[:7] for line in after if "File" in line] == ["  File ", "  File "]
+    assert [line[:4] for line in after if "File" not in line] == ["    ", "    "]
+
+
+def test_no_traceback_heading_without_frames() -> None:
+    error = {"type": "ValueError", "message": "bad", "traceback": "  \n"}
+    assert "Traceback" not in describe_error(error, "f()", "x.py")
