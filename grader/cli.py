@@ -266,9 +266,40 @@ def add_merge(sub: argparse._SubParsersAction) -> None:
     me.set_defaults(func=cmd_merge)
 
 
+def cmd_show(args: argparse.Namespace) -> int:
+    """A stored results.json as `grade --table --details` prints it; 2 when unreadable."""
+    import json
+
+    import jsonschema
+
+    from grader.core.report import failure_details, score_table, terminal_safe
+    from grader.core.results import GradingResults, validate_results
+
+    try:
+        data = json.loads(Path(args.results).read_text())
+        validate_results(data)
+    except (OSError, ValueError, jsonschema.ValidationError) as exc:
+        why = getattr(exc, "message", exc)  # a schema error's first line, not the schema
+        print(f"error: {args.results} is not a readable results file: {why}", file=sys.stderr)
+        return 2
+    results = GradingResults.from_gradescope(data)
+    print(score_table(results) if results.tests else terminal_safe(results.output))
+    details = failure_details(results) if args.details else ""
+    if details:
+        print("\n" + details)
+    return 0
+
+
+def add_show(sub: argparse._SubParsersAction) -> None:
+    sh = sub.add_parser("show", help="reprint a stored results.json as a table with feedback")
+    sh.add_argument("results", help="a results.json (a grading's, a batch's or a self-check's)")
+    sh.add_argument("--no-details", dest="details", action="store_false", help="the table only")
+    sh.set_defaults(func=cmd_show)
+
+
 #: The subcommands, in the order ``--help`` lists them.
 COMMANDS = (
-    add_grade, add_regen, add_mutants, add_build, add_run_local, add_gradescope,
+    add_grade, add_show, add_regen, add_mutants, add_build, add_run_local, add_gradescope,
     add_calibrate, add_batch, add_merge,
 )  # fmt: skip
 

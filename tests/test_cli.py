@@ -76,3 +76,24 @@ def test_calibrating_parts_without_benchmarks_is_a_usage_error() -> None:
     proc = run("calibrate", "--parts", "part1", "--runs", "1")
     assert proc.returncode == 2
     assert "no benchmark checks in these parts" in proc.stderr
+
+
+def test_show_reprints_a_stored_result_as_grade_prints_it(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    graded = run("grade", str(ASSIGNMENT), "--results", str(out), "--parts", "part1",
+                 "--table", "--details")  # fmt: skip
+    shown = run("show", str(out))
+    assert shown.returncode == 0, shown.stderr
+    assert "TOTAL  0 / 20" in shown.stdout and "not implemented yet" in shown.stdout
+    table = graded.stdout.split("results written to")[0].strip()
+    assert shown.stdout.strip() == table
+    only = run("show", str(out), "--no-details")
+    assert "not implemented yet" not in only.stdout and "TOTAL  0 / 20" in only.stdout
+
+
+def test_show_refuses_a_file_that_is_not_a_results_file(tmp_path: Path) -> None:
+    bad = tmp_path / "results.json"
+    bad.write_text(json.dumps({"tests": 3}))
+    proc = run("show", str(bad))
+    assert proc.returncode == 2
+    assert "is not a readable results file" in proc.stderr and "schema" not in proc.stderr

@@ -29,7 +29,7 @@ def _score(regular: float, bonus: float, max_score: float) -> str:
     return f"{text} + {bonus:g} bonus" if bonus else text
 
 
-def score_table(results: GradingResults, *, width: int = 72) -> str:
+def score_table(results: GradingResults, *, width: int = 110) -> str:
     """One line per check, grouped by part, with part totals and the overall score."""
     lines = []
     totals = [0.0, 0.0, 0.0]  # regular, bonus, maximum
