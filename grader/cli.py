@@ -147,6 +147,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(", ".join(f"{n} {s}" for s, n in summary.counts.items()) + f"; see {summary.out_dir}")
+    print(f"one row per student: {summary.out_dir / 'scores.csv'}; the class: "
+          f"{summary.out_dir / 'summary.md'}")  # fmt: skip
     for folder, why in summary.died.items():
         print(f"\n{folder}: {why}", file=sys.stderr)
     if summary.died:
@@ -159,7 +161,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
     from grader.ta.regrade.merge import main as merge
 
     try:
-        summary = merge(cpu=Path(args.cpu), gpu=Path(args.gpu), out_dir=Path(args.out))
+        gpu = Path(args.gpu) if args.gpu else None
+        summary = merge(cpu=Path(args.cpu), gpu=gpu, out_dir=Path(args.out))
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -261,7 +264,9 @@ def add_merge(sub: argparse._SubParsersAction) -> None:
         "--cpu", required=True,
         help="a `batch` output folder, or Gradescope's score export (.csv)",
     )  # fmt: skip
-    me.add_argument("--gpu", required=True, help="the cluster `batch` output folder")
+    me.add_argument(
+        "--gpu", help="the cluster `batch` output folder (leave it out for a CPU-only sheet)"
+    )
     me.add_argument("--out", required=True, help="output folder: scores.csv, results/, ...")
     me.set_defaults(func=cmd_merge)
 

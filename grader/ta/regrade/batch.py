@@ -202,6 +202,12 @@ def read_export(export_dir: Path, out_dir: Path) -> tuple[dict[str, list[Submitt
     folders = sorted((p.name for p in dirs if not p.name.startswith(".")), key=natural_key)
     for missing in sorted(set(metadata) - set(folders), key=natural_key):
         print(f"warning: {missing} is in {METADATA} but has no folder", file=sys.stderr)
+    for unnamed in sorted(set(folders) - set(metadata), key=natural_key):
+        print(
+            f"warning: {unnamed} has a folder but no entry in {METADATA}: it is graded, "
+            "with no names in scores.csv",
+            file=sys.stderr,
+        )
     return metadata, folders
 
 

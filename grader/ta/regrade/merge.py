@@ -13,7 +13,8 @@ checks again on the course's GPUs. This command combines the two:
   output of the same export instead.
 
 A submission the GPU run has no checks for (missing, or its task died or timed out)
-keeps its CPU checks and is flagged ``gpu-missing``. Output in ``--out``:
+keeps its CPU checks and is flagged ``gpu-missing``. Without ``--gpu`` a CPU-only
+``batch`` output becomes the same upload sheet (every row ``cpu-only``). Output in ``--out``:
 ``results/<submission>/results.json`` (Gradescope's format; each check's
 ``extra_data.graded_by`` says which run, device and profile it came from),
 ``scores.csv`` (one row per student: Name, SID, Email, Total Score, Max Points, ready
@@ -138,10 +139,13 @@ def read_gradescope_csv(path: Path) -> dict[str, Side]:
     return sides
 
 
-def merge_one(cpu: Side | None, gpu: Side | None) -> tuple[dict[str, Any], str]:
-    """The merged results of one submission and its status."""
+def merge_one(
+    cpu: Side | None, gpu: Side | None, gpu_run: bool = True
+) -> tuple[dict[str, Any], str]:
+    """The merged results of one submission and its status (``gpu_run``: whether a GPU
+    run was given at all)."""
     gpu_checks = _numbered(gpu.data if gpu else None)
-    status = "merged" if gpu_checks else "gpu-missing"
+    status = "merged" if gpu_checks else "gpu-missing" if gpu_run else "cpu-only"
     if cpu is None:
         status = "cpu-missing"
     tests: list[dict[str, Any]] = []
@@ -169,6 +173,7 @@ def merge_one(cpu: Side | None, gpu: Side | None) -> tuple[dict[str, Any], str]:
         "task died): every check comes from the CPU run.",
         "cpu-missing": "The CPU run has no results for this submission: only the GPU checks "
         "are scored.",
+        "cpu-only": "Every check comes from the CPU run.",
     }
     cpu_output = (cpu.data or {}).get("output", "") if cpu else ""
     data = {
@@ -200,22 +205,22 @@ def _graded_by(test: dict[str, Any], run: str, side: Side) -> dict[str, Any]:
     return {**test, "extra_data": extra}
 
 
-def main(*, cpu: Path, gpu: Path, out_dir: Path) -> MergeSummary:
-    """Merge ``cpu`` (a batch output or Gradescope's CSV) with the ``gpu`` batch output."""
-    cpu, gpu, out_dir = Path(cpu), Path(gpu), Path(out_dir)
+def main(*, cpu: Path, gpu: Path | None, out_dir: Path) -> MergeSummary:
+    """Merge ``cpu`` (a batch output or Gradescope's CSV) with the ``gpu`` batch output;
+    without ``gpu``, turn the CPU batch output into the upload sheet alone."""
+    cpu, out_dir = Path(cpu), Path(out_dir)
     totals_only = cpu.is_file()
     cpu_sides = read_gradescope_csv(cpu) if totals_only else read_batch(cpu, "CPU")
-    gpu_sides = read_batch(gpu, "GPU")
+    gpu_sides = read_batch(Path(gpu), "GPU") if gpu is not None else {}
     if totals_only:
         check_no_double_count(cpu_sides, gpu_sides)
     folders = {k: f"submission_{k}" for k in {**cpu_sides, **gpu_sides}}
-    summary = MergeSummary(
-        out_dir=out_dir, counts={"merged": 0, "gpu-missing": 0, "cpu-missing": 0}
-    )
+    statuses = ("merged", "gpu-missing", "cpu-missing") if gpu is not None else ("cpu-only",)
+    summary = MergeSummary(out_dir=out_dir, counts=dict.fromkeys(statuses, 0))
     table, records = [], {}
     for key in sorted(folders, key=natural_key):
         c, g = cpu_sides.get(key), gpu_sides.get(key)
-        data, status = merge_one(c, g)
+        data, status = merge_one(c, g, gpu_run=gpu is not None)
         write_results(data, out_dir / "results" / folders[key] / "results.json")
         summary.counts[status] += 1
         records[folders[key]] = data["extra_data"]["merge"]
@@ -239,7 +244,8 @@ def main(*, cpu: Path, gpu: Path, out_dir: Path) -> MergeSummary:
              "merge status"]
         )  # fmt: skip
         writer.writerows(table)
-    doc = {"cpu": str(cpu), "gpu": str(gpu), "counts": summary.counts, "submissions": records}
+    doc = {"cpu": str(cpu), "gpu": gpu and str(gpu), "counts": summary.counts,
+           "submissions": records}  # fmt: skip
     (out_dir / "merge.json").write_text(json.dumps(doc, indent=2) + "\n")
     return summary
 

@@ -38,6 +38,7 @@ class Row:
     parts: dict[str, float | None]  # None: the results hold no check of that part
     total: float
     max_score: float
+    bonus: float = 0.0  # extra credit within ``total`` (checks whose maximum is 0)
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,10 @@ def part_scores(data: dict[str, Any]) -> dict[str, float | None]:
 
 
 def make_row(sub_id: str, people: list[Submitter], data: dict[str, Any], status: str) -> Row:
-    max_score = sum(float(t.get("max_score") or 0.0) for t in data.get("tests", []))
-    return Row(sub_id, people, status, part_scores(data), float(data["score"]), max_score)
+    tests = data.get("tests", [])
+    max_score = sum(float(t.get("max_score") or 0.0) for t in tests)
+    bonus = sum(float(t.get("score") or 0.0) for t in tests if not t.get("max_score"))
+    return Row(sub_id, people, status, part_scores(data), float(data["score"]), max_score, bonus)
 
 
 def pass_rates(results: list[dict[str, Any]]) -> list[CheckRate]:
@@ -150,15 +153,16 @@ def write_outputs(summary: BatchSummary) -> None:
     with open(out / "scores.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(
-            ["submission_id", "names", "emails", "sids", *PARTS, "total", "max_score", "status"]
-        )
+            ["submission_id", "names", "emails", "sids", *PARTS, "total", "bonus", "max_score",
+             "status"]
+        )  # fmt: skip
         for r in rows:
             people = [
                 safe_cell("; ".join(getattr(p, k) for p in r.submitters))
                 for k in ("name", "email", "sid")
             ]
             scores = ["" if r.parts[p] is None else f"{r.parts[p]:g}" for p in PARTS]
-            totals = [f"{r.total:g}", f"{r.max_score:g}", r.status]
+            totals = [f"{r.total:g}", f"{r.bonus:g}", f"{r.max_score:g}", r.status]
             writer.writerow([safe_cell(r.submission_id), *people, *scores, *totals])
     people = {r.submission_id: [asdict(p) for p in r.submitters] for r in rows}
     (out / "submitters.json").write_text(json.dumps(people, indent=2) + "\n")
@@ -186,20 +190,28 @@ def write_outputs(summary: BatchSummary) -> None:
     (out / "summary.md").write_text(
         SUMMARY_MD.format(counts_text=counts_text, **doc) + table + (DIED_MD + died if died else "")
     )
-    save_histogram(bins, out / "score_histogram.png")
+    save_histogram(bins, out / "score_histogram.png", max_score=top)
 
 
-def save_histogram(bins: list[tuple], path: Path) -> None:
-    """The score histogram as a PNG (matplotlib, headless)."""
+def save_histogram(bins: list[tuple], path: Path, max_score: float = 0.0) -> None:
+    """The score histogram as a PNG (matplotlib, headless): whole submissions on the count
+    axis, full marks drawn in, and bonus points past it shaded as such."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.bar(
         [b[0] for b in bins], [b[2] for b in bins], width=bins[0][1], align="edge", edgecolor="k"
     )
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    if max_score:
+        ax.axvline(max_score, color="tab:red", linestyle="--", label=f"full marks ({max_score:g})")
+        if bins[-1][1] > max_score:
+            ax.axvspan(max_score, bins[-1][1], color="tab:green", alpha=0.15, label="bonus")
+        ax.legend(loc="upper left")
     ax.set(xlabel="total score", ylabel="submissions", title="Regraded scores")
     fig.tight_layout()
     fig.savefig(path, dpi=100)

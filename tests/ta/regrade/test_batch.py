@@ -237,12 +237,13 @@ def test_scores_csv_has_the_expected_part1_totals(regraded: Regraded) -> None:
     assert list(rows) == [r.submission_id for r in regraded.summary.rows]
     assert set(rows) == {e.folder for e in regraded.entries}
     assert list(next(iter(rows.values()))) == [
-        "submission_id", "names", "emails", "sids", *PARTS, "total", "max_score", "status",
+        "submission_id", "names", "emails", "sids", *PARTS, "total", "bonus", "max_score",
+        "status",
     ]  # fmt: skip
     for e in regraded.entries:
         row = rows[e.folder]
         assert row["status"] == "graded", e
-        assert row["max_score"] == "20"
+        assert row["max_score"] == "20" and row["bonus"] == "0"  # Part 1 has no bonus
         assert all(row[p] == "" for p in PARTS if p != "part1")  # not graded in this batch
         assert row["total"] == row["part1"]
         score = float(row["part1"])
@@ -519,3 +520,49 @@ def test_the_default_regrade_folder_is_never_committed() -> None:
             ["git", "check-ignore", "-q", f"{out}/{rel}"], cwd=ROOT, capture_output=True
         )
         assert proc.returncode == 0, f"{out}/{rel} is not ignored"
+
+
+def test_a_row_counts_its_bonus_apart() -> None:
+    data = {
+        "score": 24,
+        "tests": [
+            {"name": "4.1", "number": "4.1", "score": 20, "max_score": 20, "tags": ["part4"]},
+            {"name": "4.7", "number": "4.7", "score": 4, "max_score": 0, "tags": ["part4"]},
+        ],
+    }
+    row = batch.make_row("submission_1", [], data, "graded")
+    assert (row.total, row.bonus, row.max_score) == (24, 4, 20)
+
+
+def test_folders_and_metadata_that_disagree_are_warned_both_ways(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    export = tmp_path / "export"
+    (export / "submission_1").mkdir(parents=True)
+    (export / "submission_3").mkdir()
+    (export / batch.METADATA).write_text(
+        "submission_1:\n  :submitters:\n  - :name: Ada\nsubmission_2:\n  :submitters: []\n"
+    )
+    _, folders = batch.read_export(export, tmp_path / "out")
+    err = capsys.readouterr().err
+    assert folders == ["submission_1", "submission_3"]
+    assert "submission_2 is in submission_metadata.yml but has no folder" in err
+    assert "submission_3 has a folder but no entry in submission_metadata.yml" in err
+
+
+def test_the_histogram_counts_whole_submissions_and_marks_full_marks_and_bonus(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from matplotlib.figure import Figure
+
+    from grader.ta.regrade.report import save_histogram
+
+    saved: list[Figure] = []
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: saved.append(fig))
+    bins = batch.histogram([3, 10, 20, 24], max_score=20)
+    save_histogram(bins, tmp_path / "h.png", max_score=20)
+    [ax] = saved[0].axes
+    assert all(float(t).is_integer() for t in ax.get_yticks())
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["full marks (20)", "bonus"]
+    assert [line.get_xdata()[0] for line in ax.get_lines()] == [20]

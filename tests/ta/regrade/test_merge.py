@@ -180,3 +180,13 @@ def test_cells_a_student_controls_are_written_as_text(
     names = [r["Name"] for r in _rows(tmp_path / "merged")]
     assert names[2].startswith("'=HYPERLINK(")
     assert not [n for n in names if n.startswith(("=", "+", "-", "@"))]
+
+
+def test_a_cpu_only_batch_becomes_the_upload_sheet(runs: tuple[Path, Path], tmp_path: Path) -> None:
+    cpu, _ = runs
+    summary = main(cpu=cpu, gpu=None, out_dir=tmp_path / "sheet")
+    rows = _rows(tmp_path / "sheet")
+    assert list(rows[0])[:5] == ["Name", "SID", "Email", "Total Score", "Max Points"]
+    assert {r["merge status"] for r in rows} == {"cpu-only"}
+    assert {r["SID"]: r["Total Score"] for r in rows}["1003"] == "8"
+    assert summary.counts == {"cpu-only": 2}  # two submissions, three students
