@@ -132,8 +132,11 @@ def test_wrong_answers_fail_with_the_autograders_messages_and_never_the_answer(
     for number in PUBLIC_CHECKS:
         # On Gradescope checks 1.1 to 1.7 also run one hidden input each: its lines are
         # the only difference.
-        shown = [x for x in official.output(number).splitlines() if "(hidden input)" not in x]
-        assert local[number].get("output", "").splitlines() == shown, number
+        def public(text: str) -> list[str]:
+            return [x for x in text.splitlines() if not x.startswith("(and ")]
+
+        shown = [x for x in public(official.output(number)) if "(hidden input)" not in x]
+        assert public(local[number].get("output", "")) == shown, number
         assert local[number]["score"] == official.score(number), number
     assert chosen[0].diagnosis in local["1.5"]["output"]
     assert chosen[1].diagnosis in local["1.7"]["output"]
