@@ -128,9 +128,11 @@ def claim_identity(preferred: str = WORKER_USER, size: int = POOL_SIZE) -> Worke
     identity = resolve_identity(preferred)
     if unusable:  # the true cause: the accounts are there but cannot run this python
         note = (
-            f"the worker accounts ({', '.join(unusable)}) cannot run {sys.executable}: make "
-            "it and its folders readable by them (a virtual environment under /root is not)"
+            f"the worker accounts ({', '.join(unusable)}) cannot run {sys.executable}, so "
+            f"student code runs as {identity.name!r}: make that python and its folders "
+            "readable by them (a virtual environment under /root is not)"
         )
+        return dataclasses.replace(identity, warning=note)
     elif busy:
         note = "every worker account is in use: this grading shares its worker user"
     else:  # no pool: resolve_identity's warning already says which account is used
