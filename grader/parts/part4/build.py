@@ -30,7 +30,6 @@ PUBLIC_SEED = 1414  # the public cases' own stream, so the hidden ones do not ch
 BENCH_SEED = 3141  # the latency prompts' streams (public, hidden)
 BENCH_PROMPT_LEN = 8  # the handout's 8-token prompt
 BENCH_NEW_TOKENS = 256  # the longest L of every thresholds profile
-BENCH_PROMPTS = 8  # per file: one per timed round at most (warm-up + repeats + confirmation)
 MARGIN = 1e-3  # every expected greedy step beats the runner-up by this much
 INT8_PROMPT = (np.arange(3, 67, dtype=np.int64)[None, :] % 500).tolist()  # 64 tokens
 INT8_NEW_TOKENS = 64
@@ -109,14 +108,26 @@ def theory_cases(
     return cases
 
 
+def bench_prompts() -> int:
+    """Timed runs of check 4.6 in one grading at most, under every thresholds profile:
+    each one gets a prompt of its own (every mode, every L, every round)."""
+    from grader.core.thresholds import DEVICES, load_thresholds
+
+    def runs(bench: dict[str, Any]) -> int:
+        rounds = bench["warmup"] + bench["repeats"] + bench["confirm_repeats"]
+        return 2 * len(bench["L_values"]) * rounds
+
+    return max(runs(load_thresholds(device)["part4"]) for device in DEVICES)
+
+
 def latency_cases(reference: ModuleType, seed: int, prefix: str) -> list[dict[str, Any]]:
-    """Prompts for the timed runs of 4.6 (a fresh one per round), each with the
+    """Prompts for the timed runs of 4.6 (a fresh one per run), each with the
     reference's 256 greedy tokens on the lab model (a shorter L must give their first
     L); prompts whose greedy steps come near a tie are skipped."""
     model = adapter.build(LAB_MODEL["config"], LAB_MODEL["seed"], on="cpu")
     rng = np.random.default_rng(seed)
     cases: list[dict[str, Any]] = []
-    while len(cases) < BENCH_PROMPTS:
+    while len(cases) < bench_prompts():
         ids = rng.integers(0, LAB_MODEL["config"]["vocab_size"], size=(1, BENCH_PROMPT_LEN))
         out = adapter.run_generate(reference, model, ids, BENCH_NEW_TOKENS, cached=True)
         gap = min_gap(out["step_logits"])

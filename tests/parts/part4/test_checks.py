@@ -263,3 +263,28 @@ def test_a_bare_uint8_cast_is_named_once(tmp_path) -> None:
     output = graded.output("4.7")
     assert output.count("bare .to(torch.uint8) cast") == 1
     assert output.count("The cache is a bare uint8 cast") == 1
+
+
+def test_every_timed_run_of_4_6_gets_a_prompt_of_its_own(tmp_path) -> None:
+    """A generate that refuses a prompt it has seen before (what a memo keyed by the
+    prompt would answer, e.g. the L = 256 run from the L = 32 run of the same round)
+    still passes 4.6: no two timed runs share a prompt, across modes, L and rounds."""
+    seen = (
+        "_SEEN = set()\n\n\ndef _fresh(input_ids):\n"
+        "    key = tuple(input_ids.flatten().tolist())\n"
+        "    if key in _SEEN:\n        raise RuntimeError('a prompt came back')\n"
+        "    _SEEN.add(key)\n\n\n"
+    )
+    edits = [
+        ("@torch.no_grad()\ndef generate_no_cache(",
+         f"{seen}@torch.no_grad()\ndef generate_no_cache("),
+        ("    # BEGIN SOLUTION\n    ids = input_ids  # (B, T)\n",
+         "    # BEGIN SOLUTION\n    _fresh(input_ids)\n    ids = input_ids  # (B, T)\n"),
+        ("    # BEGIN SOLUTION\n    return generate_with_cache_from(model, input_ids, None, L)",
+         "    # BEGIN SOLUTION\n    _fresh(input_ids)\n"
+         "    return generate_with_cache_from(model, input_ids, None, L)"),
+    ]  # fmt: skip
+    submission = patched_solution(tmp_path / "submission", "kv_lab.py", edits)
+    graded = run_grade(submission, tmp_path / "out", parts=["part4"], numbers=frozenset({"4.6"}))
+    assert "a prompt came back" not in graded.output("4.6")
+    assert graded.score("4.6") == graded.test("4.6")["max_score"], graded.output("4.6")
