@@ -107,21 +107,13 @@ class Part3Probes(Part3Base):
         judged (a cache of ``torch.empty`` pages never touched does not show)."""
         params = self.meta()["models"]["public"]["params"]
         cache = cache_bytes(params, MEMORY_MAX_BATCH, MEMORY_MAX_SEQ_LEN)
-        prompts = self.meta()["generate"]["second_prompts"]
-        worker = self.ctx.worker(self.part)
-        resident: list[float] = []
         # Without a runtime switch (the course's code) only the cache-free run is judged:
         # a model built without the cache has none to allocate or free.
         switch = self.notes().get("switch", True)
+        steps = [None, ("memory", False, False)]
+        steps += [("memory", True, False), ("memory", False, False)] if switch else []
         try:
-            for cache_on in (None, False, True, False) if switch else (None, False):
-                if cache_on is not None:
-                    run = {"max_gen_len": 2, "record_logits": False}
-                    self.generate(prompts, cache_on, model="memory", built_with=False, **run)
-                header = {"op": "settle", "model": "memory", "kv_caching": False}
-                self.call(header, {}, "releasing freed memory")
-                rss = worker.rss_bytes()
-                resident.append(float("nan") if rss is None else float(rss))
+            resident = self.resident_after(steps, settle_on=("memory", False))
         except SubmissionError as exc:
             return [with_output(exc.message, exc.output)]
         resident += [resident[-1]] * (4 - len(resident))  # switch-less: nothing more ran
@@ -165,18 +157,9 @@ class Part3Probes(Part3Base):
         before the cache) takes n_heads / n_kv_heads times that."""
         params = self.meta()["models"]["public"]["params"]
         cache = cache_bytes(params, MEMORY_MAX_BATCH, MEMORY_MAX_SEQ_LEN)
-        worker = self.ctx.worker(self.part)
-        prompts = self.meta()["generate"]["second_prompts"]
-        run = {"max_gen_len": 2, "record_logits": False}
-        resident = []
         try:
-            for model, cache_on in ((None, None), ("sized_plain", False), ("sized", True)):
-                if model:
-                    self.generate(prompts, cache_on, model=model, **run)
-                settle = {"op": "settle", "model": "public", "kv_caching": True}
-                self.call(settle, {}, "releasing freed memory")
-                rss = worker.rss_bytes()
-                resident.append(float("nan") if rss is None else float(rss))
+            steps = [None, ("sized_plain", False, False), ("sized", True, True)]
+            resident = self.resident_after(steps, settle_on=("public", True))
         except SubmissionError as exc:
             return [with_output(exc.message, exc.output)]
         grown = (resident[2] - resident[1]) - (resident[1] - resident[0])
@@ -196,6 +179,27 @@ class Part3Probes(Part3Base):
             "n_kv_heads heads (grouped-query attention): store xk and xv as they are and call "
             "repeat_kv after reading them."
         ]
+
+    def resident_after(
+        self, steps: list[tuple[str, bool, bool] | None], settle_on: tuple[str, bool]
+    ) -> list[float]:
+        """The worker's resident memory, read by the grader after each step (NaN where it
+        cannot be read): None reads it as it is; (model, kv_caching, built with) first
+        runs a short ``generate``. Freed memory is handed back before every reading, by
+        model ``settle_on`` (name, built with; built first if it is not there yet)."""
+        worker = self.ctx.worker(self.part)
+        prompts = self.meta()["generate"]["second_prompts"]
+        resident = []
+        for step in steps:
+            if step is not None:
+                model, cache, built = step
+                run = {"max_gen_len": 2, "record_logits": False}
+                self.generate(prompts, cache, model=model, built_with=built, **run)
+            settle = {"op": "settle", "model": settle_on[0], "kv_caching": settle_on[1]}
+            self.call(settle, {}, "releasing freed memory")
+            rss = worker.rss_bytes()
+            resident.append(float("nan") if rss is None else float(rss))
+        return resident
 
     def reported_shapes(self) -> str:
         """What the worker says the attention layers of the public models hold: a hint for
