@@ -285,3 +285,15 @@ def test_submitit_is_an_optional_extra_in_the_dev_lock_only() -> None:
     )
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_cli_batch_says_where_the_per_student_table_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    build_export(tmp_path / "export", [Entry("submission_1", "blank")])
+    out = tmp_path / "out"
+    args = ["batch", str(tmp_path / "export"), "--out", str(out), "--parts", "part1", "--quiet"]
+    assert cli.main(args) == 0
+    printed = capsys.readouterr().out
+    assert f"one row per student: {out / 'scores.csv'}" in printed
+    assert (out / "scores.csv").is_file()
