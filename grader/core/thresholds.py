@@ -35,6 +35,12 @@ def load_thresholds(device: str) -> dict[str, Any]:
     return parse_thresholds(thresholds_text())[device]
 
 
+def timed_rounds(bench: dict[str, Any]) -> int:
+    """The rounds one benchmark check times at most in a grading (``bench``: one part of
+    a profile): warm-up, repeats and the confirmation of a miss."""
+    return bench["warmup"] + bench["repeats"] + bench["confirm_repeats"]
+
+
 def leaderboard_settings(text: str | None = None) -> dict[str, Any]:
     """The ``[leaderboard]`` table (``enabled`` false when the file has none)."""
     data = parse_thresholds(text if text is not None else thresholds_text())

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from grader.core.thresholds import timed_rounds
+
 ATOL = 1e-2  # absolute tolerance on every logit, the handout's and the harness's
 
 PUBLIC_MODEL = {
@@ -103,8 +105,7 @@ def pool_key(prompt_len: int, new_tokens: int) -> str:
 def pool_size(bench: dict[str, Any]) -> int:
     """Prompts one grading consumes at most: every round of check 2.11 (warm-up and
     confirmation included) runs both variants, each on a prompt of its own."""
-    rounds = bench["warmup"] + bench["repeats"] + bench["confirm_repeats"]
-    return 2 * rounds
+    return 2 * timed_rounds(bench)
 
 
 # ----------------------------------------------------------------------- weights

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from grader.core.thresholds import timed_rounds
+
 N_RANKS = 4096  # BPE ranks kept from cl100k_base: 4096 + 256 special tokens = 4352 ids
 ATOL = 1e-4  # logits of a float32 model on a CPU agree far better than this
 
@@ -118,8 +120,7 @@ def growth_key(new_tokens: int) -> str:
 def pool_size(bench: dict[str, Any]) -> int:
     """Prompts one grading consumes at most: one per row of every timed run of check
     3.11 (every round, both modes, every batch size)."""
-    rounds = bench["warmup"] + bench["repeats"] + bench["confirm_repeats"]
-    return 2 * rounds * sum(bench["batch_sizes"])
+    return 2 * timed_rounds(bench) * sum(bench["batch_sizes"])
 
 
 COURSE_PROMPTS = [

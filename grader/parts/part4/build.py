@@ -111,11 +111,10 @@ def theory_cases(
 def bench_prompts() -> int:
     """Timed runs of check 4.6 in one grading at most, under every thresholds profile:
     each one gets a prompt of its own (every mode, every L, every round)."""
-    from grader.core.thresholds import DEVICES, load_thresholds
+    from grader.core.thresholds import DEVICES, load_thresholds, timed_rounds
 
     def runs(bench: dict[str, Any]) -> int:
-        rounds = bench["warmup"] + bench["repeats"] + bench["confirm_repeats"]
-        return 2 * len(bench["L_values"]) * rounds
+        return 2 * len(bench["L_values"]) * timed_rounds(bench)
 
     return max(runs(load_thresholds(device)["part4"]) for device in DEVICES)
 
