@@ -51,16 +51,12 @@ def redirect_cuda() -> None:
     if torch.cuda.is_available():
         return
 
-    def tensor_cuda(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def to_grading_device(self: Any, *args: Any, **kwargs: Any) -> Any:
         NOTES["cuda_calls"] += 1
-        return self.to(_device())
+        return self.to(_device())  # Tensor.to and Module.to alike
 
-    def module_cuda(self: Any, *args: Any, **kwargs: Any) -> Any:
-        NOTES["cuda_calls"] += 1
-        return self.to(_device())
-
-    torch.Tensor.cuda = tensor_cuda
-    torch.nn.Module.cuda = module_cuda
+    torch.Tensor.cuda = to_grading_device
+    torch.nn.Module.cuda = to_grading_device
 
 
 class LoadError(Exception):

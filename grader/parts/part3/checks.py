@@ -20,7 +20,7 @@ from grader.checks.base import Outcome, check, with_output
 from grader.core.points import points
 from grader.core.thresholds import load_thresholds
 from grader.parts.part3.cases import TOP_P, TOP_P_NUCLEUS, TOP_P_PROBS
-from grader.parts.part3.course import UNSCALED, build_notes
+from grader.parts.part3.course import UNSCALED, UNSCALED_NOTE
 from grader.parts.part3.probes import Part3Probes
 from grader.parts.part3.timed import Part3Timed, bench_key
 from grader.runtime.client import SubmissionError
@@ -70,7 +70,7 @@ class Part3ForwardChecks(Part3Probes):
     def test_forward_without_cache(self, set_score: Any = None) -> None:
         """3.2 forward logits from position 0 with kv_caching off (course prompts, a batch)"""
         if self.rope() == UNSCALED:
-            print(build_notes({}, UNSCALED, self.ctx.device)[0])
+            print(UNSCALED_NOTE)
         self.run_cases("3.2", ("no_cache",), set_score)
 
     @check("3.3", partial=True)

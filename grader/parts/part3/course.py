@@ -22,6 +22,11 @@ SCALED, UNSCALED = "scaled", "unscaled"
 #: Where the unscaled values sit in the public and in the hidden file.
 UNSCALED_KEYS = ("unscaled_rope", "unscaled_rope_hidden")
 EOT = "<|eot_id|>"
+#: What a submission with plain RoPE is told (checks 3.1 and 3.2).
+UNSCALED_NOTE = (
+    "Your RoPE has no Llama 3.2 frequency scaling (the course's convention): your logits "
+    "and texts are compared with a reference that uses the same RoPE."
+)
 
 
 def rope_view(data: dict[str, Any], rope: str) -> dict[str, Any]:
@@ -70,10 +75,7 @@ def build_notes(notes: dict[str, Any], rope: str, device: str) -> list[str]:
             f"their tensors on {device} instead (on a GPU the same code runs unchanged)."
         )
     if rope == UNSCALED:
-        lines.append(
-            "Your RoPE has no Llama 3.2 frequency scaling (the course's convention): your "
-            "logits and texts are compared with a reference that uses the same RoPE."
-        )
+        lines.append(UNSCALED_NOTE)
     if notes and notes.get("switch") is False:
         lines.append(
             "Your Llama fixes kv_caching when it is built (no set_kv_caching), as the course's "
