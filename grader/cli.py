@@ -99,7 +99,7 @@ def build_skeleton(out: Path | None) -> int:
 
 def cmd_run_local(args: argparse.Namespace) -> int:
     """1 when the zip cannot be built or its set-up fails; else 0, whatever the score."""
-    from grader.core.report import failure_details, score_table, terminal_safe
+    from grader.core.report import terminal_report
     from grader.ta.dist import StaleCases, build_autograder
     from grader.ta.run_local import IMAGE_VENV, SetupFailed, run_local
 
@@ -117,9 +117,7 @@ def cmd_run_local(args: argparse.Namespace) -> int:
     except SetupFailed as exc:
         print(f"the autograder image could not be built: {exc}", file=sys.stderr)
         return 1
-    print(score_table(results) if results.tests else terminal_safe(results.output))
-    if args.details and results.tests:
-        print(failure_details(results))
+    print(terminal_report(results, details=args.details))
     if args.keep:
         print(f"Gradescope tree kept at {tree}")
     return 0
@@ -277,7 +275,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     import jsonschema
 
-    from grader.core.report import failure_details, score_table, terminal_safe
+    from grader.core.report import terminal_report
     from grader.core.results import GradingResults, validate_results
 
     try:
@@ -287,11 +285,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         why = getattr(exc, "message", exc)  # a schema error's first line, not the schema
         print(f"error: {args.results} is not a readable results file: {why}", file=sys.stderr)
         return 2
-    results = GradingResults.from_gradescope(data)
-    print(score_table(results) if results.tests else terminal_safe(results.output))
-    details = failure_details(results) if args.details else ""
-    if details:
-        print("\n" + details)
+    print(terminal_report(GradingResults.from_gradescope(data), details=args.details))
     return 0
 
 

@@ -60,3 +60,11 @@ def failure_details(results: GradingResults) -> str:
         if t.status == "failed":
             blocks.append(f"[{t.number}] {t.name}\n{t.output.strip()}")
     return terminal_safe("\n\n".join(blocks))
+
+
+def terminal_report(results: GradingResults, *, details: bool) -> str:
+    """What a grading shows in a terminal: the score table (the run's own output where it
+    holds no check) and, with ``details``, the failed checks' feedback after a blank line."""
+    text = score_table(results) if results.tests else terminal_safe(results.output)
+    feedback = failure_details(results) if details else ""
+    return f"{text}\n\n{feedback}" if feedback else text

@@ -40,7 +40,7 @@ def tag_set(text: str) -> frozenset[str] | None:
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
-    from grader.core.report import failure_details, score_table
+    from grader.core.report import terminal_report
     from grader.grading.runner import grade
 
     if not Path(args.submission).is_dir():  # a typo, not a submission that scores 0
@@ -59,11 +59,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
         print(f"grading failed; a fallback results file was written to {args.results}")
         return 0
     if args.table:
-        print(score_table(results))
-        if args.details:
-            details = failure_details(results)
-            if details:
-                print("\n" + details)
+        print(terminal_report(results, details=args.details))
     print(f"results written to {args.results}")
     return 0
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from grader.core.report import failure_details, terminal_safe
+from grader.core.report import failure_details, score_table, terminal_report, terminal_safe
 from grader.core.results import GradingResults, TestResult
 
 #: What a hostile submission prints: clear the screen, a forged green PASS line, an OSC 52
@@ -25,3 +25,14 @@ def test_the_details_of_a_failed_check_are_terminal_safe() -> None:
     details = failure_details(GradingResults(tests=[failed]))
     assert "\x1b" not in details and "\\x1b[32mPASS" in details
     assert details.startswith("[2.1] 2.1 forward\nGot: ")
+
+
+def test_the_terminal_report_is_the_table_then_the_feedback_after_a_blank_line() -> None:
+    failed = TestResult("2.1 forward", 0, 2, "failed", "2.1", "wrong logits", ["part2"])
+    results = GradingResults(tests=[failed])
+    report = terminal_report(results, details=True)
+    table, feedback = report.split("\n\n", 1)
+    assert table == score_table(results) and feedback == "[2.1] 2.1 forward\nwrong logits"
+    assert terminal_report(results, details=False) == table
+    empty = GradingResults(tests=[], output="question1.py \x1b[2J was not found")
+    assert terminal_report(empty, details=True) == "question1.py \\x1b[2J was not found"
