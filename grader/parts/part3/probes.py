@@ -116,9 +116,8 @@ class Part3Probes(Part3Base):
             resident = self.resident_after(steps, settle_on=("memory", False))
         except SubmissionError as exc:
             return [with_output(exc.message, exc.output)]
-        resident += [resident[-1]] * (4 - len(resident))  # switch-less: nothing more ran
-        plain, cached = resident[1] - resident[0], resident[2] - resident[1]
-        freed = resident[2] - resident[3]
+        plain = resident[1] - resident[0]
+        cached, freed = (resident[2] - resident[1], resident[2] - resident[3]) if switch else (0, 0)
         where = (
             f"On the tiny model built with kv_caching=False, max_batch_size={MEMORY_MAX_BATCH} "
             f"and max_seq_len={MEMORY_MAX_SEQ_LEN} (a cache of {cache / MIB:.0f} MiB), your "
