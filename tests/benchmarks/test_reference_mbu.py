@@ -62,10 +62,12 @@ def test_unpermuted_rotary_weights_would_disagree(mbu: ModuleType) -> None:
     assert permuted[2:4].tolist() == [w[1].tolist(), w[3].tolist()]
 
 
-def test_the_copy_counts_bytes_read_and_written(mbu: ModuleType, monkeypatch) -> None:
-    ticks = iter(range(10))  # a clock that advances 1 s per reading
+def test_each_kernel_counts_the_bytes_it_reads_and_writes(mbu: ModuleType, monkeypatch) -> None:
+    ticks = iter(range(20))  # a clock that advances 1 s per reading
     monkeypatch.setattr(mbu.time, "perf_counter", lambda: float(next(ticks)))
-    assert mbu.timed_copy("cpu", gib=1 / 64) == (2 * 2**30 / 64, 1.0)
+    array = 2**30 / 64  # bytes of one array
+    rates = mbu.stream_kernels("cpu", gib=1 / 64)
+    assert rates == {"copy": 2 * array, "scale": 2 * array, "add": 3 * array, "triad": 3 * array}
 
 
 def test_random_checkpoint_loads_with_the_real_vocabulary(tmp_path) -> None:
@@ -85,3 +87,13 @@ def test_random_checkpoint_loads_with_the_real_vocabulary(tmp_path) -> None:
     assert isinstance(tokenizer.decode([127_999, 100_300]), str)  # placeholders decode
     out = model.generate(tokenizer, ["Hi"], max_gen_len=4, temperature=0.0, device="cpu")
     assert isinstance(out[0]["generation"], str)
+
+
+def test_profile_names_where_decode_time_goes(mbu: ModuleType) -> None:
+    reference = mbu.build_reference(torch.float32, "cpu", 64, shape=TINY)
+    prompt = torch.randint(
+        0, TINY["vocab_size"], (1, 4), generator=torch.Generator().manual_seed(4)
+    )
+    rows = mbu.profile_decode(reference, prompt, "cpu", top=5)
+    assert len(rows) == 5
+    assert rows[0]["ms"] >= rows[-1]["ms"] and all(r["calls"] >= 1 for r in rows)
