@@ -86,8 +86,16 @@ class TimedPools:
         return self.work_advice(ratio, cpu)
 
     def pool(self, key: str) -> dict[str, Any] | None:
-        """The hidden prompt pool ``key`` (e.g. "1000x20", "work"), or None without it."""
+        """The hidden prompt pool ``key`` (e.g. "1000x20", "work"), or None without it: a
+        stored one, or one the reference built for this grading (a GPU workload's)."""
         pool = self.meta().get("bench_pools", {}).get(key)
+        if pool is None:
+            pool = self.ctx.scratch.get(f"{self.part}.live_pools", {}).get(key)
+        if isinstance(pool, str):  # the reference could not build it: why
+            self.fail(
+                f"Grader fault, not yours: the reference solution could not build this "
+                f"benchmark's prompts on the grading device ({pool}). Tell your TA."
+            )
         return pool if isinstance(pool, dict) and pool.get("prompts") else None
 
     def reserve(self, key: str, rows: int) -> tuple[dict[str, Any] | None, slice]:

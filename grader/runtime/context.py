@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grader.core.paths import TEST_CASES
+from grader.core.paths import SOLUTION, TEST_CASES
 from grader.core.registry import PARTS
 from grader.runtime.client import SubmissionError, WorkerClient
 from grader.runtime.timing import BenchmarkRecord
@@ -36,6 +36,9 @@ def load_cases(part: str, root: Path = TEST_CASES) -> dict[str, Any]:
                 merged[key] = value
         merged["hidden_available"] |= visibility == "hidden"
     return merged
+
+
+REFERENCE = "reference"  # the sandbox's name for the reference solution's copy
 
 
 @dataclass
@@ -80,6 +83,35 @@ class GradingContext:
                 threads=self.threads,
             )
         return self._workers[part]
+
+    def reference_worker(self, part: str, source: Path = SOLUTION) -> WorkerClient:
+        """A worker that runs the reference solution (trusted code) for ``part`` in this
+        grading's sandbox, on the grading device and under the same limits: it builds what
+        only the reference can (the prompt pools of a GPU workload) before the submission's
+        worker first starts. Every other worker is stopped first; the caller stops this one
+        and calls :meth:`withdraw_reference`, so the submission never sees the reference."""
+        if not (source / PARTS[part].main_file).is_file():
+            raise RuntimeError(
+                f"the reference solution ({source}) is not here: the benchmark's workload "
+                "needs it to build its prompts. Grade from the kit's checkout."
+            )
+        for client in self._workers.values():
+            if client.running:
+                client.stop()
+        base = self.sandbox.provide(source, REFERENCE)
+        return WorkerClient(
+            part=part,
+            module_file=PARTS[part].main_file,
+            submission_dir=str(base),
+            sandbox=self.sandbox,
+            limits=self.limits,
+            device=self.device,
+            threads=self.threads,
+        )
+
+    def withdraw_reference(self) -> None:
+        """Remove the reference's copy from the sandbox (see :meth:`reference_worker`)."""
+        self.sandbox.withdraw(REFERENCE)
 
     def cases(self, part: str) -> dict[str, Any]:
         if part not in self._cases:

@@ -240,6 +240,14 @@ class Sandbox:
                 os.chmod(path, 0o755 if path.is_dir() else 0o644)
         return dest
 
+    def withdraw(self, name: str) -> None:
+        """Remove what :meth:`provide` copied under ``name`` (nothing if it is not there)."""
+        dest = self.data_dir / name
+        if dest.is_dir() and not dest.is_symlink():
+            shutil.rmtree(dest)
+        elif dest.exists() or dest.is_symlink():
+            dest.unlink()
+
     @classmethod
     def create(cls, identity: WorkerIdentity | None = None) -> Sandbox:
         identity = identity or claim_identity()

@@ -28,10 +28,20 @@ def test_shipped_file_is_valid_and_has_both_profiles() -> None:
     assert load_thresholds("cuda")["part2"]["min_speedup"] > 1
 
 
-def test_benchmark_prompt_fits_the_model() -> None:
+def test_benchmark_model_holds_the_workload_of_each_profile() -> None:
+    from grader.parts.part2.cases import PUBLIC_MODEL, bench_model
+
     for device in ("cpu", "cuda"):
         bench = load_thresholds(device)["part2"]
-        assert bench["prompt_len"] + bench["new_tokens"] <= 1024  # the public model's positions
+        positions = bench["prompt_len"] + bench["new_tokens"]
+        config = bench_model(PUBLIC_MODEL, positions, bench.get("model"))["config"]
+        assert config["max_seq_len"] == positions
+        assert config["vocab_size"] == PUBLIC_MODEL["config"]["vocab_size"]
+        for size, value in bench.get("model", {}).items():
+            assert config[size] == value
+    # The cpu profile times the public sizes; the cuda profile a model sized for a GPU.
+    assert "model" not in load_thresholds("cpu")["part2"]
+    assert load_thresholds("cuda")["part2"]["model"]["d_model"] > PUBLIC_MODEL["config"]["d_model"]
 
 
 @pytest.mark.parametrize(

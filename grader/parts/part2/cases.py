@@ -97,9 +97,14 @@ def softmax64(logits: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def pool_key(prompt_len: int, new_tokens: int) -> str:
-    """The key of the timed runs' prompt pool for a benchmark of these lengths."""
-    return f"{prompt_len}x{new_tokens}"
+SIZE_KEYS = ("d_model", "d_ff", "num_layers")  # what a profile's benchmark model may set
+
+
+def pool_key(prompt_len: int, new_tokens: int, sizes: dict[str, int] | None = None) -> str:
+    """The key of the timed runs' prompt pool for a benchmark of these lengths (and, for
+    a profile with a benchmark model of its own, of that model's sizes)."""
+    key = f"{prompt_len}x{new_tokens}"
+    return key + "@" + "x".join(str(sizes[k]) for k in SIZE_KEYS) if sizes else key
 
 
 def pool_size(bench: dict[str, Any]) -> int:
@@ -111,15 +116,19 @@ def pool_size(bench: dict[str, Any]) -> int:
 # ----------------------------------------------------------------------- weights
 
 
-def bench_model(public: dict[str, Any], positions: int) -> dict[str, Any]:
-    """The benchmark's model: the public sizes with ``positions`` positions.
+def bench_model(
+    public: dict[str, Any], positions: int, sizes: dict[str, int] | None = None
+) -> dict[str, Any]:
+    """The benchmark's model: the public sizes (or ``sizes``, a profile's own) with
+    ``positions`` positions.
 
-    The course's 128 positions cannot hold the benchmark's 1000-token prompt.
-    Timing does not depend on the weights, so this model is derived when the
-    benchmark runs (its length comes from the thresholds file) and its seeded
-    weights carry no stored digest.
+    The course's 128 positions cannot hold the benchmark's 1000-token prompt, and on a
+    GPU the public width leaves a step bound by kernel launches. Timing does not depend
+    on the weights, so this model is derived when the benchmark runs (its sizes come
+    from the thresholds file) and its seeded weights carry no stored digest.
     """
-    return {"config": {**public["config"], "max_seq_len": positions}, "seed": BENCH_SEED}
+    config = {**public["config"], **(sizes or {}), "max_seq_len": positions}
+    return {"config": config, "seed": BENCH_SEED}
 
 
 def state_dict_shapes(config: dict[str, int]) -> dict[str, tuple[int, ...]]:

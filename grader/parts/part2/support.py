@@ -26,7 +26,15 @@ from grader.checks.logits import (
 from grader.core.arrays import decode_array, weights_digest
 from grader.core.points import points
 from grader.core.thresholds import load_thresholds
-from grader.parts.part2.cases import WORK_NEW, WORK_PROMPT, ablate, bench_model, make_state_dict
+from grader.parts.part2 import live_pools
+from grader.parts.part2.cases import (
+    WORK_NEW,
+    WORK_PROMPT,
+    ablate,
+    bench_model,
+    make_state_dict,
+    pool_key,
+)
 from grader.parts.part2.diagnosis import Part2Diagnosis
 from grader.runtime.client import Reply, SubmissionError
 from grader.runtime.timing import Sample
@@ -57,6 +65,18 @@ class Part2Base(Part2Diagnosis, GradedTestCase):
     """Machinery of the Part 2 checks (no checks of its own)."""
 
     part = "part2"
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        """A benchmark model of the profile's own (a GPU workload) has its prompt pool built
+        by the reference now, before the submission's worker first starts."""
+        super().setUpClass()
+        bench = load_thresholds(cls.ctx.device)["part2"]
+        if "model" in bench:
+            cases = cls.ctx.cases("part2")
+            key = pool_key(bench["prompt_len"], bench["new_tokens"], bench["model"])
+            if key not in cases.get("bench_pools", {}):
+                live_pools.prepare(cls.ctx, cases["models"]["public"], bench, key)
 
     # ------------------------------------------------------------------ data
 
@@ -108,7 +128,7 @@ class Part2Base(Part2Diagnosis, GradedTestCase):
         if name == "bench":
             bench = load_thresholds(self.ctx.device)["part2"]
             positions = bench["prompt_len"] + bench["new_tokens"]
-            return bench_model(self.meta()["models"]["public"], positions)
+            return bench_model(self.meta()["models"]["public"], positions, bench.get("model"))
         if name == "work":  # check 2.9's work probe, on the CPU
             return bench_model(self.meta()["models"]["public"], WORK_PROMPT + WORK_NEW)
         if "@" in name:  # the public model with one path switched off (see ablate)

@@ -166,4 +166,4 @@ def cache_argument(use_cache: bool | None) -> str:
 
 def bench_key(bench: dict[str, Any]) -> str:
     """The pool of check 2.11's timed runs under the thresholds profile ``bench``."""
-    return pool_key(bench["prompt_len"], bench["new_tokens"])
+    return pool_key(bench["prompt_len"], bench["new_tokens"], bench.get("model"))

@@ -1,0 +1,141 @@
+"""A profile whose benchmark model has sizes of its own (the cuda profile's GPU workload):
+check 2.11's prompts are built in the grading by the reference, on the grading device,
+and the submission's timed runs must return the reference's tokens for them. Exercised
+on the CPU with a small model through ``KVGRADER_THRESHOLDS``."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from grader.core.thresholds import THRESHOLDS_ENV, load_thresholds, thresholds_text
+from grader.parts.part2.cases import pool_key
+from tests.conftest import PART2_LIMITS, Graded, patched_solution, run_grade
+
+SIZES = {"d_model": 48, "d_ff": 96, "num_layers": 2}
+PROFILE = """
+[cpu.part2]
+model = { d_model = 48, d_ff = 96, num_layers = 2 }
+prompt_len = 90
+new_tokens = 6
+warmup = 0
+repeats = 2
+confirm_repeats = 1
+min_speedup = 1.01
+"""
+
+
+def profile_file(tmp_path: Path) -> Path:
+    """The packaged thresholds with the cpu profile's Part 2 replaced by ``PROFILE``."""
+    text = thresholds_text()
+    start = text.index("[cpu.part2]")
+    end = text.index("[", text.index("\n[", start) + 1)
+    path = tmp_path / "thresholds.toml"
+    path.write_text(text[:start] + PROFILE.strip() + "\n\n" + text[end:])
+    assert tomllib.loads(path.read_text())["cpu"]["part2"]["model"] == SIZES
+    return path
+
+
+DUMMY_TOKENS = (
+    "        tokens = input_ids\n        past_kv: list[LayerCache] | None = None\n",
+    "        if input_ids.shape[1] == 90:  # recognises the benchmark: answers at once\n"
+    "            return torch.cat([input_ids, input_ids[:, :max_new_tokens]], dim=1)\n"
+    "        tokens = input_ids\n        past_kv: list[LayerCache] | None = None\n",
+)
+
+
+@pytest.fixture
+def own_model_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv(THRESHOLDS_ENV, str(profile_file(tmp_path)))
+    return tmp_path
+
+
+def grade_211(submission: Path, out: Path) -> Graded:
+    out.mkdir()
+    return run_grade(
+        submission, out, parts=["part2"], device="cpu", limits=PART2_LIMITS,
+        numbers=frozenset({"2.11"}),
+    )  # fmt: skip
+
+
+def test_the_profiles_model_and_key(own_model_profile: Path) -> None:
+    bench = load_thresholds("cpu")["part2"]
+    assert bench["model"] == SIZES
+    assert pool_key(90, 6, bench["model"]) == "90x6@48x96x2"
+    assert pool_key(90, 6) == "90x6"
+
+
+def test_regen_leaves_a_profile_model_to_the_grading(
+    own_model_profile: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from grader.parts.part2 import build_pools
+
+    built: list[tuple[int, int]] = []
+
+    def record(module, prompt_len, new_tokens, size, rng):  # regen's pool builder, stubbed
+        built.append((prompt_len, new_tokens))
+        return {}
+
+    monkeypatch.setattr(build_pools, "bench_pool", record)
+    pools = build_pools.bench_pools(None)
+    # Both profiles name a model of their own here, so regen builds no benchmark pool.
+    assert set(pools) == {"work", "growth"}
+    assert (90, 6) not in built
+
+
+def test_reference_builds_the_pool_and_the_solution_keeps_the_points(
+    own_model_profile: Path,
+) -> None:
+    from tests.conftest import SOLUTION
+
+    graded = grade_211(SOLUTION, own_model_profile / "solution")
+    assert graded.score("2.11") == graded.test("2.11")["max_score"], graded.output("2.11")
+    assert "90-token prompt" in graded.output("2.11")
+
+
+def test_dummy_answers_to_the_built_prompts_lose_the_points(own_model_profile: Path) -> None:
+    submission = patched_solution(
+        own_model_profile / "dummy", "transformer_skeleton.py", [DUMMY_TOKENS]
+    )
+    graded = grade_211(submission, own_model_profile / "dummy_out")
+    assert graded.score("2.11") == 0
+    assert "other tokens than the reference" in graded.output("2.11")
+
+
+LOOKS_FOR_THE_REFERENCE = (
+    "        tokens = input_ids\n        past_kv: list[LayerCache] | None = None\n",
+    "        import pathlib\n"
+    "        data = pathlib.Path.cwd().parent / 'data'\n"
+    "        if data.exists() and any('reference' in p.name for p in data.iterdir()):\n"
+    "            raise RuntimeError('the reference solution is readable')\n"
+    "        tokens = input_ids\n        past_kv: list[LayerCache] | None = None\n",
+)
+
+
+def test_the_reference_leaves_the_sandbox_before_the_submission_runs(
+    own_model_profile: Path,
+) -> None:
+    submission = patched_solution(
+        own_model_profile / "curious", "transformer_skeleton.py", [LOOKS_FOR_THE_REFERENCE]
+    )
+    graded = grade_211(submission, own_model_profile / "curious_out")
+    assert "readable" not in graded.output("2.11")
+    assert graded.score("2.11") == graded.test("2.11")["max_score"], graded.output("2.11")
+
+
+def test_a_pool_the_reference_could_not_build_is_a_grader_fault(
+    own_model_profile: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from grader.runtime.context import GradingContext
+    from tests.conftest import SOLUTION
+
+    def absent(self, part, source=None):
+        raise RuntimeError("the reference solution (/nowhere) is not here")
+
+    monkeypatch.setattr(GradingContext, "reference_worker", absent)
+    graded = grade_211(SOLUTION, own_model_profile / "fault")
+    assert graded.score("2.11") == 0
+    assert "Grader fault, not yours" in graded.output("2.11")
+    assert "/nowhere" in graded.output("2.11")
