@@ -14,6 +14,7 @@ import numpy as np
 
 from grader.core.arrays import encode_array
 from grader.parts.part4 import adapter
+from grader.parts.part4.pools import MARGIN, PROMPT_LEN, min_gap, runs_per_grading
 
 ATOL = 2e-3  # float32 logits; thread counts change the order of the sums
 NEW_TOKENS = 16
@@ -28,19 +29,11 @@ HIDDEN_MODEL = {
 SEED = 2718
 PUBLIC_SEED = 1414  # the public cases' own stream, so the hidden ones do not change
 BENCH_SEED = 3141  # the latency prompts' streams (public, hidden)
-BENCH_PROMPT_LEN = 8  # the handout's 8-token prompt
 BENCH_NEW_TOKENS = 256  # the longest L of every thresholds profile
-MARGIN = 1e-3  # every expected greedy step beats the runner-up by this much
 INT8_PROMPT = (np.arange(3, 67, dtype=np.int64)[None, :] % 500).tolist()  # 64 tokens
 INT8_NEW_TOKENS = 64
 INT8_CACHE_SEED = 1616  # the made-up float16 cache of the int8 round trip
 INT8_CACHE_SHAPE = (1, 2, 6, 4)  # (batch, heads, tokens, head_dim): ±127 is 1 value in 4
-
-
-def min_gap(step_logits: np.ndarray) -> float:
-    """The smallest best-minus-runner-up logit over every step and row."""
-    ordered = np.sort(step_logits.astype(np.float64), axis=-1)
-    return float((ordered[..., -1] - ordered[..., -2]).min())
 
 
 def generation_cases(
@@ -109,14 +102,12 @@ def theory_cases(
 
 
 def bench_prompts() -> int:
-    """Timed runs of check 4.6 in one grading at most, under every thresholds profile:
-    each one gets a prompt of its own (every mode, every L, every round)."""
-    from grader.core.thresholds import DEVICES, load_thresholds, timed_rounds
+    """Timed runs of check 4.6 in one grading at most, under every thresholds profile whose
+    pool ``regen`` builds (one with a model of its own is built in the grading)."""
+    from grader.core.thresholds import DEVICES, load_thresholds
 
-    def runs(bench: dict[str, Any]) -> int:
-        return 2 * len(bench["L_values"]) * timed_rounds(bench)
-
-    return max(runs(load_thresholds(device)["part4"]) for device in DEVICES)
+    benches = [load_thresholds(device)["part4"] for device in DEVICES]
+    return max(runs_per_grading(b) for b in benches if "model" not in b)
 
 
 def latency_cases(reference: ModuleType, seed: int, prefix: str) -> list[dict[str, Any]]:
@@ -127,7 +118,7 @@ def latency_cases(reference: ModuleType, seed: int, prefix: str) -> list[dict[st
     rng = np.random.default_rng(seed)
     cases: list[dict[str, Any]] = []
     while len(cases) < bench_prompts():
-        ids = rng.integers(0, LAB_MODEL["config"]["vocab_size"], size=(1, BENCH_PROMPT_LEN))
+        ids = rng.integers(0, LAB_MODEL["config"]["vocab_size"], size=(1, PROMPT_LEN))
         out = adapter.run_generate(reference, model, ids, BENCH_NEW_TOKENS, cached=True)
         gap = min_gap(out["step_logits"])
         if gap <= MARGIN:

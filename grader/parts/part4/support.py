@@ -16,6 +16,9 @@ import numpy as np
 
 from grader.checks.base import GradedTestCase, Outcome, likely_cause, note_causes, with_output
 from grader.core.points import points
+from grader.core.thresholds import load_thresholds
+from grader.parts.part4 import live_pools
+from grader.parts.part4.pools import PROMPT_LEN
 from grader.runtime.client import Reply, SubmissionError
 
 
@@ -118,6 +121,18 @@ def positions_hint(exc: SubmissionError, n_positions: int | None) -> str:
     )
 
 
+def bench_spec(cases: dict[str, Any], bench: dict[str, Any]) -> dict[str, Any]:
+    """Check 4.6's model under profile ``bench``: the lab model, with the profile's sizes
+    where it names any (a GPU workload), room for its prompt and longest L, same seed."""
+    lab = cases["models"]["lab"]
+    if "model" not in bench:
+        return lab
+    positions = PROMPT_LEN + max(bench["L_values"])
+    config = {**lab["config"], **bench["model"]}
+    config["n_positions"] = max(config["n_positions"], positions)
+    return {"config": config, "seed": lab["seed"]}
+
+
 class Part4Base(GradedTestCase):
     """Part 4's machinery: the cases, the worker's models and requests, and the
     catalogue's names for what a submission did."""
@@ -129,8 +144,24 @@ class Part4Base(GradedTestCase):
     def meta(self) -> dict[str, Any]:
         return self.ctx.cases(self.part)
 
+    @classmethod
+    def setUpClass(cls) -> None:
+        """A benchmark model of the profile's own (a GPU workload) has its prompts built by
+        the reference now, before the submission's worker first starts."""
+        super().setUpClass()
+        bench = load_thresholds(cls.ctx.device)["part4"]
+        if "model" in bench:
+            live_pools.prepare(cls.ctx, bench_spec(cls.ctx.cases("part4"), bench), bench)
+
+    def model_spec(self, name: str) -> dict[str, Any]:
+        """Config and seed of model ``name``: stored in the cases, except the benchmark's
+        under a profile that sizes it ("bench", see :func:`bench_spec`)."""
+        if name == "bench":
+            return bench_spec(self.meta(), load_thresholds(self.ctx.device)["part4"])
+        return self.meta()["models"][name]
+
     def ensure(self, name: str) -> None:
-        spec = self.meta()["models"][name]
+        spec = self.model_spec(name)
         header = {"op": "build", "model": name, **spec}
         self.once_per_worker(
             name,
@@ -154,7 +185,7 @@ class Part4Base(GradedTestCase):
             if hint:
                 note_causes(["cache_iterated_as_pairs"])
             else:
-                spec = self.meta()["models"].get(header.get("model", "lab"), {})
+                spec = self.model_spec(header.get("model", "lab"))
                 hint = positions_hint(exc, spec.get("config", {}).get("n_positions"))
                 if hint:
                     note_causes(["positions_past_n_positions"])
@@ -226,7 +257,17 @@ class Part4Base(GradedTestCase):
         })  # fmt: skip
 
     def timed_prompts(self) -> list[dict[str, Any]]:
-        """The latency prompts with the reference's tokens: the hidden ones where present."""
+        """The latency prompts with the reference's tokens: those the reference built for
+        this grading under a profile with a model of its own, else the stored hidden ones
+        where present."""
+        if "model" in load_thresholds(self.ctx.device)["part4"]:
+            built = self.ctx.scratch.get(live_pools.SCRATCH, [])
+            if isinstance(built, str):
+                self.fail(
+                    "Grader fault, not yours: the reference solution could not build this "
+                    f"benchmark's prompts on the grading device ({built}). Tell your TA."
+                )
+            return built
         cases = self.cases("4.6")
         hidden = [c for c in cases if c.get("visibility") == "hidden"]
         return hidden or cases

@@ -1,0 +1,66 @@
+"""Check 4.6's prompts for a profile whose benchmark model has sizes of its own (a GPU
+workload), built at grading time by the reference solution on the grading device.
+
+As for Part 2 (``grader/parts/part2/live_pools.py``): before the submission's worker first
+starts, a worker running the reference draws prompts from an unpredictable seed, keeps
+those whose greedy steps all win by ``MARGIN``, and records its tokens up to the longest
+L; the submission's timed runs must return them. The reference's copy then leaves the
+sandbox.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import numpy as np
+
+from grader.parts.part4.pools import MARGIN, PROMPT_LEN, min_gap, runs_per_grading
+from grader.runtime.context import GradingContext
+
+MAX_DRAWS = 4  # prompts drawn per prompt kept, at most, before the build gives up
+SCRATCH = "part4.live_pools"  # the grading's built pool, or the build's error
+
+
+def live_pool(ctx: GradingContext, spec: dict[str, Any], bench: dict[str, Any]) -> list[dict]:
+    """Prompts for every timed run of check 4.6 under profile ``bench``, on model ``spec``,
+    in the stored cases' format (``ids``, ``tokens``, ``label``)."""
+    size, longest = runs_per_grading(bench), max(bench["L_values"])
+    vocab = spec["config"]["vocab_size"]
+    worker = ctx.reference_worker("part4")
+    timeout = max(ctx.limits.request_timeout_s, 120.0)
+    cases: list[dict[str, Any]] = []
+    try:
+        header = {"op": "build", "model": "bench", **spec}
+        worker.request(header, what="the reference's GPT-2", timeout=timeout)
+        rng = np.random.default_rng(secrets.randbits(64))  # new prompts in every grading
+        for _ in range(MAX_DRAWS * size):
+            if len(cases) >= size:
+                break
+            ids = rng.integers(0, vocab, size=(1, PROMPT_LEN), dtype=np.int64)
+            request = {"op": "generate", "model": "bench", "n": longest, "cached": True}
+            reply = worker.request(request, {"ids": ids}, what="generate", timeout=timeout)
+            if min_gap(reply.arrays["step_logits"]) > MARGIN:
+                label = f"timed prompt {len(cases) + 1}, drawn for this grading"
+                tokens = reply.arrays["tokens"].tolist()
+                cases.append({"ids": ids.tolist(), "tokens": tokens, "label": label})
+    finally:
+        worker.stop()
+        ctx.withdraw_reference()
+    if len(cases) < size:
+        raise RuntimeError(
+            f"the reference's model found {len(cases)} of {size} prompts whose greedy steps "
+            f"all win by {MARGIN:g}"
+        )
+    return cases
+
+
+def prepare(ctx: GradingContext, spec: dict[str, Any], bench: dict[str, Any]) -> None:
+    """Build the pool once per grading, before the submission's worker starts, or record
+    why it could not be built (check 4.6 reports it as the grader's fault)."""
+    if SCRATCH in ctx.scratch or ctx.bases.get("part4") is None:
+        return
+    try:
+        ctx.scratch[SCRATCH] = live_pool(ctx, spec, bench)
+    except Exception as exc:  # a grader fault, reported by check 4.6
+        ctx.scratch[SCRATCH] = f"{type(exc).__name__}: {exc}"

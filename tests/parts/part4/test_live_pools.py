@@ -1,0 +1,77 @@
+"""A profile whose benchmark GPT-2 has sizes of its own (the cuda profile's GPU workload):
+check 4.6's prompts are built in the grading by the reference, on the grading device, and
+the submission's timed runs must return the reference's tokens for them. Exercised on the
+CPU with a small model through ``KVGRADER_THRESHOLDS``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from grader.core.thresholds import THRESHOLDS_ENV, load_thresholds, thresholds_text
+from grader.parts.part4.pools import runs_per_grading
+from grader.parts.part4.support import bench_spec
+from grader.runtime.context import load_cases
+from tests.conftest import FAST_LIMITS, SOLUTION, Graded, patched_solution, run_grade
+
+PROFILE = """
+[cpu.part4]
+model = { n_embd = 48, n_layer = 2, n_head = 4 }
+L_values = [4, 12]
+warmup = 0
+repeats = 1
+confirm_repeats = 0
+max_cached_growth = 50.0
+min_no_cache_growth = 1.0001
+min_speedup = 1.0001
+"""
+DUMMY = (
+    "    return generate_with_cache_from(model, input_ids, None, L)\n",
+    "    return torch.cat([input_ids, input_ids[:, :1].repeat(1, L)], dim=1)  # no model\n",
+)
+
+
+@pytest.fixture
+def own_model_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    text = thresholds_text()
+    start = text.index("[cpu.part4]")
+    end = text.index("\n[", start + 1) + 1
+    path = tmp_path / "thresholds.toml"
+    path.write_text(text[:start] + PROFILE.strip() + "\n\n" + text[end:])
+    monkeypatch.setenv(THRESHOLDS_ENV, str(path))
+    return tmp_path
+
+
+def grade_46(submission: Path, out: Path) -> Graded:
+    out.mkdir()
+    return run_grade(
+        submission, out, parts=["part4"], device="cpu", limits=FAST_LIMITS,
+        numbers=frozenset({"4.6"}),
+    )  # fmt: skip
+
+
+def test_the_benchmark_model_takes_the_profiles_sizes(own_model_profile: Path) -> None:
+    bench = load_thresholds("cpu")["part4"]
+    cases = load_cases("part4")
+    spec = bench_spec(cases, bench)
+    lab = cases["models"]["lab"]
+    assert spec["config"] == {**lab["config"], "n_embd": 48, "n_layer": 2, "n_head": 4}
+    assert spec["seed"] == lab["seed"]
+    assert runs_per_grading(bench) == 4  # 2 modes x 2 L values x 1 round
+    assert bench_spec(cases, load_thresholds("cuda")["part4"])["config"]["n_positions"] >= 520
+
+
+def test_the_reference_answers_the_prompts_it_built(own_model_profile: Path) -> None:
+    graded = grade_46(SOLUTION, own_model_profile / "solution")
+    output = graded.output("4.6")
+    assert "did not return the reference's" not in output, output
+    assert "L = 12" in output
+
+
+def test_dummy_tokens_lose_the_points(own_model_profile: Path) -> None:
+    submission = patched_solution(own_model_profile / "dummy", "kv_lab.py", [DUMMY])
+    graded = grade_46(submission, own_model_profile / "dummy_out")
+    assert graded.score("4.6") == 0
+    assert "did not return the reference's" in graded.output("4.6")
+    assert "drawn for this grading" in graded.output("4.6")
