@@ -45,6 +45,11 @@ def load_thresholds(device: str) -> dict[str, Any]:
     return parse_thresholds(thresholds_text())[device]
 
 
+def profile_provisional(device: str) -> bool:
+    """Whether ``device``'s profile is marked provisional (not calibrated on its device)."""
+    return bool(load_thresholds(device).get("provisional", False))
+
+
 def timed_rounds(bench: dict[str, Any]) -> int:
     """The rounds one benchmark check times at most in a grading (``bench``: one part of
     a profile): warm-up, repeats and the confirmation of a miss."""

@@ -25,7 +25,12 @@ from grader.core.results import (
     reserve_results,
     write_results,
 )
-from grader.core.thresholds import leaderboard_entries, leaderboard_settings, resolve_device
+from grader.core.thresholds import (
+    leaderboard_entries,
+    leaderboard_settings,
+    profile_provisional,
+    resolve_device,
+)
 from grader.grading.suite import Selection, build_suite, check_classes, run_suite
 from grader.grading.watchdog import Watchdog
 from grader.runtime.context import GradingContext
@@ -173,9 +178,11 @@ class Grading:
         ]
         notes += [f"Not graded: {r}" for r in (self.copied.refused if self.copied else [])]
         if benchmarks:
+            unsure = profile_provisional(ctx.device)
             notes.append(
                 f"Benchmark checks ({', '.join(benchmarks)}) were timed on {ctx.device} and "
-                f"judged with the {ctx.device} threshold profile."
+                f"judged with the {ctx.device} threshold profile"
+                + (" (provisional: not yet calibrated on this device)." if unsure else ".")
             )
         if sandbox.expired.is_set():
             notes.append(
@@ -190,6 +197,7 @@ class Grading:
         results.extra_data = {
             "device": ctx.device,
             "benchmark_profile": ctx.device,
+            "benchmark_profile_provisional": profile_provisional(ctx.device),
             "benchmarks": benchmarks,
             "parts": self.parts,
             "worker_user": sandbox.identity.name,

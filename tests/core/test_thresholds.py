@@ -117,3 +117,18 @@ def test_handout_states_the_cpu_thresholds() -> None:
     assert f"at most {cpu['part4']['max_cached_growth']:g}× on the CPU profile" in text
     assert f"at least {cpu['part4']['min_no_cache_growth']:g}×" in text
     assert f"at least {cpu['part4']['min_speedup']:g}× the cached one" in text
+
+
+def test_a_profile_is_provisional_only_where_its_table_says_so(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from grader.core.thresholds import THRESHOLDS_ENV, profile_provisional
+
+    text = shipped_text()
+    assert "provisional = true" in text  # the cuda profile, until calibrated on a GPU
+    path = tmp_path / "thresholds.toml"
+    path.write_text(text.replace("provisional = true", "provisional = false"))
+    monkeypatch.setenv(THRESHOLDS_ENV, str(path))
+    assert not profile_provisional("cuda")
+    path.write_text(text.replace("[cpu.part2]", "[cpu]\nprovisional = true\n\n[cpu.part2]"))
+    assert profile_provisional("cpu")

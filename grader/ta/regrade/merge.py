@@ -58,6 +58,7 @@ class Side:
     device: str = ""
     profile: str = ""
     source: str = ""
+    provisional: bool = False  # judged with a profile not calibrated on its device
 
 
 @dataclass
@@ -103,6 +104,10 @@ def read_batch(out_dir: Path, label: str) -> dict[str, Side]:
             device=str(extra.get("device", "")),
             profile=str(extra.get("benchmark_profile", "")),
             source=f"{label} run ({out_dir})",
+            # A cuda result that does not say otherwise predates calibration.
+            provisional=bool(
+                extra.get("benchmark_profile_provisional", extra.get("benchmark_profile") == "cuda")
+            ),
         )
     return sides
 
@@ -205,6 +210,22 @@ def _graded_by(test: dict[str, Any], run: str, side: Side) -> dict[str, Any]:
     return {**test, "extra_data": extra}
 
 
+def refuse_provisional(sides: dict[str, Side]) -> None:
+    """A GPU run judged with a provisional profile cannot go into grades: its benchmark
+    thresholds were never calibrated on that device."""
+    provisional = sorted(k for k, side in sides.items() if side.provisional)
+    if provisional:
+        shown = ", ".join(f"submission_{k}" for k in provisional[:5])
+        more = f" and {len(provisional) - 5} more" if len(provisional) > 5 else ""
+        raise MergeError(
+            f"{len(provisional)} GPU result(s) ({shown}{more}) were judged with a provisional "
+            "threshold profile: its benchmark verdicts are not calibrated on that device. "
+            "Calibrate it on the course's GPUs (python -m grader calibrate --device cuda, "
+            "then benchmarks/verdict_stability.py --device cuda), remove `provisional` from "
+            "its table in grader/core/thresholds.toml and regrade (docs/benchmarks.md)."
+        )
+
+
 def main(*, cpu: Path, gpu: Path | None, out_dir: Path) -> MergeSummary:
     """Merge ``cpu`` (a batch output or Gradescope's CSV) with the ``gpu`` batch output;
     without ``gpu``, turn the CPU batch output into the upload sheet alone."""
@@ -212,6 +233,7 @@ def main(*, cpu: Path, gpu: Path | None, out_dir: Path) -> MergeSummary:
     totals_only = cpu.is_file()
     cpu_sides = read_gradescope_csv(cpu) if totals_only else read_batch(cpu, "CPU")
     gpu_sides = read_batch(Path(gpu), "GPU") if gpu is not None else {}
+    refuse_provisional(gpu_sides)
     if totals_only:
         check_no_double_count(cpu_sides, gpu_sides)
     folders = {k: f"submission_{k}" for k in {**cpu_sides, **gpu_sides}}

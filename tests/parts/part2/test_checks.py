@@ -35,6 +35,7 @@ def test_benchmark_check_is_tagged_and_reports_its_figures(solution_graded) -> N
     assert "cpu profile" in bench["output"]
     record = solution_graded.data["extra_data"]["benchmarks"]["2.11"]
     assert record["profile"] == solution_graded.data["extra_data"]["benchmark_profile"] == "cpu"
+    assert solution_graded.data["extra_data"]["benchmark_profile_provisional"] is False
     (speedup,) = record["criteria"]
     assert speedup["key"] == "part2.min_speedup" and speedup["passed"]
     assert speedup["ratio"]["low"] <= speedup["ratio"]["median"] <= speedup["ratio"]["high"]

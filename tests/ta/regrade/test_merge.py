@@ -34,8 +34,9 @@ def _results(device: str, *checks: dict) -> dict:
         "score": sum(c["score"] for c in checks),
         "output": f"graded on {device}",
         "tests": list(checks),
-        "extra_data": {"device": device, "benchmark_profile": device},
-    }
+        "extra_data": {"device": device, "benchmark_profile": device,
+                       "benchmark_profile_provisional": False},
+    }  # fmt: skip
     validate_results(data)
     return data
 
@@ -190,3 +191,20 @@ def test_a_cpu_only_batch_becomes_the_upload_sheet(runs: tuple[Path, Path], tmp_
     assert {r["merge status"] for r in rows} == {"cpu-only"}
     assert {r["SID"]: r["Total Score"] for r in rows}["1003"] == "8"
     assert summary.counts == {"cpu-only": 2}  # two submissions, three students
+
+
+@pytest.mark.parametrize("flag", [True, None], ids=["provisional", "predates-the-flag"])
+def test_gpu_results_of_a_provisional_profile_are_refused(
+    runs: tuple[Path, Path], tmp_path: Path, flag: bool | None
+) -> None:
+    cpu, gpu = runs
+    path = gpu / "results" / "submission_3" / "results.json"
+    data = json.loads(path.read_text())
+    if flag is None:
+        del data["extra_data"]["benchmark_profile_provisional"]
+    else:
+        data["extra_data"]["benchmark_profile_provisional"] = flag
+    path.write_text(json.dumps(data))
+    with pytest.raises(MergeError, match=r"1 GPU result\(s\) \(submission_3\).*provisional"):
+        main(cpu=cpu, gpu=gpu, out_dir=tmp_path / "merged")
+    assert not (tmp_path / "merged").exists()
