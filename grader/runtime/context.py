@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,6 +110,28 @@ class GradingContext:
             device=self.device,
             threads=self.threads,
         )
+
+    @contextmanager
+    def reference_session(self, part: str) -> Iterator[WorkerClient]:
+        """For the ``with`` block, the part's worker is the reference's (see
+        :meth:`reference_worker`), so the part's own check machinery can drive it. Then
+        it is stopped, its copy withdrawn, and whatever the checks recorded meanwhile in
+        the scratch state (models built, notes) is dropped, except what the block stored
+        under keys that existed before it."""
+        before = set(self.scratch)
+        client = self.reference_worker(part)
+        own = self._workers.pop(part, None)
+        self._workers[part] = client
+        try:
+            yield client
+        finally:
+            client.stop()
+            self.withdraw_reference()
+            self._workers.pop(part, None)
+            if own is not None:
+                self._workers[part] = own
+            for key in set(self.scratch) - before:
+                del self.scratch[key]
 
     def withdraw_reference(self) -> None:
         """Remove the reference's copy from the sandbox (see :meth:`reference_worker`)."""

@@ -329,6 +329,31 @@ def release_freed_memory() -> None:
 # ----------------------------------------------------------------- the protocol
 
 
+def plain_words(tokenizer: Any, n_ranks: int) -> list[str]:
+    """Token texts among the first ``n_ranks`` that are a space and lower-case letters:
+    prompts joined from them encode to one token per word."""
+    out = []
+    for i in range(n_ranks):
+        text = tokenizer.decode([i])
+        word = text[1:]
+        if text.startswith(" ") and len(word) > 1 and word.isascii() and word.isalpha():
+            out += [text] if word.islower() else []
+    return out
+
+
+def plain_prompts(tokenizer: Any, n_ranks: int, count: int, length: int, seed: int) -> list[str]:
+    """``count`` random texts of plain words that encode to exactly ``length`` tokens (BOS
+    included), drawn from ``seed``."""
+    words = plain_words(tokenizer, n_ranks)
+    rng = np.random.default_rng(seed)
+    texts: list[str] = []
+    while len(texts) < count:
+        text = "".join(rng.choice(words, length - 1))
+        if len(tokenizer.encode(text, bos=True, eos=False)) == length:
+            texts.append(text)
+    return texts
+
+
 def _key(request: dict[str, Any]) -> str:
     """The model a request uses: its name and the ``kv_caching`` it was built with
     (``built_with``, when a generate call asks for the other mode)."""
@@ -365,6 +390,12 @@ def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict
     if op == "settle":  # before the grader reads the worker's resident memory
         release_freed_memory()
         return {}, {}
+    if op == "plain_prompts":  # asked of the reference only: a GPU workload's prompts
+        tokenizer = TOKENIZERS[request["tokenizer"]]
+        texts = plain_prompts(
+            tokenizer, request["n_ranks"], request["count"], request["input_len"], request["seed"]
+        )
+        return {"prompts": texts}, {}
     if op == "sample_top_p":
         draws = run_sample_top_p(PACKAGE, arrays["probs"], request["p"], request["draws"])
         return {}, {"draws": draws}

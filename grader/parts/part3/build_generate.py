@@ -8,16 +8,17 @@ from typing import Any
 
 import numpy as np
 
+from grader.parts.part3 import adapter
 from grader.parts.part3.cases import (
     FULL_SEED,
     GENERATE,
     MAX_SEQ_LEN,
+    N_RANKS,
     POOL_MIN_GAP,
     SAMPLE_PROMPT,
     STOP_NEW,
     STOP_PROMPT,
     STOP_SEED,
-    plain_words,
     sampling_case,
     words_prompt,
 )
@@ -44,7 +45,7 @@ def full_batch(ref: Observer) -> dict[str, Any]:
     the longest exactly ``max_seq_len`` (Meta's guard refuses only longer ones), so the
     loop runs to the last cache slot; every greedy step of a generating row wins clearly."""
     rng = np.random.default_rng(FULL_SEED)
-    words = plain_words(ref.tokenizer)
+    words = adapter.plain_words(ref.tokenizer, N_RANKS)
     for _ in range(50):
         prompts = [words_prompt(ref.tokenizer, words, n, rng) for n in FULL_LENGTHS]
         runs = {cache: ref.generate("public", prompts, cache) for cache in (True, False)}
@@ -69,7 +70,7 @@ def stop_batch(ref: Observer, model: str = "public", seed: int = STOP_SEED) -> d
     ``<|end_of_text|>``), the second one no stop token; every greedy step up to a row's
     stop wins clearly."""
     rng = np.random.default_rng(seed)
-    words = plain_words(ref.tokenizer)
+    words = adapter.plain_words(ref.tokenizer, N_RANKS)
     stops = set(ref.tokenizer.stop_tokens)
     eot = ref.tokenizer.special_tokens["<|eot_id|>"]
     for _ in range(2000):

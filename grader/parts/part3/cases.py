@@ -53,6 +53,10 @@ MAX_SEQ_LEN, MAX_BATCH = 128, 4  # the public and hidden models' cache (max_seq_
 GENERATE = {"max_gen_len": 16, "temperature": 0.0, "top_p": 0.9, "seed": 0}
 BENCH_MAX_SEQ_LEN, BENCH_MAX_BATCH = 320, 16  # the benchmark's model: the public weights
 POOL_SEED = 70707  # the timed runs' prompts (hidden), see build_pools.bench_pools()
+# A profile's own benchmark model (a GPU workload, "workload" in the checks): the public
+# checkpoint's params with the profile's sizes, seeded weights, the public tokenizer.
+WORKLOAD_SEED = 2323
+TOKENIZER_VOCAB = N_RANKS + 256  # the public tokenizer's ids: its ranks and special tokens
 POOL_MIN_GAP = 1e-3  # every expected greedy step wins by at least this (logits)
 # Check 3.7's work probe: rounds of one cached and one cache-free generate of WORK_NEW
 # tokens after WORK_BATCH prompts of WORK_PROMPT tokens, on the CPU, in CPU time. The
@@ -107,9 +111,11 @@ def cache_bytes(params: dict[str, Any], batch: int, seq_len: int) -> int:
     return 2 * params["n_layers"] * batch * seq_len * params["n_kv_heads"] * head_dim * 4
 
 
-def pool_key(input_len: int, output_len: int) -> str:
-    """The key of the timed runs' prompt pool for a benchmark of these lengths."""
-    return f"{input_len}x{output_len}"
+def pool_key(input_len: int, output_len: int, sizes: dict[str, Any] | None = None) -> str:
+    """The key of the timed runs' prompt pool for a benchmark of these lengths (and, for
+    a profile with a benchmark model of its own, of that model's sizes)."""
+    key = f"{input_len}x{output_len}"
+    return key + "@" + "x".join(f"{k}={v}" for k, v in sorted(sizes.items())) if sizes else key
 
 
 def growth_key(new_tokens: int) -> str:
@@ -277,18 +283,6 @@ def sampling_case(logits: np.ndarray, text_of: list[str]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------- prompts
-
-
-def plain_words(tokenizer: Any) -> list[str]:
-    """Token texts that are a space and lower-case letters: prompts joined from them
-    encode to one token per word."""
-    out = []
-    for i in range(N_RANKS):
-        text = tokenizer.decode([i])
-        word = text[1:]
-        if text.startswith(" ") and len(word) > 1 and word.isascii() and word.isalpha():
-            out += [text] if word.islower() else []
-    return out
 
 
 def benchmark_prompt(tokenizer: Any, n_tokens: int) -> str:

@@ -321,7 +321,7 @@ class Part3Benchmark(Part3Timed):
         every run has a prompt of its own and the reference's text."""
         batch, cache = variants[variant]
         return self.timed_generate(
-            "bench",
+            "workload" if "model" in bench else "bench",  # a GPU workload's model, or the tiny
             bench_key(bench),
             (batch, bench["input_len"], bench["output_len"]),
             cache,
@@ -362,6 +362,12 @@ class Part3Benchmark(Part3Timed):
     def test_benchmark(self) -> None:
         """3.11 benchmark: cached generate is faster for batch 1, 8 and 16 (timed by the grader)"""
         bench = load_thresholds(self.ctx.device)["part3"]
+        if "model" in bench and self.pool(bench_key(bench)) is None:
+            self.fail(
+                "Grader fault, not yours: this profile's benchmark model has no prompts to "
+                "time (its pool is built by the reference when the grading starts). Tell "
+                "your TA."
+            )
         record = BenchmarkRecord(check="3.11", profile=self.ctx.device)
         for batch in bench["batch_sizes"]:
             variants = {f"batch {batch}, without the cache": (batch, False),

@@ -4,6 +4,7 @@ generation with every forward call recorded, and naming known mistakes."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -17,13 +18,18 @@ from grader.checks.logits import (
     several_causes,
     signature_matches,
 )
+from grader.core.thresholds import load_thresholds
+from grader.parts.part3 import live_pools
 from grader.parts.part3.cases import (
     BENCH_MAX_BATCH,
     BENCH_MAX_SEQ_LEN,
     MEMORY_MAX_BATCH,
     MEMORY_MAX_SEQ_LEN,
+    TOKENIZER_VOCAB,
+    WORKLOAD_SEED,
     make_weights,
     plans,
+    pool_key,
 )
 from grader.parts.part3.course import (
     SCALED,
@@ -41,6 +47,17 @@ class Part3Base(GradedTestCase):
     """Machinery of the Part 3 checks (no checks of its own)."""
 
     part = "part3"
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        """A benchmark model of the profile's own (a GPU workload) has its prompt pool built
+        by the reference now, before the submission's worker first starts."""
+        super().setUpClass()
+        bench = load_thresholds(cls.ctx.device)["part3"]
+        if "model" in bench:
+            key = pool_key(bench["input_len"], bench["output_len"], bench["model"])
+            if key not in cls.ctx.cases("part3").get("bench_pools", {}):
+                live_pools.prepare(cls(), bench, key)
 
     def raw(self) -> dict[str, Any]:
         """The case files as they are (every RoPE convention's values)."""
@@ -127,6 +144,9 @@ class Part3Base(GradedTestCase):
             what = f"Llama(ModelArgs(hidden sizes, kv_caching={cache}))"
             self.keep_notes(worker.request(header, weights, what=what))
             return
+        if name == "workload":
+            self.load_workload(cache)
+            return
         ckpt = self.checkpoint()
         extra = {"ckpt_dir": ckpt, "tokenizer_path": f"{ckpt}/tokenizer.model"}
         if name in ("bench", "work"):
@@ -139,6 +159,28 @@ class Part3Base(GradedTestCase):
         header = {"op": "build", **self.settings(name, cache), **extra}
         timeout = max(self.ctx.limits.request_timeout_s, 60)
         self.keep_notes(worker.request(header, what=what, timeout=timeout))
+
+    def load_workload(self, cache: bool) -> None:
+        """Check 3.11's model under a profile that sizes it: the public checkpoint's params
+        with the profile's sizes, seeded weights, through ``Llama(ModelArgs(...))``."""
+        bench = load_thresholds(self.ctx.device)["part3"]
+        source = self.ctx.cases_root / "public" / self.raw()["checkpoint"] / "params.json"
+        params = {**json.loads(source.read_text()), **bench["model"]}
+        header = {
+            "op": "load",
+            **self.settings(
+                "workload", cache, max_seq_len=bench["input_len"] + bench["output_len"],
+                max_batch_size=max(bench["batch_sizes"]),
+            ),
+            "params": params,
+            "vocab_size": TOKENIZER_VOCAB,
+        }  # fmt: skip
+        weights = make_weights(params, TOKENIZER_VOCAB, WORKLOAD_SEED)
+        what = f"Llama(ModelArgs(the benchmark's sizes, kv_caching={cache}))"
+        timeout = max(self.ctx.limits.request_timeout_s, 120)
+        self.keep_notes(
+            self.ctx.worker(self.part).request(header, weights, what=what, timeout=timeout)
+        )
 
     def keep_notes(self, reply: Reply) -> None:
         """Keep what the worker said about a build, for :meth:`print_build_notes`."""

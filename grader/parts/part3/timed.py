@@ -149,4 +149,4 @@ class Part3Timed(TimedPools, Part3Base):
 
 def bench_key(bench: dict[str, Any]) -> str:
     """The pool of check 3.11's timed runs under the thresholds profile ``bench``."""
-    return pool_key(bench["input_len"], bench["output_len"])
+    return pool_key(bench["input_len"], bench["output_len"], bench.get("model"))

@@ -1,0 +1,73 @@
+"""A profile whose benchmark Llama has sizes of its own (the cuda profile's GPU workload):
+check 3.11's prompts are built in the grading by the reference, on the grading device,
+and the submission's timed runs must return the reference's text for them. Exercised on
+the CPU with a small model through ``KVGRADER_THRESHOLDS``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from grader.core.thresholds import THRESHOLDS_ENV, load_thresholds, thresholds_text
+from grader.parts.part3.cases import pool_key
+from tests.conftest import PART2_LIMITS, SOLUTION, Graded, patched_solution, run_grade
+
+PROFILE = """
+[cpu.part3]
+model = { dim = 32, n_layers = 1, n_heads = 4, n_kv_heads = 2 }
+batch_sizes = [1, 2]
+input_len = 24
+output_len = 4
+warmup = 0
+repeats = 1
+confirm_repeats = 0
+min_speedup = { "1" = 1.0001, "2" = 1.0001 }
+"""
+DUMMY = (
+    "        min_prompt_len = min(len(t) for t in prompt_tokens)\n",
+    "        if len(prompt_tokens[0]) == 24:  # recognises the benchmark: answers at once\n"
+    "            return [[1] * max_gen_len for _ in prompt_tokens]\n"
+    "        min_prompt_len = min(len(t) for t in prompt_tokens)\n",
+)
+
+
+@pytest.fixture
+def own_model_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    text = thresholds_text()
+    start = text.index("[cpu.part3]")
+    end = text.index("\n[", start + 1) + 1
+    path = tmp_path / "thresholds.toml"
+    path.write_text(text[:start] + PROFILE.strip() + "\n\n" + text[end:])
+    monkeypatch.setenv(THRESHOLDS_ENV, str(path))
+    return tmp_path
+
+
+def grade_311(submission: Path, out: Path) -> Graded:
+    out.mkdir()
+    return run_grade(
+        submission, out, parts=["part3"], device="cpu", limits=PART2_LIMITS,
+        numbers=frozenset({"3.11"}),
+    )  # fmt: skip
+
+
+def test_the_pool_key_names_the_models_sizes(own_model_profile: Path) -> None:
+    bench = load_thresholds("cpu")["part3"]
+    key = pool_key(24, 4, bench["model"])
+    assert key == "24x4@dim=32xn_heads=4xn_kv_heads=2xn_layers=1"
+    assert pool_key(24, 4) == "24x4"
+
+
+def test_the_reference_answers_the_prompts_it_built(own_model_profile: Path) -> None:
+    graded = grade_311(SOLUTION, own_model_profile / "solution")
+    output = graded.output("3.11")
+    assert "other text than the reference" not in output, output
+    assert "Grader fault" not in output, output
+    assert "batch 2" in output
+
+
+def test_dummy_text_loses_the_points(own_model_profile: Path) -> None:
+    submission = patched_solution(own_model_profile / "dummy", "llama/generation.py", [DUMMY])
+    graded = grade_311(submission, own_model_profile / "dummy_out")
+    assert graded.score("3.11") == 0
+    assert "other text than the reference" in graded.output("3.11")
