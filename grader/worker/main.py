@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from protocol import read_message, write_message
+from protocol import MAX_REQUEST_BYTES, read_message, write_message
 
 WORKER_DIR = Path(__file__).resolve().parent
 
@@ -115,7 +115,7 @@ def serve(adapter: Any, in_fd: int, out_fd: int, submission: Path) -> None:
     me = os.getpid()
     while True:
         try:
-            request, arrays = read_message(in_fd)
+            request, arrays = read_message(in_fd, max_bytes=MAX_REQUEST_BYTES)
         except EOFError:
             return
         rid = request.get("id")

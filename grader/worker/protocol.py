@@ -21,6 +21,9 @@ import numpy as np
 
 _LEN = struct.Struct(">Q")
 MAX_HEADER_BYTES = 16 * 2**20
+# A request comes from the trusted parent; a GPU workload's seeded weights travel in one
+# (Part 2's cuda benchmark model: 1.6 GB). Replies keep the client's own, smaller limit.
+MAX_REQUEST_BYTES = 8 * 2**30
 MAX_DIMS = 8
 #: The only array types a message may carry: plain numbers, never objects, strings,
 #: records or zero-size items (whose element count no byte count bounds).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from importlib import resources
 
 import jsonschema
@@ -15,6 +16,7 @@ from grader.core.thresholds import (
     parse_thresholds,
     resolve_device,
 )
+from tests.conftest import ROOT
 
 
 def shipped_text() -> str:
@@ -132,3 +134,27 @@ def test_a_profile_is_provisional_only_where_its_table_says_so(
     assert not profile_provisional("cuda")
     path.write_text(text.replace("[cpu.part2]", "[cpu]\nprovisional = true\n\n[cpu.part2]"))
     assert profile_provisional("cpu")
+
+
+def test_every_profiles_benchmark_weights_fit_one_request_and_the_worker() -> None:
+    """Parts 2 and 3 send their benchmark model's seeded weights in one request; the
+    worker holds them and the model built from them at once."""
+    import math
+
+    from grader.parts.part2.cases import PUBLIC_MODEL, bench_model, state_dict_shapes
+    from grader.parts.part3.cases import TOKENIZER_VOCAB, checkpoint_shapes
+    from grader.sandbox.sandbox import Limits
+    from grader.worker.protocol import MAX_REQUEST_BYTES
+
+    tiny = json.loads((ROOT / "test_cases/public/part3/tiny_llama/params.json").read_text())
+    for device in ("cpu", "cuda"):
+        profile = load_thresholds(device)
+        bench = profile["part2"]
+        config = bench_model(PUBLIC_MODEL, bench["prompt_len"] + bench["new_tokens"],
+                             bench.get("model"))["config"]  # fmt: skip
+        sizes = [math.prod(s) * 4 for s in state_dict_shapes(config).values()]
+        params = {**tiny, **profile["part3"].get("model", {})}
+        sizes3 = [math.prod(s) * 4 for s in checkpoint_shapes(params, TOKENIZER_VOCAB).values()]
+        for weights in (sum(sizes), sum(sizes3)):
+            assert weights < MAX_REQUEST_BYTES
+            assert 2 * weights < Limits().memory_bytes  # the arrays and the model built

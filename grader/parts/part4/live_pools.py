@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from grader.parts.part4.pools import MARGIN, PROMPT_LEN, min_gap, runs_per_grading
+from grader.parts.part4.pools import MARGIN, PROMPT_LEN, runs_per_grading
 from grader.runtime.context import GradingContext
 
 MAX_DRAWS = 4  # prompts drawn per prompt kept, at most, before the build gives up
@@ -38,9 +38,11 @@ def live_pool(ctx: GradingContext, spec: dict[str, Any], bench: dict[str, Any]) 
             if len(cases) >= size:
                 break
             ids = rng.integers(0, vocab, size=(1, PROMPT_LEN), dtype=np.int64)
-            request = {"op": "generate", "model": "bench", "n": longest, "cached": True}
+            request = {"op": "generate", "model": "bench", "n": longest, "cached": True,
+                       "gaps_only": True}  # fmt: skip
             reply = worker.request(request, {"ids": ids}, what="generate", timeout=timeout)
-            if min_gap(reply.arrays["step_logits"]) > MARGIN:
+            gaps = reply.arrays["step_gaps"]  # (steps, 1): each step's best minus runner-up
+            if gaps.size == longest and float(gaps.min()) > MARGIN:
                 label = f"timed prompt {len(cases) + 1}, drawn for this grading"
                 tokens = reply.arrays["tokens"].tolist()
                 cases.append({"ids": ids.tolist(), "tokens": tokens, "label": label})

@@ -169,3 +169,23 @@ def test_the_float16_round_trip_of_the_reference_passes_and_of_a_slip_fails(monk
     v = judge_int8_cache(cache, q_arrays, q_dtypes, reported, restored, restored_dtypes(header))
     assert v.passed is (edit[1] == ""), v.failures(0)
     assert header["deq_dtypes"] == ["float32" if "not pairs" in edit[1] else "float16"] * 4
+
+
+def test_a_pool_request_gets_each_steps_gap_instead_of_the_logits(monkeypatch) -> None:
+    """A GPU workload's pool asks for 512 steps over GPT-2's 50257 logits (100 MB, past
+    the reply limit): the worker sends each step's best-minus-runner-up gap instead."""
+    from grader.parts.part4.pools import min_gap
+    from grader.ta.regen import import_path
+
+    monkeypatch.delenv("KVGRADER_DEVICE", raising=False)
+    reference = import_path(ROOT / "solution" / "kv_lab.py", "kv_lab_for_gaps")
+    monkeypatch.setattr(adapter_part4, "module", reference, raising=False)
+    model = adapter_part4.build(LAB_MODEL["config"], LAB_MODEL["seed"])
+    monkeypatch.setitem(adapter_part4.MODELS, "lab", model)
+    ids = np.array([[5, 6, 7, 8]], dtype=np.int64)
+    request = {"op": "generate", "model": "lab", "n": 6, "cached": True}
+    _, full = adapter_part4.handle(request, {"ids": ids})
+    _, gaps = adapter_part4.handle({**request, "gaps_only": True}, {"ids": ids})
+    assert "step_logits" not in gaps and gaps["step_gaps"].shape == (6, 1)
+    np.testing.assert_array_equal(gaps["tokens"], full["tokens"])
+    assert float(gaps["step_gaps"].min()) == pytest.approx(min_gap(full["step_logits"]))
