@@ -105,8 +105,9 @@ def parse_metadata(text: str) -> dict[str, list[Submitter]]:
 
 
 def is_done(results: Path) -> dict[str, Any] | None:
-    """The results of a submission that needs no grading: a valid file, unless a cluster
-    task record beside it says the task did not finish (then it is submitted again)."""
+    """The results of a submission that needs no grading: a valid file, unless it says the
+    grading was interrupted (the infrastructure's doing, not the student's) or a cluster
+    task record beside it says the task did not finish (then it is graded again)."""
     task = results.parent / TASK_FILE
     if task.exists():
         try:
@@ -114,7 +115,10 @@ def is_done(results: Path) -> dict[str, Any] | None:
                 return None
         except (OSError, ValueError):
             return None
-    return load_valid(results)
+    data = load_valid(results)
+    if data is not None and (data.get("extra_data") or {}).get("interrupted"):
+        return None
+    return data
 
 
 def progress_bar(

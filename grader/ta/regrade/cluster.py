@@ -251,11 +251,12 @@ def run_grading_tasks(
                     info = job.result()
                 except Exception as exc:
                     why = death_report(job, exc)
-                    write_fallback(Path(spec.results), list(spec.parts), why)
+                    write_fallback(Path(spec.results), list(spec.parts), why, device=spec.device)
                     _write_task(spec, {**base, "job_id": job.job_id, "state": "died", **logs})
                     yield spec, "died", why
                     continue
-                record = {**base, "job_id": job.job_id, "state": "done", **logs, **info}
+                state = "interrupted" if info["status"] == "interrupted" else "done"
+                record = {**base, "job_id": job.job_id, "state": state, **logs, **info}
                 _write_task(spec, record)
                 yield spec, str(info["status"]), ""
             if not finished:

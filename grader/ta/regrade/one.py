@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -20,6 +21,7 @@ from typing import Any
 from grader.core.paths import PROJECT_ROOT
 from grader.core.points import part_total
 from grader.core.results import fallback_results, validate_results, write_results
+from grader.core.thresholds import DEVICES
 from grader.sandbox.identity import RUN_RECORD_ENV
 from grader.sandbox.processes import kill_matching, kill_tree
 
@@ -94,7 +96,16 @@ def grade_one(
             results.unlink(missing_ok=True)  # start), so that a re-run grades it
             return "error"
         data = load_valid(results) if status == "graded" else None
-        if status == "graded" and data is None:
+        if status == "graded" and code is not None and code < 0:
+            # The trusted grader itself was killed by a signal that is not our timeout's (a
+            # cluster task cancelled or preempted, its node lost, the OOM killer): nothing
+            # the submission did, so the file says so and the next run grades it again.
+            status = "interrupted"
+            reason = (
+                f"The grading was interrupted (the grader was killed by "
+                f"{signal_name(-code)}), not by this submission; the next regrade runs it again."
+            )
+        elif status == "graded" and data is None:
             status, reason = "error", f"The grader exited ({code}) without a valid results file."
         elif data and [t.get("name") for t in data["tests"]] == ["Autograder error"]:
             status = "error"  # the grader's own fallback: it failed, and the file says so
@@ -105,7 +116,7 @@ def grade_one(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if reason:
-        write_fallback(results, parts, reason)
+        write_fallback(results, parts, reason, device=device, interrupted=status == "interrupted")
     return status
 
 
@@ -145,10 +156,28 @@ def _run_grader(
     return code, status, reason
 
 
-def write_fallback(results: Path, parts: list[str], reason: str) -> None:
-    """A valid results file that scores 0 out of ``parts``' points and says why."""
+def write_fallback(
+    results: Path, parts: list[str], reason: str, *, device: str = "", interrupted: bool = False
+) -> None:
+    """A valid results file that scores 0 out of ``parts``' points and says why, naming the
+    device and profile it was to be graded with; ``interrupted`` marks a grading that the
+    infrastructure cut short, which the next regrade runs again (``batch.is_done``)."""
     total = sum(part_total(p) for p in parts)
-    write_results(fallback_results(f"{reason} Please tell the course staff.", total), results)
+    data = fallback_results(f"{reason} Please tell the course staff.", total)
+    data["extra_data"] = {
+        "device": device,
+        "benchmark_profile": device if device in DEVICES else "",
+        "interrupted": interrupted,
+    }
+    write_results(data, results)
+
+
+def signal_name(number: int) -> str:
+    """``SIGTERM`` for 15, or ``signal 99`` for a number with no name."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def stop_running() -> None:

@@ -18,7 +18,7 @@ from grader.core.registry import PARTS
 
 #: ``died``: a cluster task that never finished (time limit, node failure, out of memory);
 #: it is submitted again by the next run.
-STATUSES = ("graded", "skipped", "timeout", "error", "died")
+STATUSES = ("graded", "skipped", "timeout", "error", "interrupted", "died")
 
 
 @dataclass(frozen=True)

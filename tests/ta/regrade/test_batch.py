@@ -569,3 +569,24 @@ def test_the_histogram_counts_whole_submissions_and_marks_full_marks_and_bonus(
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert labels == ["full marks (20)", "bonus"]
     assert [line.get_xdata()[0] for line in ax.get_lines()] == [20]
+
+
+def test_a_grader_killed_by_the_infrastructure_is_graded_again(tmp_path: Path) -> None:
+    """A cancelled or preempted task, a lost node, the OOM killer: the grader dies by a
+    signal that is not the batch's timeout. That is no result of the student's: the file
+    says so, names the device and profile, and the next run grades it again."""
+    export, out = _one_submission(tmp_path)
+    killed = tmp_path / "killed-python"
+    killed.write_text("#!/bin/sh\nkill -TERM $$\n")
+    killed.chmod(0o755)
+    summary = batch.main(
+        export_dir=export, out_dir=out, parts=["part1"], python=str(killed), device="cpu",
+        progress=False,
+    )  # fmt: skip
+    assert summary.counts["interrupted"] == 1
+    data = json.loads((out / "results" / "submission_1" / "results.json").read_text())
+    validate_results(data)
+    assert "killed by SIGTERM" in data["output"] and "not by this submission" in data["output"]
+    assert data["extra_data"] == {"device": "cpu", "benchmark_profile": "cpu", "interrupted": True}
+    again = batch.main(export_dir=export, out_dir=out, parts=["part1"], progress=False)
+    assert again.counts["graded"] == 1 and again.counts["skipped"] == 0
