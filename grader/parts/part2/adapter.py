@@ -177,6 +177,28 @@ def run_forward(model: Any, input_ids: np.ndarray, steps: list[int] | None) -> d
     return {"logits": out, "cache_shapes": shapes}
 
 
+def run_cache_values(model: Any, input_ids: np.ndarray, steps: list[int]) -> dict[str, Any]:
+    """What the cache holds after successive cached calls on chunks of ``steps``: each
+    layer's two tensors as float32 arrays (``k0``, ``v0``, ``k1``, ...), and a description
+    of whatever the model returned instead of (K, V) pairs of tensors."""
+    import torch
+
+    ids = torch.as_tensor(input_ids, dtype=torch.long, device=_device_of(model))
+    past, start = None, 0
+    with torch.no_grad():
+        for n in steps:
+            _, past = _logits_of(model(ids[:, start : start + n], past_kv=past, use_cache=True))
+            start += n
+    _sync()
+    arrays: dict[str, np.ndarray] = {}
+    for i, layer in enumerate(past if isinstance(past, (list, tuple)) else []):
+        if isinstance(layer, (list, tuple)) and len(layer) == 2:
+            for name, t in zip("kv", layer, strict=True):
+                if isinstance(t, torch.Tensor):
+                    arrays[f"{name}{i}"] = t.detach().to("cpu", torch.float32).numpy()
+    return {"arrays": arrays, "shapes": cache_shapes(past)}
+
+
 def run_generate(
     model: Any,
     input_ids: np.ndarray,
@@ -240,6 +262,9 @@ def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict
     if op == "forward":
         result = run_forward(_model(request), arrays["input_ids"], request.get("steps"))
         return {"cache_shapes": result["cache_shapes"]}, {"logits": result["logits"]}
+    if op == "cache_values":
+        result = run_cache_values(_model(request), arrays["input_ids"], request["steps"])
+        return {"cache_shapes": result["shapes"]}, result["arrays"]
     if op == "generate":
         result = run_generate(
             _model(request),

@@ -14,6 +14,7 @@ from grader.parts.part2.build_pools import bench_pools
 from grader.parts.part2.cases import (
     ABLATIONS,
     ATOL,
+    CACHE_PROBE_PREFILL,
     CACHED_MODES,
     HIDDEN_MODEL,
     HIDDEN_SEED,
@@ -294,6 +295,7 @@ def hidden_cases(reference_module: ModuleType) -> dict[str, Any]:
     return {
         "part": "part2",
         "version": 1,
+        "cache_values": cache_values_probe(models["public"], rng),
         "models": {
             "hidden": model_entry(HIDDEN_MODEL),
             "one_layer": model_entry(ONE_LAYER_MODEL),
@@ -304,6 +306,23 @@ def hidden_cases(reference_module: ModuleType) -> dict[str, Any]:
 
 
 # -------------------------------------------------------------- running modules
+
+
+def cache_values_probe(model: Any, rng: np.random.Generator) -> dict[str, Any]:
+    """The keys and values the reference's cache holds after a prefill and single-token
+    steps on the public model (check 2.11: a cache must hold K and V, not something from
+    which the step recomputes them)."""
+    ids = random_ids(rng, PUBLIC_MODEL["config"]["vocab_size"], 2, CACHE_PROBE_PREFILL + 2)
+    steps = [CACHE_PROBE_PREFILL, 1, 1]
+    arrays = adapter.run_cache_values(model, ids, steps)["arrays"]
+    layers = PUBLIC_MODEL["config"]["num_layers"]
+    return {
+        "model": "public",
+        "input_ids": ids.tolist(),
+        "steps": steps,
+        "k": [encode_array(arrays[f"k{i}"]) for i in range(layers)],
+        "v": [encode_array(arrays[f"v{i}"]) for i in range(layers)],
+    }
 
 
 def _forward(model: Any, ids: np.ndarray, steps: list[int] | None) -> np.ndarray:

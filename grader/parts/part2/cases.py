@@ -51,6 +51,7 @@ HIDDEN_SEED = 90210
 POOL_SEED = 60606  # the timed runs' prompts (hidden), see build.bench_pool()
 # Timed runs sample at this temperature: the model's top token, whatever the sampler,
 # since every expected step wins by at least POOL_MIN_GAP (a factor e^-100 for the next).
+CACHE_PROBE_PREFILL = 6  # check 2.11's look at the cache: 6 prompt tokens, then 2 steps
 POOL_TEMPERATURE = 1e-5
 POOL_MIN_GAP = 1e-3
 # Check 2.9's work probe: rounds of one cached and one cache-free generate of WORK_NEW

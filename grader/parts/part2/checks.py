@@ -22,7 +22,7 @@ from grader.checks.logits import position
 from grader.core.thresholds import load_thresholds
 from grader.parts.part2.cases import frequency_band, softmax64
 from grader.parts.part2.support import Part2Base
-from grader.parts.part2.timed import Part2Growth, bench_key
+from grader.parts.part2.timed import Part2CacheContents, Part2Growth, bench_key
 from grader.runtime.client import SubmissionError
 from grader.runtime.timing import BenchmarkRecord, Criterion, Ratio, Sample, Timing, clock_for
 
@@ -290,7 +290,7 @@ class Part2GenerateChecks(Part2Growth):
         return int((top == tokens[:, prompt_len:]).sum()), int(top.size)
 
 
-class Part2Benchmark(Part2Growth):
+class Part2Benchmark(Part2CacheContents):
     """Runs after the other checks: a slow generate here cannot cost them their time."""
 
     @check("2.11", extra_tags=("benchmark",))
@@ -331,7 +331,8 @@ class Part2Benchmark(Part2Growth):
             "the whole sequence.",
         )
         # The speedup compares two paths of the submission's own; a cache-free path slowed
-        # on purpose inflates it, so the cached path must also keep its steps' cost flat.
-        problem = self.growth_problem()
+        # on purpose inflates it, so the cached path must also keep its steps' cost flat,
+        # and what it caches must be the keys and values.
+        problem = self.growth_problem() or self.cache_problem()
         if problem:
             self.fail(f"The speedup cannot count: {problem}")

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from grader.checks.timed_pools import TimedPools
+from grader.core.arrays import decode_array
 from grader.parts.part2.cases import (
     GROWTH_BATCH,
     GROWTH_LONG,
@@ -157,6 +158,50 @@ class Part2Growth(Part2Timed):
             "and values). Your cached path recomputes the sequence so far at every step, "
             "whatever generate(use_cache=False) costs."
         )
+
+
+class Part2CacheContents(Part2Growth):
+    """What the cache holds: the keys and values of the tokens seen, as the course's
+    ``LayerCache`` says ((K, V), each (B, T_total, D)), compared with the reference's."""
+
+    def cache_problem(self) -> str:
+        """Why the cache does not hold each layer's keys and values ("" when it does, or
+        without the hidden cases). Once per grading."""
+        memo = self.ctx.scratch.setdefault("part2.cache_problem", [])
+        if not memo:
+            memo.append(self.look_at_cache())
+        return str(memo[0])
+
+    def look_at_cache(self) -> str:
+        probe = self.meta().get("cache_values")
+        if not probe:
+            return ""
+        ids = np.asarray(probe["input_ids"], dtype=np.int64)
+        steps = probe["steps"]
+        self.ensure_model(probe["model"])
+        header = {"op": "cache_values", "model": probe["model"], "steps": steps}
+        what = f"forward with the cache ({steps[0]} prompt tokens, then single tokens)"
+        reply = self.ctx.worker(self.part).request(header, {"input_ids": ids}, what=what)
+        seen = f"after forward calls of {' + '.join(map(str, steps))} tokens"
+        for i, (keys, values) in enumerate(zip(probe["k"], probe["v"], strict=True)):
+            for name, want in (("keys", decode_array(keys)), ("values", decode_array(values))):
+                got = reply.arrays.get(f"{name[0]}{i}")
+                if not isinstance(got, np.ndarray) or got.shape != want.shape:
+                    shape = "nothing" if got is None else f"shape {tuple(got.shape)}"
+                    return (
+                        f"{seen}, layer {i}'s cache holds {shape} where its {name} belong, "
+                        f"{tuple(want.shape)} (B, T_total, D)."
+                    )
+                diff = float(np.max(np.abs(got.astype(np.float64) - want)))
+                if not diff <= self.atol():  # NaN fails
+                    return (
+                        f"{seen}, layer {i}'s cache does not hold the {name} of the tokens "
+                        f"seen (largest difference from the reference's {diff:.3g}). A cache "
+                        "must keep each layer's K = W_k(x) and V = W_v(x) (after the layer's "
+                        "norm), so that a step projects its new token only; storing anything "
+                        "from which every step recomputes them is not a KV cache."
+                    )
+        return ""
 
 
 def cache_argument(use_cache: bool | None) -> str:
