@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import PART2_LIMITS, patched_solution, run_grade
 
 # Part 2: each layer caches its input x (twice, so the pair has the cache's shapes) and
@@ -41,3 +43,35 @@ def test_a_cache_of_layer_inputs_loses_the_benchmark(tmp_path: Path) -> None:
     output = graded.output("2.11")
     assert "The speedup cannot count" in output
     assert "does not hold the keys of the tokens seen" in output
+
+
+# Part 2: generate starts over (a prefill of the whole sequence) every 8th step.
+EVERY_8TH_STEP = [("            elif step == 0:\n", "            elif step % 8 == 0:\n")]
+# Part 2: every step feeds the last 16 tokens again against a cache shortened to match:
+# constant work per step, 16 times a cache's.
+LAST_16_AGAIN = [
+    (
+        "                logits, past_kv = self.decode_one_token(tokens[:, -1:], past_kv)\n",
+        "                r = min(16, tokens.shape[1])\n"
+        "                kept = [(k[:, : tokens.shape[1] - r], v[:, : tokens.shape[1] - r])\n"
+        "                        for k, v in past_kv]\n"
+        "                out, past_kv = self.forward(tokens[:, -r:], kept, True)\n"
+        "                logits = out[:, -1, :]\n",
+    )
+]
+
+
+@pytest.mark.parametrize(
+    "edits", [EVERY_8TH_STEP, LAST_16_AGAIN], ids=["every-8th-step", "last-16-again"]
+)
+def test_a_cache_that_recomputes_part_of_the_work_loses_the_benchmark(
+    tmp_path: Path, edits: list[tuple[str, str]]
+) -> None:
+    submission = patched_solution(tmp_path / "sub", "transformer_skeleton.py", edits)
+    graded = run_grade(
+        submission, tmp_path / "out", parts=["part2"], limits=PART2_LIMITS,
+        numbers=frozenset({"2.8", "2.11"}),
+    )  # fmt: skip
+    assert graded.score("2.8") == graded.test("2.8")["max_score"]  # its tokens are right
+    assert graded.score("2.11") == 0
+    assert "recomputes part of the work" in graded.output("2.11")

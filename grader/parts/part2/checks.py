@@ -22,7 +22,7 @@ from grader.checks.logits import position
 from grader.core.thresholds import load_thresholds
 from grader.parts.part2.cases import frequency_band, softmax64
 from grader.parts.part2.support import Part2Base
-from grader.parts.part2.timed import Part2CacheContents, Part2Growth, bench_key
+from grader.parts.part2.timed import Part2CacheContents, Part2Growth, bench_key, calls_problem
 from grader.runtime.client import SubmissionError
 from grader.runtime.timing import BenchmarkRecord, Criterion, Ratio, Sample, Timing, clock_for
 
@@ -306,10 +306,15 @@ class Part2Benchmark(Part2CacheContents):
         variants = {"without the cache": False, "with the cache": True}
         clock = clock_for(self.ctx.device)
 
+        cached_calls: list[list[int] | None] = []
+
         def timed_run(variant: str, i: int) -> Sample:
             # A prompt of its own for every run, and the reference's tokens to match.
             shape = (1, bench["prompt_len"], bench["new_tokens"])
-            return self.timed_generate("bench", bench_key(bench), shape, variants[variant], i)
+            sample = self.timed_generate("bench", bench_key(bench), shape, variants[variant], i)
+            if variants[variant]:
+                cached_calls.append(self.last_lengths)
+            return sample
 
         def judge(timings: dict[str, Timing]) -> list[Criterion]:
             speedup = Ratio.of(timings["without the cache"], timings["with the cache"], clock)
@@ -333,6 +338,10 @@ class Part2Benchmark(Part2CacheContents):
         # The speedup compares two paths of the submission's own; a cache-free path slowed
         # on purpose inflates it, so the cached path must also keep its steps' cost flat,
         # and what it caches must be the keys and values.
-        problem = self.growth_problem() or self.cache_problem()
+        problem = (
+            calls_problem(cached_calls, bench["prompt_len"], bench["new_tokens"])
+            or self.growth_problem()
+            or self.cache_problem()
+        )
         if problem:
             self.fail(f"The speedup cannot count: {problem}")

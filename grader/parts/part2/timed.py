@@ -40,6 +40,8 @@ from grader.runtime.timing import Ratio, Sample, Timing
 class Part2Timed(TimedPools, Part2Base):
     """Timed ``generate`` runs on fresh prompts, checked against the reference's tokens."""
 
+    last_lengths: list[int] | None = None  # forward's input lengths in the last timed run
+
     min_work_ratio = MIN_WORK_RATIO
     work_shape = (WORK_NEW, WORK_BATCH, WORK_PROMPT)
 
@@ -71,7 +73,7 @@ class Part2Timed(TimedPools, Part2Base):
         prompts, expected = self.take(key, rows, prompt_len, vocab)
         pool = self.pool(key)
         temperature = pool["temperature"] if pool else 1.0
-        tokens, _, sample = self.generate_or_fail(
+        tokens, self.last_lengths, sample = self.generate_or_fail(
             timing=True,
             model=model,
             prompt=prompts,
@@ -202,6 +204,32 @@ class Part2CacheContents(Part2Growth):
                         "from which every step recomputes them is not a KV cache."
                     )
         return ""
+
+
+def calls_problem(runs: list[list[int] | None], prompt_len: int, new_tokens: int) -> str:
+    """Why the cached runs' forward calls were not a prefill and then one token per call
+    ("" when they were): a cache that starts over now and then, or feeds the last few
+    tokens again, recomputes part of the work. The record comes from the worker: it names
+    an honest design's cost; the work the grader measures is judged apart."""
+    for lengths in runs:
+        if lengths is None:
+            continue
+        fed = sum(lengths)
+        prefill = next((i for i in range(len(lengths) + 1) if sum(lengths[:i]) >= prompt_len), 0)
+        if (
+            sum(lengths[:prefill]) != prompt_len  # the prompt, in one call or in chunks
+            or any(x != 1 for x in lengths[prefill:])
+            or not prompt_len + new_tokens - 1 <= fed <= prompt_len + new_tokens
+        ):
+            shown = lengths if len(lengths) <= 12 else [*lengths[:12], "..."]
+            return (
+                f"in a timed run with use_cache=True, forward received {shown} tokens per "
+                f"call, {fed} in all, for a prompt of {prompt_len} tokens and {new_tokens} new "
+                "tokens. A cache feeds the prompt once, then only the newest token "
+                f"({prompt_len + new_tokens - 1} in all); feeding more (starting over every "
+                "few steps, or the last few tokens again) recomputes part of the work."
+            )
+    return ""
 
 
 def cache_argument(use_cache: bool | None) -> str:

@@ -278,3 +278,21 @@ def test_a_wrong_default_temperature_loses_2_10(tmp_path: Path) -> None:
 def test_a_nan_probability_never_passes_the_sampling_band() -> None:
     p = float(softmax64(np.array([np.nan, 1.0]))[0])
     assert not abs(0.5 - p) <= frequency_band(p, 1000)
+
+
+@pytest.mark.parametrize(
+    ("lengths", "fine"),
+    [
+        ([10, 1, 1, 1], True),  # the prompt, then one token per call
+        ([10, 1, 1, 1, 1], True),  # a last, unused call
+        ([6, 4, 1, 1, 1], True),  # the prompt in chunks
+        ([10, 1, 1, 13], False),  # starts over
+        ([10, 2, 3, 4], False),  # feeds the last few tokens again
+        ([10, 11, 12, 13], False),  # no cache at all
+        ([8, 1, 1, 1], False),  # part of the prompt never fed
+    ],
+)
+def test_timed_cached_runs_must_feed_each_token_once(lengths: list[int], fine: bool) -> None:
+    from grader.parts.part2.timed import calls_problem
+
+    assert (calls_problem([None, lengths], 10, 4) == "") is fine
