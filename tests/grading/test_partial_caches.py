@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PART2_LIMITS, patched_solution, run_grade
+from grader.sandbox.sandbox import Limits
+from tests.conftest import FAST_LIMITS, PART2_LIMITS, patched_solution, run_grade
+
+PART3_LIMITS = Limits(request_timeout_s=30.0, startup_timeout_s=30.0)
 
 # Part 2: each layer caches its input x (twice, so the pair has the cache's shapes) and
 # every step projects every position again with W_k and W_v: right logits, right shapes.
@@ -75,3 +78,49 @@ def test_a_cache_that_recomputes_part_of_the_work_loses_the_benchmark(
     assert graded.score("2.8") == graded.test("2.8")["max_score"]  # its tokens are right
     assert graded.score("2.11") == 0
     assert "recomputes part of the work" in graded.output("2.11")
+
+
+# Part 4: generate_with_cache throws its cache away every 16 tokens and feeds the whole
+# sequence again.
+REBUILD_EVERY_16 = [
+    (
+        "    for _ in range(L):\n        out = model(new, past_key_values=cache, use_cache=True)\n",
+        "    for step in range(L):\n"
+        "        if step and step % 16 == 0:\n"
+        "            cache, new = None, ids  # starts over: the whole sequence again\n"
+        "        out = model(new, past_key_values=cache, use_cache=True)\n",
+    )
+]
+
+
+def test_a_lab_cache_rebuilt_every_16_tokens_loses_the_latency_check(tmp_path: Path) -> None:
+    submission = patched_solution(tmp_path / "sub", "kv_lab.py", REBUILD_EVERY_16)
+    graded = run_grade(
+        submission, tmp_path / "out", parts=["part4"], limits=FAST_LIMITS,
+        numbers=frozenset({"4.2", "4.6"}),
+    )  # fmt: skip
+    assert graded.score("4.2") == graded.test("4.2")["max_score"]  # its tokens are right
+    assert graded.score("4.6") == 0
+    assert "recomputes part of the work" in graded.output("4.6")
+
+
+# Part 3: every 8th step sets prev_pos back to 0, so that step feeds the whole prefix.
+LLAMA_EVERY_8TH_STEP = [
+    (
+        "            prev_pos = cur_pos\n",
+        "            prev_pos = 0 if (cur_pos - min_prompt_len) % 8 == 7 else cur_pos\n",
+    )
+]
+
+
+def test_a_llama_cache_that_starts_over_every_8th_step_loses_the_benchmark(
+    tmp_path: Path,
+) -> None:
+    submission = patched_solution(tmp_path / "sub", "llama/generation.py", LLAMA_EVERY_8TH_STEP)
+    graded = run_grade(
+        submission, tmp_path / "out", parts=["part3"], limits=PART3_LIMITS,
+        numbers=frozenset({"3.8", "3.11"}),
+    )  # fmt: skip
+    assert graded.score("3.8") == graded.test("3.8")["max_score"], graded.output("3.8")
+    assert graded.score("3.11") == 0
+    assert "recomputes part of the work" in graded.output("3.11")

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from grader.checks.calls import fed_once, shown
 from grader.checks.timed_pools import TimedPools
 from grader.core.arrays import decode_array
 from grader.parts.part2.cases import (
@@ -208,24 +209,18 @@ class Part2CacheContents(Part2Growth):
 
 def calls_problem(runs: list[list[int] | None], prompt_len: int, new_tokens: int) -> str:
     """Why the cached runs' forward calls were not a prefill and then one token per call
-    ("" when they were): a cache that starts over now and then, or feeds the last few
-    tokens again, recomputes part of the work. The record comes from the worker: it names
-    an honest design's cost; the work the grader measures is judged apart."""
+    ("" when they were; see :mod:`grader.checks.calls`)."""
     for lengths in runs:
         if lengths is None:
             continue
         fed = sum(lengths)
-        prefill = next((i for i in range(len(lengths) + 1) if sum(lengths[:i]) >= prompt_len), 0)
-        if (
-            sum(lengths[:prefill]) != prompt_len  # the prompt, in one call or in chunks
-            or any(x != 1 for x in lengths[prefill:])
-            or not prompt_len + new_tokens - 1 <= fed <= prompt_len + new_tokens
+        if not fed_once(lengths, prompt_len) or not (
+            prompt_len + new_tokens - 1 <= fed <= prompt_len + new_tokens
         ):
-            shown = lengths if len(lengths) <= 12 else [*lengths[:12], "..."]
             return (
-                f"in a timed run with use_cache=True, forward received {shown} tokens per "
-                f"call, {fed} in all, for a prompt of {prompt_len} tokens and {new_tokens} new "
-                "tokens. A cache feeds the prompt once, then only the newest token "
+                f"in a timed run with use_cache=True, forward received {shown(lengths)} tokens "
+                f"per call, {fed} in all, for a prompt of {prompt_len} tokens and {new_tokens} "
+                "new tokens. A cache feeds the prompt once, then only the newest token "
                 f"({prompt_len + new_tokens - 1} in all); feeding more (starting over every "
                 "few steps, or the last few tokens again) recomputes part of the work."
             )

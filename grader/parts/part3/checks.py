@@ -22,7 +22,7 @@ from grader.core.thresholds import load_thresholds
 from grader.parts.part3.cases import TOP_P, TOP_P_NUCLEUS, TOP_P_PROBS
 from grader.parts.part3.course import UNSCALED, UNSCALED_NOTE
 from grader.parts.part3.probes import Part3Probes
-from grader.parts.part3.timed import Part3Timed, bench_key
+from grader.parts.part3.timed import Part3Timed, bench_key, calls_problem
 from grader.runtime.client import SubmissionError
 from grader.runtime.timing import BenchmarkRecord, Criterion, Ratio, Sample, Timing, clock_for
 
@@ -320,7 +320,7 @@ class Part3Benchmark(Part3Timed):
         """One timed generate of ``variant`` (its batch size and kv_caching): every row of
         every run has a prompt of its own and the reference's text."""
         batch, cache = variants[variant]
-        return self.timed_generate(
+        sample = self.timed_generate(
             "workload" if "model" in bench else "bench",  # a GPU workload's model, or the tiny
             bench_key(bench),
             (batch, bench["input_len"], bench["output_len"]),
@@ -328,6 +328,9 @@ class Part3Benchmark(Part3Timed):
             timeout=max(self.ctx.limits.request_timeout_s, 60.0),
             key=f"timed generate {batch} {cache}",
         )
+        if cache:
+            self.cached_calls.append(self.last_calls)
+        return sample
 
     def bench_criteria(
         self, bench: dict, batch: int, timings: dict[str, Timing]
@@ -369,6 +372,7 @@ class Part3Benchmark(Part3Timed):
                 "your TA."
             )
         record = BenchmarkRecord(check="3.11", profile=self.ctx.device)
+        self.cached_calls: list[Any] = []  # every timed cached run's model calls
         for batch in bench["batch_sizes"]:
             variants = {f"batch {batch}, without the cache": (batch, False),
                         f"batch {batch}, with the cache": (batch, True)}  # fmt: skip
@@ -391,7 +395,8 @@ class Part3Benchmark(Part3Timed):
             "start_pos = prev_pos and attends over the cached keys and values.",
         )
         # The speedups compare two paths of the submission's own; a cache-free path slowed
-        # on purpose inflates them, so the cached path must also keep its steps' cost flat.
-        problem = self.growth_problem()
+        # on purpose inflates them, so the cached path must also keep its steps' cost flat
+        # and feed each token once.
+        problem = calls_problem(self.cached_calls) or self.growth_problem()
         if problem:
             self.fail(f"The speedup cannot count: {problem}")

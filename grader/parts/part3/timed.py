@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from grader.checks.calls import fed_once, shown
 from grader.checks.timed_pools import TimedPools
 from grader.parts.part3.cases import (
     BENCH_MAX_SEQ_LEN,
@@ -41,6 +42,7 @@ class Part3Timed(TimedPools, Part3Base):
 
     min_work_ratio = MIN_WORK_RATIO
     work_shape = (WORK_NEW, WORK_BATCH, WORK_PROMPT)
+    last_calls: Any = None  # the model calls (start_pos, tokens) of the last timed run
     max_cached_growth = MAX_CACHED_GROWTH
     growth_shape = (GROWTH_BATCH, GROWTH_PROMPT, GROWTH_SHORT, GROWTH_LONG)
     growth_label = "kv_caching=True"
@@ -73,6 +75,7 @@ class Part3Timed(TimedPools, Part3Base):
             timed=True,
             **kw,
         )
+        self.last_calls = reply.header.get("calls")
         texts = self.texts(reply)
         want = expected if expected is not None else (texts[:1] * rows or [""])
         if texts != want:
@@ -150,3 +153,26 @@ class Part3Timed(TimedPools, Part3Base):
 def bench_key(bench: dict[str, Any]) -> str:
     """The pool of check 3.11's timed runs under the thresholds profile ``bench``."""
     return pool_key(bench["input_len"], bench["output_len"], bench.get("model"))
+
+
+def calls_problem(runs: list[Any]) -> str:
+    """Why a timed cached ``generate``'s model calls were not the prompt once (in one call
+    or in chunks) and then one token per call, each at the position after the last ("" when
+    they were; see :mod:`grader.checks.calls`)."""
+    for calls in runs:
+        if not isinstance(calls, list) or not all(
+            isinstance(c, list) and len(c) == 2 for c in calls
+        ):
+            continue
+        starts, lengths = [int(c[0]) for c in calls], [int(c[1]) for c in calls]
+        prompt = next((i for i, n in enumerate(lengths) if n == 1), len(lengths))
+        consecutive = all(s == sum(lengths[:i]) for i, s in enumerate(starts))
+        if not (consecutive and fed_once(lengths, sum(lengths[:prompt]))):
+            pairs = [f"({s}, {n})" for s, n in zip(starts, lengths, strict=True)]
+            return (
+                f"a timed generate(kv_caching=True) called the model at (start_pos, tokens) "
+                f"{shown(pairs)}. With the cache the prompt goes through the model once, then "
+                "each new token alone at the next position; feeding more (prev_pos set back "
+                "every few steps, or the last few tokens again) recomputes part of the work."
+            )
+    return ""

@@ -25,6 +25,7 @@ from grader.checks.base import (
     as_number,
     check,
 )
+from grader.checks.calls import fed_once, shown
 from grader.core.arrays import decode_array
 from grader.core.points import BONUS
 from grader.core.thresholds import load_thresholds
@@ -258,6 +259,7 @@ class Part4Checks(Part4Base):
             for L in (lo, hi)
         }
         taken = [0]  # every timed run, of every mode and L, gets the next prompt of its own
+        cached_calls: list[tuple[int, int, list[int]]] = []  # (L, prompt, model call lengths)
 
         def timed_run(variant: str, i: int) -> Sample:
             cached, L = variants[variant]
@@ -277,6 +279,8 @@ class Part4Checks(Part4Base):
                     f"reference's {ids.shape[1] + L} greedy tokens, so its time cannot count. "
                     f"Check 4.2 compares {fn} with the reference on other prompts."
                 )
+            if cached and isinstance(reply.header.get("lengths"), list):
+                cached_calls.append((L, ids.shape[1], reply.header["lengths"]))
             cpu = reply.cpu_seconds
             return Sample(reply.seconds / L, reply.peak_bytes, None if cpu is None else cpu / L)
 
@@ -293,6 +297,9 @@ class Part4Checks(Part4Base):
             "depends on how many came before; without it every step re-reads the whole sequence."
             + (f"\n{cause}" if not record.passed and (cause := self.diagnose_generation()) else ""),
         )
+        problem = calls_problem(cached_calls)
+        if problem:
+            self.fail(f"The timing cannot count: {problem}")
 
     @check("4.7", partial=True, bonus=True)
     def test_int8_bonus(self, set_score: Any = None) -> None:
@@ -410,3 +417,20 @@ class Part4Checks(Part4Base):
         if any(problems):
             self.fail("\n".join(p for p in problems if p))
         print(f"Exact on the grader's own clock: {'; '.join(c.what for c in CLOCKED_CASES)}.")
+
+
+def calls_problem(runs: list[tuple[int, int, list[int]]]) -> str:
+    """Why a timed ``generate_with_cache`` run's model calls were not the prompt once and
+    then one token per call ("" when they were; see :mod:`grader.checks.calls`)."""
+    for L, prompt_len, lengths in runs:
+        calls_ok = len(lengths) - 1 <= L and sum(lengths) >= prompt_len + L - 1
+        if not (calls_ok and fed_once(lengths, prompt_len)):
+            return (
+                f"a timed generate_with_cache(model, input_ids, {L}) called the model with "
+                f"{shown(lengths)} tokens per call for a {prompt_len}-token prompt. With the "
+                "cache, the prompt goes through the model once, then each new token alone "
+                f"({L} calls, {prompt_len + L - 1} tokens in all); feeding more (rebuilding "
+                "the cache every few tokens, or the last few tokens again) recomputes part of "
+                "the work."
+            )
+    return ""
