@@ -17,7 +17,7 @@ from grader.checks.calls import fed_once, shown
         ([8, 1, 9, 1], 8, False),  # starts over
         ([8, 2, 2], 8, False),  # the last tokens again
         ([5, 5, 1], 8, False),  # a chunk past the prompt
-        ([7, 1, 1], 8, False),  # part of the prompt never fed
+        ([7], 8, False),  # part of the prompt never fed
         ([], 8, False),
     ],
 )
