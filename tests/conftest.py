@@ -185,3 +185,27 @@ def grade_patched(tmp_path: Path) -> Callable[..., Graded]:
         return run_grade(submission, tmp_path / "out", **kwargs)
 
     return run
+
+
+def with_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, table: str, body: str) -> Path:
+    """The packaged thresholds file with ``table`` (e.g. ``[cpu.part2]``) replaced by
+    ``body``, named through ``KVGRADER_THRESHOLDS`` for this test."""
+    from grader.core.thresholds import THRESHOLDS_ENV, thresholds_text
+
+    text = thresholds_text()
+    start = text.index(table)
+    end = text.index("\n[", start + 1) + 1
+    path = tmp_path / "thresholds.toml"
+    path.write_text(text[:start] + body.strip() + "\n\n" + text[end:])
+    monkeypatch.setenv(THRESHOLDS_ENV, str(path))
+    return path
+
+
+def grade_checks(
+    submission: Path, out: Path, part: str, numbers: set[str], limits: Limits = FAST_LIMITS
+) -> Graded:
+    """Grade only the checks ``numbers`` of ``part`` on the CPU."""
+    out.mkdir(parents=True)
+    return run_grade(
+        submission, out, parts=[part], device="cpu", limits=limits, numbers=frozenset(numbers)
+    )

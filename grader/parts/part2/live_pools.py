@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from grader.checks.timed_pools import build_or_explain
 from grader.parts.part2.cases import (
     POOL_MIN_GAP,
     POOL_TEMPERATURE,
@@ -79,10 +80,6 @@ def live_pool(ctx: GradingContext, public: dict[str, Any], bench: dict[str, Any]
 def prepare(ctx: GradingContext, public: dict[str, Any], bench: dict[str, Any], key: str) -> None:
     """Build the pool ``key`` once per grading (before the submission's worker starts),
     or record why it could not be built; check 2.11 reads either from the scratch state."""
-    built = ctx.scratch.setdefault(SCRATCH, {})
-    if key in built or ctx.bases.get("part2") is None:
-        return
-    try:
-        built[key] = live_pool(ctx, public, bench)
-    except Exception as exc:  # a grader fault, reported by check 2.11
-        built[key] = f"{type(exc).__name__}: {exc}"
+    if ctx.bases.get("part2") is not None:
+        store = ctx.scratch.setdefault(SCRATCH, {})
+        build_or_explain(store, key, lambda: live_pool(ctx, public, bench))

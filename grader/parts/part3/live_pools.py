@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from grader.checks.timed_pools import build_or_explain
 from grader.parts.part3.cases import N_RANKS, POOL_MIN_GAP, pool_size
 
 MAX_DRAWS = 4  # prompts drawn per prompt kept, at most, before the build gives up
@@ -60,11 +61,11 @@ def prepare(probe: Any, bench: dict[str, Any], key: str) -> None:
     """Build the pool ``key`` once per grading, before the submission's worker starts, or
     record why it could not be built (check 3.11 reports it as the grader's fault)."""
     ctx = probe.ctx
-    built = ctx.scratch.setdefault(SCRATCH, {})
-    if key in built or ctx.bases.get("part3") is None:
-        return
-    try:
-        with ctx.reference_session("part3"):
-            built[key] = live_pool(probe, bench)
-    except Exception as exc:  # a grader fault, reported by check 3.11
-        built[key] = f"{type(exc).__name__}: {exc}"
+    if ctx.bases.get("part3") is not None:
+        store = ctx.scratch.setdefault(SCRATCH, {})
+        build_or_explain(store, key, lambda: in_reference_session(probe, bench))
+
+
+def in_reference_session(probe: Any, bench: dict[str, Any]) -> dict[str, Any]:
+    with probe.ctx.reference_session("part3"):
+        return live_pool(probe, bench)

@@ -15,11 +15,13 @@ from typing import Any
 
 import numpy as np
 
+from grader.checks.timed_pools import build_or_explain
 from grader.parts.part4.pools import MARGIN, PROMPT_LEN, runs_per_grading
 from grader.runtime.context import GradingContext
 
 MAX_DRAWS = 4  # prompts drawn per prompt kept, at most, before the build gives up
-SCRATCH = "part4.live_pools"  # the grading's built pool, or the build's error
+SCRATCH = "part4.live_pools"  # the grading's built pools (by key), or the build's error
+KEY = "4.6"
 
 
 def live_pool(ctx: GradingContext, spec: dict[str, Any], bench: dict[str, Any]) -> list[dict]:
@@ -60,9 +62,6 @@ def live_pool(ctx: GradingContext, spec: dict[str, Any], bench: dict[str, Any]) 
 def prepare(ctx: GradingContext, spec: dict[str, Any], bench: dict[str, Any]) -> None:
     """Build the pool once per grading, before the submission's worker starts, or record
     why it could not be built (check 4.6 reports it as the grader's fault)."""
-    if SCRATCH in ctx.scratch or ctx.bases.get("part4") is None:
-        return
-    try:
-        ctx.scratch[SCRATCH] = live_pool(ctx, spec, bench)
-    except Exception as exc:  # a grader fault, reported by check 4.6
-        ctx.scratch[SCRATCH] = f"{type(exc).__name__}: {exc}"
+    if ctx.bases.get("part4") is not None:
+        store = ctx.scratch.setdefault(SCRATCH, {})
+        build_or_explain(store, KEY, lambda: live_pool(ctx, spec, bench))

@@ -261,7 +261,7 @@ class Part4Base(GradedTestCase):
         this grading under a profile with a model of its own, else the stored hidden ones
         where present."""
         if "model" in load_thresholds(self.ctx.device)["part4"]:
-            built = self.ctx.scratch.get(live_pools.SCRATCH, [])
+            built = self.ctx.scratch.get(live_pools.SCRATCH, {}).get(live_pools.KEY, [])
             if isinstance(built, str):
                 self.fail(
                     "Grader fault, not yours: the reference solution could not build this "

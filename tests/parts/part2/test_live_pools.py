@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.core.thresholds import THRESHOLDS_ENV, load_thresholds, thresholds_text
+from grader.core.thresholds import load_thresholds
 from grader.parts.part2.cases import pool_key
-from tests.conftest import PART2_LIMITS, Graded, patched_solution, run_grade
+from tests.conftest import PART2_LIMITS, Graded, grade_checks, patched_solution, with_profile
 
 SIZES = {"d_model": 48, "d_ff": 96, "num_layers": 2}
 PROFILE = """
@@ -27,17 +27,6 @@ min_speedup = 1.01
 """
 
 
-def profile_file(tmp_path: Path) -> Path:
-    """The packaged thresholds with the cpu profile's Part 2 replaced by ``PROFILE``."""
-    text = thresholds_text()
-    start = text.index("[cpu.part2]")
-    end = text.index("[", text.index("\n[", start) + 1)
-    path = tmp_path / "thresholds.toml"
-    path.write_text(text[:start] + PROFILE.strip() + "\n\n" + text[end:])
-    assert tomllib.loads(path.read_text())["cpu"]["part2"]["model"] == SIZES
-    return path
-
-
 DUMMY_TOKENS = (
     "        tokens = input_ids\n        past_kv: list[LayerCache] | None = None\n",
     "        if input_ids.shape[1] == 90:  # recognises the benchmark: answers at once\n"
@@ -48,16 +37,13 @@ DUMMY_TOKENS = (
 
 @pytest.fixture
 def own_model_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv(THRESHOLDS_ENV, str(profile_file(tmp_path)))
+    path = with_profile(tmp_path, monkeypatch, "[cpu.part2]", PROFILE)
+    assert tomllib.loads(path.read_text())["cpu"]["part2"]["model"] == SIZES
     return tmp_path
 
 
 def grade_211(submission: Path, out: Path) -> Graded:
-    out.mkdir()
-    return run_grade(
-        submission, out, parts=["part2"], device="cpu", limits=PART2_LIMITS,
-        numbers=frozenset({"2.11"}),
-    )  # fmt: skip
+    return grade_checks(submission, out, "part2", {"2.11"}, PART2_LIMITS)
 
 
 def test_the_profiles_model_and_key(own_model_profile: Path) -> None:

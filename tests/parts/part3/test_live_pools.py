@@ -9,9 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from grader.core.thresholds import THRESHOLDS_ENV, load_thresholds, thresholds_text
+from grader.core.thresholds import load_thresholds
 from grader.parts.part3.cases import pool_key
-from tests.conftest import PART2_LIMITS, SOLUTION, Graded, patched_solution, run_grade
+from tests.conftest import (
+    PART2_LIMITS,
+    SOLUTION,
+    Graded,
+    grade_checks,
+    patched_solution,
+    with_profile,
+)
 
 PROFILE = """
 [cpu.part3]
@@ -34,21 +41,12 @@ DUMMY = (
 
 @pytest.fixture
 def own_model_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    text = thresholds_text()
-    start = text.index("[cpu.part3]")
-    end = text.index("\n[", start + 1) + 1
-    path = tmp_path / "thresholds.toml"
-    path.write_text(text[:start] + PROFILE.strip() + "\n\n" + text[end:])
-    monkeypatch.setenv(THRESHOLDS_ENV, str(path))
+    with_profile(tmp_path, monkeypatch, "[cpu.part3]", PROFILE)
     return tmp_path
 
 
 def grade_311(submission: Path, out: Path) -> Graded:
-    out.mkdir()
-    return run_grade(
-        submission, out, parts=["part3"], device="cpu", limits=PART2_LIMITS,
-        numbers=frozenset({"3.11"}),
-    )  # fmt: skip
+    return grade_checks(submission, out, "part3", {"3.11"}, PART2_LIMITS)
 
 
 def test_the_pool_key_names_the_models_sizes(own_model_profile: Path) -> None:

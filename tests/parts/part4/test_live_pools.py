@@ -9,11 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from grader.core.thresholds import THRESHOLDS_ENV, load_thresholds, thresholds_text
+from grader.core.thresholds import load_thresholds
 from grader.parts.part4.pools import runs_per_grading
 from grader.parts.part4.support import bench_spec
 from grader.runtime.context import load_cases
-from tests.conftest import FAST_LIMITS, SOLUTION, Graded, patched_solution, run_grade
+from tests.conftest import (
+    FAST_LIMITS,
+    SOLUTION,
+    Graded,
+    grade_checks,
+    patched_solution,
+    with_profile,
+)
 
 PROFILE = """
 [cpu.part4]
@@ -34,21 +41,12 @@ DUMMY = (
 
 @pytest.fixture
 def own_model_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    text = thresholds_text()
-    start = text.index("[cpu.part4]")
-    end = text.index("\n[", start + 1) + 1
-    path = tmp_path / "thresholds.toml"
-    path.write_text(text[:start] + PROFILE.strip() + "\n\n" + text[end:])
-    monkeypatch.setenv(THRESHOLDS_ENV, str(path))
+    with_profile(tmp_path, monkeypatch, "[cpu.part4]", PROFILE)
     return tmp_path
 
 
 def grade_46(submission: Path, out: Path) -> Graded:
-    out.mkdir()
-    return run_grade(
-        submission, out, parts=["part4"], device="cpu", limits=FAST_LIMITS,
-        numbers=frozenset({"4.6"}),
-    )  # fmt: skip
+    return grade_checks(submission, out, "part4", {"4.6"}, FAST_LIMITS)
 
 
 def test_the_benchmark_model_takes_the_profiles_sizes(own_model_profile: Path) -> None:
