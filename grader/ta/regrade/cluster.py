@@ -29,7 +29,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,9 @@ EXECUTORS = ("local", "slurm", "submitit-local")
 #: Time a task needs beyond its grading: node start-up, imports, CUDA initialisation.
 TASK_OVERHEAD_S = 300
 TAIL_LINES = 30
+#: A task Slurm no longer lists and submitit has not seen finish (with accounting off,
+#: submitit cannot learn that a cancelled task ended) is given up after this long.
+GONE_GRACE_S = 60.0
 
 
 class ClusterError(RuntimeError):
@@ -208,6 +211,35 @@ def death_report(job: Any, exc: BaseException) -> str:
     return "\n".join(parts)
 
 
+def in_slurm_queue(job_ids: list[str]) -> set[str] | None:
+    """The ids among ``job_ids`` that Slurm still lists (pending, running or ending), from
+    ``squeue``, which works without accounting; None when squeue cannot answer."""
+    base = sorted({j.split("_")[0] for j in job_ids})
+    try:
+        out = subprocess.run(
+            ["squeue", "-h", "-o", "%i", "-j", ",".join(base)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0 and "Invalid job id" not in out.stderr:
+        return None
+    listed = {line.strip() for line in out.stdout.splitlines() if line.strip()}
+    # An array task is listed as "123_4", or inside "123_[4-9]" while it is still pending.
+    return {j for j in job_ids if j in listed or any(x.startswith(j.split("_")[0] + "_[")
+                                                     for x in listed)}  # fmt: skip
+
+
+def gone_report(job: Any) -> str:
+    """Why a task that Slurm stopped listing gave no result."""
+    return (
+        f"Cluster task {job.job_id} did not finish: Slurm no longer lists it and it left no "
+        "result (cancelled, preempted, or its node was lost; with accounting off, Slurm "
+        "cannot say which). It is not this submission's result: the next run submits it "
+        "again."
+    )
+
+
 def _write_task(spec: TaskSpec, record: dict[str, Any]) -> None:
     path = Path(spec.results).parent / "task.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -215,13 +247,19 @@ def _write_task(spec: TaskSpec, record: dict[str, Any]) -> None:
 
 
 def run_grading_tasks(
-    specs: list[TaskSpec], options: ClusterOptions, *, out_dir: Path
+    specs: list[TaskSpec],
+    options: ClusterOptions,
+    *,
+    out_dir: Path,
+    queue: Callable[[list[str]], set[str] | None] | None = None,
 ) -> Iterator[tuple[TaskSpec, str, str]]:
     """Submit one task per spec and yield ``(spec, status, why_it_died)`` as each ends.
 
     A task that ends without a result is ``died``: a fallback results file holds
     :func:`death_report`, and ``task.json`` says ``died`` so that the next run submits it
-    again. If waiting is interrupted, every unfinished task is cancelled (its record stays
+    again. A task that Slurm stops listing without submitit seeing it finish (``queue``,
+    default ``squeue`` for the slurm executor) is ``died`` too, after ``GONE_GRACE_S``. If
+    waiting is interrupted, every unfinished task is cancelled (its record stays
     ``submitted``, so the next run submits it again too)."""
     from grader.ta.regrade.one import write_fallback
 
@@ -235,6 +273,9 @@ def run_grading_tasks(
     poll_s = options.poll_s or (0.25 if local else 15.0)
     pending, running = list(specs), {}
     base = {"executor": options.executor, "device": specs[0].device, "limit_s": limit_s}
+    if queue is None and options.executor == "slurm":
+        queue = in_slurm_queue
+    unlisted: dict[Any, float] = {}  # job -> when Slurm was first seen not to list it
     try:
         while pending or running:
             if pending and len(running) < window:
@@ -244,13 +285,17 @@ def run_grading_tasks(
                     running[job] = spec
                     _write_task(spec, {**base, "job_id": job.job_id, "state": "submitted"})
             finished = [job for job in running if job.done()]
-            for job in finished:
+            gone = gone_jobs(running, finished, queue, unlisted)
+            for job in finished + gone:
                 spec = running.pop(job)
                 logs = {"stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr)}
                 try:
+                    if job in gone:
+                        job.cancel(check=False)
+                        raise LookupError(gone_report(job))
                     info = job.result()
                 except Exception as exc:
-                    why = death_report(job, exc)
+                    why = str(exc) if job in gone else death_report(job, exc)
                     write_fallback(Path(spec.results), list(spec.parts), why, device=spec.device)
                     _write_task(spec, {**base, "job_id": job.job_id, "state": "died", **logs})
                     yield spec, "died", why
@@ -259,11 +304,32 @@ def run_grading_tasks(
                 record = {**base, "job_id": job.job_id, "state": state, **logs, **info}
                 _write_task(spec, record)
                 yield spec, str(info["status"]), ""
-            if not finished:
+            if not finished and not gone:
                 time.sleep(poll_s)
     finally:  # interrupted (or an error): nothing we submitted may keep running
         for job in running:
             job.cancel(check=False)
+
+
+def gone_jobs(
+    running: dict[Any, TaskSpec],
+    finished: list[Any],
+    queue: Callable[[list[str]], set[str] | None] | None,
+    unlisted: dict[Any, float],
+) -> list[Any]:
+    """The running jobs that Slurm has not listed for ``GONE_GRACE_S`` (time for a result
+    file to show on a shared file system) and that did not finish."""
+    waiting = [job for job in running if job not in finished]
+    listed = queue([str(job.job_id) for job in waiting]) if queue and waiting else None
+    if listed is None:
+        return []
+    now = time.monotonic()
+    for job in waiting:
+        if str(job.job_id) in listed:
+            unlisted.pop(job, None)
+        else:
+            unlisted.setdefault(job, now)
+    return [job for job in waiting if job in unlisted and now - unlisted[job] >= GONE_GRACE_S]
 
 
 def submit(executor: Any, specs: list[TaskSpec]) -> list[Any]:

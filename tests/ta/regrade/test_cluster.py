@@ -297,3 +297,65 @@ def test_cli_batch_says_where_the_per_student_table_is(
     printed = capsys.readouterr().out
     assert f"one row per student: {out / 'scores.csv'}" in printed
     assert (out / "scores.csv").is_file()
+
+
+class _LostJob:
+    """A Slurm task that was cancelled with accounting off: submitit never sees it end."""
+
+    def __init__(self, job_id: str, logs: Path) -> None:
+        self.job_id = job_id
+        self.paths = type("Paths", (), {"stdout": logs / "out", "stderr": logs / "err"})
+        self.state = "UNKNOWN"
+        self.cancelled = False
+
+    def done(self) -> bool:
+        return False
+
+    def cancel(self, check: bool = True) -> None:
+        self.cancelled = True
+
+
+def test_a_task_slurm_stops_listing_is_reported_and_submitted_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """scancel with accounting disabled: submitit cannot learn that the task ended, so the
+    batch must not wait for it forever. Once squeue no longer lists it, it is recorded as
+    died (not the student's result) and the next run submits it again."""
+    jobs: list[_LostJob] = []
+
+    def fake_submit(executor, specs):
+        jobs.extend(_LostJob(f"77_{i}", tmp_path) for i, _ in enumerate(specs))
+        return list(jobs)
+
+    monkeypatch.setattr(cluster, "make_executor", lambda *a: None)
+    monkeypatch.setattr(cluster, "submit", fake_submit)
+    monkeypatch.setattr(cluster, "GONE_GRACE_S", 0.0)
+    results = tmp_path / "results" / "submission_1" / "results.json"
+    spec = TaskSpec("submission_1", str(tmp_path), str(results), ["part1"], 60, sys.executable,
+                    device="cuda")  # fmt: skip
+    listings = iter([{"77_0"}, set()])  # listed at the first look, gone at the second
+    options = ClusterOptions(executor="slurm", poll_s=0.01)
+    ended = list(cluster.run_grading_tasks(
+        [spec], options, out_dir=tmp_path, queue=lambda ids: next(listings, set())
+    ))  # fmt: skip
+    assert [(s.folder, status) for s, status, _ in ended] == [("submission_1", "died")]
+    assert "Slurm no longer lists it" in ended[0][2] and jobs[0].cancelled
+    data = json.loads(results.read_text())
+    validate_results(data)
+    assert (
+        data["extra_data"]["device"] == "cuda" and data["extra_data"]["benchmark_profile"] == "cuda"
+    )
+    assert json.loads((results.parent / "task.json").read_text())["state"] == "died"
+    assert batch.is_done(results) is None  # the next run submits it again
+
+
+def test_squeue_names_the_tasks_slurm_still_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    squeue = tmp_path / "squeue"
+    squeue.write_text('#!/bin/sh\nprintf "77_0\\n78_[2-5]\\n"\n')
+    squeue.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert cluster.in_slurm_queue(["77_0", "77_1", "78_3"]) == {"77_0", "78_3"}
+    squeue.write_text("#!/bin/sh\necho 'slurm_load_jobs error: Unable to contact' >&2\nexit 1\n")
+    assert cluster.in_slurm_queue(["77_0"]) is None  # no answer: keep waiting
