@@ -11,16 +11,27 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from grader.runtime.context import GradingContext
 from grader.runtime.timing import Ratio, Sample, Timing
 
 WITHOUT, WITH = "without the cache", "with the cache"
 
 
-def build_or_explain(store: dict[str, Any], key: str, build: Callable[[], Any]) -> None:
-    """Keep ``build()`` under ``key`` in ``store`` (once), or why it failed: a pool the
-    reference builds in the grading (a GPU workload's), whose failure is the grader's fault
-    and is reported by the benchmark check that needs it."""
-    if key in store:
+EARLY_MARGIN = 2.0  # a work ratio this many times past its threshold needs no more rounds
+
+
+def pools_built(ctx: GradingContext, part: str) -> dict[str, Any]:
+    """The prompt pools the reference built for ``part`` in this grading (a GPU workload's),
+    by key: a pool, or why it could not be built."""
+    return ctx.scratch.setdefault(f"{part}.live_pools", {})
+
+
+def build_pool(ctx: GradingContext, part: str, key: str, build: Callable[[], Any]) -> None:
+    """Keep ``build()`` as ``part``'s pool ``key`` for this grading (once, and only when the
+    submission has the part's file), or why it failed: the grader's fault, reported by the
+    benchmark check that needs the pool."""
+    store = pools_built(ctx, part)
+    if key in store or ctx.bases.get(part) is None:
         return
     try:
         store[key] = build()
@@ -28,7 +39,12 @@ def build_or_explain(store: dict[str, Any], key: str, build: Callable[[], Any]) 
         store[key] = f"{type(exc).__name__}: {exc}"
 
 
-EARLY_MARGIN = 2.0  # a work ratio this many times past its threshold needs no more rounds
+def pool_fault(why: str) -> str:
+    """The message of a benchmark whose pool the reference could not build."""
+    return (
+        "Grader fault, not yours: the reference solution could not build this benchmark's "
+        f"prompts on the grading device ({why}). Tell your TA."
+    )
 
 
 def decided(ratio: Ratio, threshold: float, margin: float = EARLY_MARGIN) -> bool:
@@ -104,13 +120,20 @@ class TimedPools:
         stored one, or one the reference built for this grading (a GPU workload's)."""
         pool = self.meta().get("bench_pools", {}).get(key)
         if pool is None:
-            pool = self.ctx.scratch.get(f"{self.part}.live_pools", {}).get(key)
+            pool = pools_built(self.ctx, self.part).get(key)
         if isinstance(pool, str):  # the reference could not build it: why
-            self.fail(
-                f"Grader fault, not yours: the reference solution could not build this "
-                f"benchmark's prompts on the grading device ({pool}). Tell your TA."
-            )
+            self.fail(pool_fault(pool))
         return pool if isinstance(pool, dict) and pool.get("prompts") else None
+
+    def require_pool(self, bench: dict[str, Any], key: str) -> None:
+        """A profile whose benchmark model has sizes of its own has no stored pool: without
+        the one the reference builds in the grading, nothing can be timed."""
+        if "model" in bench and self.pool(key) is None:
+            self.fail(
+                "Grader fault, not yours: this profile's benchmark model has no prompts to "
+                "time (its pool is built by the reference when the grading starts). Tell "
+                "your TA."
+            )
 
     def reserve(self, key: str, rows: int) -> tuple[dict[str, Any] | None, slice]:
         """Pool ``key`` and the slice of its next ``rows`` unused prompts (the pool is None

@@ -88,10 +88,8 @@ class GradingContext:
 
     def reference_worker(self, part: str, source: Path = SOLUTION) -> WorkerClient:
         """A worker that runs the reference solution (trusted code) for ``part`` in this
-        grading's sandbox, on the grading device and under the same limits: it builds what
-        only the reference can (the prompt pools of a GPU workload) before the submission's
-        worker first starts. Every other worker is stopped first; the caller stops this one
-        and calls :meth:`withdraw_reference`, so the submission never sees the reference."""
+        grading's sandbox, on the grading device and under the same limits, for
+        :meth:`reference_session`. Every other worker is stopped first."""
         if not (source / PARTS[part].main_file).is_file():
             raise RuntimeError(
                 f"the reference solution ({source}) is not here: the benchmark's workload "
@@ -114,10 +112,12 @@ class GradingContext:
     @contextmanager
     def reference_session(self, part: str) -> Iterator[WorkerClient]:
         """For the ``with`` block, the part's worker is the reference's (see
-        :meth:`reference_worker`), so the part's own check machinery can drive it. Then
-        it is stopped, its copy withdrawn, and whatever the checks recorded meanwhile in
-        the scratch state (models built, notes) is dropped, except what the block stored
-        under keys that existed before it."""
+        :meth:`reference_worker`), so the part's own check machinery can drive it: it builds
+        what only the reference can (the prompt pools of a GPU workload) before the
+        submission's worker first starts. Then it is stopped, its copy leaves the sandbox
+        (the submission never sees it), and whatever the checks recorded meanwhile in the
+        scratch state (models built, notes) is dropped, except what the block stored under
+        keys that existed before it."""
         before = set(self.scratch)
         client = self.reference_worker(part)
         own = self._workers.pop(part, None)
@@ -126,16 +126,12 @@ class GradingContext:
             yield client
         finally:
             client.stop()
-            self.withdraw_reference()
+            self.sandbox.withdraw(REFERENCE)
             self._workers.pop(part, None)
             if own is not None:
                 self._workers[part] = own
             for key in set(self.scratch) - before:
                 del self.scratch[key]
-
-    def withdraw_reference(self) -> None:
-        """Remove the reference's copy from the sandbox (see :meth:`reference_worker`)."""
-        self.sandbox.withdraw(REFERENCE)
 
     def cases(self, part: str) -> dict[str, Any]:
         if part not in self._cases:

@@ -14,7 +14,6 @@ from grader.parts.part2.cases import (
     GROWTH_LONG,
     GROWTH_PROMPT,
     GROWTH_ROUNDS,
-    POOL_MIN_GAP,
     POOL_SEED,
     POOL_TEMPERATURE,
     PUBLIC_MODEL,
@@ -23,11 +22,11 @@ from grader.parts.part2.cases import (
     WORK_PROMPT,
     WORK_ROUNDS,
     bench_model,
+    clear_win,
     make_state_dict,
     pool_key,
     pool_size,
     random_ids,
-    top2_gap,
 )
 
 
@@ -76,9 +75,7 @@ def bench_pool(
         ids = random_ids(rng, vocab, 1, prompt_len)
         out = adapter.run_generate(model, ids, new_tokens, POOL_TEMPERATURE, True, 0)["tokens"]
         logits = adapter.run_forward(model, out[:, :-1], None)["logits"][:, prompt_len - 1 :]
-        if not np.array_equal(logits.argmax(-1), out[:, prompt_len:]):
-            continue
-        if top2_gap(logits) < POOL_MIN_GAP:
+        if not clear_win(logits, out[:, prompt_len:]):
             continue
         prompts.append(ids[0].tolist())
         expected.append(out[0, prompt_len:].tolist())

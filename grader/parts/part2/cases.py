@@ -239,5 +239,13 @@ def top2_gap(logits: np.ndarray) -> float:
     return float((part[..., 1] - part[..., 0]).min())
 
 
+def clear_win(logits: np.ndarray, new_tokens: np.ndarray) -> bool:
+    """Whether ``new_tokens`` (B, n) are the greedy choice of ``logits`` (B, n, vocab) at
+    every step, each by at least ``POOL_MIN_GAP``: an answer that another correct
+    implementation's rounding cannot change, fit for a timed run's pool."""
+    wins = bool(np.array_equal(logits.argmax(-1), new_tokens))
+    return wins and top2_gap(logits) >= POOL_MIN_GAP
+
+
 def random_ids(rng: np.random.Generator, vocab: int, batch: int, length: int) -> np.ndarray:
     return rng.integers(0, vocab, size=(batch, length), dtype=np.int64)

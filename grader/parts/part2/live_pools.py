@@ -17,21 +17,19 @@ from typing import Any
 
 import numpy as np
 
-from grader.checks.timed_pools import build_or_explain
 from grader.parts.part2.cases import (
     POOL_MIN_GAP,
     POOL_TEMPERATURE,
     bench_model,
+    clear_win,
     make_state_dict,
     pool_size,
     random_ids,
-    top2_gap,
 )
 from grader.runtime.context import GradingContext
 
 CANDIDATES = 4  # prompts the reference continues per request
 MAX_DRAWS = 8  # candidates drawn per prompt kept, at most, before the build gives up
-SCRATCH = "part2.live_pools"  # the grading's built pools (by key), or the build's error
 
 
 def live_pool(ctx: GradingContext, public: dict[str, Any], bench: dict[str, Any]) -> dict:
@@ -40,14 +38,13 @@ def live_pool(ctx: GradingContext, public: dict[str, Any], bench: dict[str, Any]
     prompt_len, new_tokens = bench["prompt_len"], bench["new_tokens"]
     spec = bench_model(public, prompt_len + new_tokens, bench["model"])
     size, vocab = pool_size(bench), spec["config"]["vocab_size"]
-    worker = ctx.reference_worker("part2")
     timeout = max(ctx.limits.request_timeout_s, 120.0)
-    try:
+    prompts: list[list[int]] = []
+    expected: list[list[int]] = []
+    with ctx.reference_session("part2") as worker:
         header = {"op": "load", "model": "bench", "config": spec["config"]}
         worker.request(header, make_state_dict(spec), what="the reference's model", timeout=timeout)
         rng = np.random.default_rng(secrets.randbits(64))  # new prompts in every grading
-        prompts: list[list[int]] = []
-        expected: list[list[int]] = []
         for _ in range(MAX_DRAWS * size // CANDIDATES + 1):
             if len(prompts) >= size:
                 break
@@ -62,24 +59,12 @@ def live_pool(ctx: GradingContext, public: dict[str, Any], bench: dict[str, Any]
             )
             logits = reply.arrays["logits"][:, prompt_len - 1 :]  # (B, n, vocab)
             for row in range(CANDIDATES):
-                wins = np.array_equal(logits[row].argmax(-1), tokens[row, prompt_len:])
-                if wins and top2_gap(logits[row : row + 1]) >= POOL_MIN_GAP:
+                if clear_win(logits[row : row + 1], tokens[row : row + 1, prompt_len:]):
                     prompts.append(ids[row].tolist())
                     expected.append(tokens[row, prompt_len:].tolist())
-    finally:
-        worker.stop()
-        ctx.withdraw_reference()
     if len(prompts) < size:
         raise RuntimeError(
             f"the reference's model found {len(prompts)} of {size} prompts whose greedy "
             f"answer wins by {POOL_MIN_GAP:g} at every step"
         )
     return {"temperature": POOL_TEMPERATURE, "prompts": prompts[:size], "expected": expected[:size]}
-
-
-def prepare(ctx: GradingContext, public: dict[str, Any], bench: dict[str, Any], key: str) -> None:
-    """Build the pool ``key`` once per grading (before the submission's worker starts),
-    or record why it could not be built; check 2.11 reads either from the scratch state."""
-    if ctx.bases.get("part2") is not None:
-        store = ctx.scratch.setdefault(SCRATCH, {})
-        build_or_explain(store, key, lambda: live_pool(ctx, public, bench))

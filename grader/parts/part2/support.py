@@ -11,6 +11,7 @@ temperature honoured), and its speed is timed by the grader itself.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -23,6 +24,7 @@ from grader.checks.logits import (
     matching_mistakes,
     position,
 )
+from grader.checks.timed_pools import build_pool
 from grader.core.arrays import decode_array, weights_digest
 from grader.core.points import points
 from grader.core.thresholds import load_thresholds
@@ -76,7 +78,9 @@ class Part2Base(Part2Diagnosis, GradedTestCase):
             cases = cls.ctx.cases("part2")
             key = pool_key(bench["prompt_len"], bench["new_tokens"], bench["model"])
             if key not in cases.get("bench_pools", {}):
-                live_pools.prepare(cls.ctx, cases["models"]["public"], bench, key)
+                public = cases["models"]["public"]
+                build = functools.partial(live_pools.live_pool, cls.ctx, public, bench)
+                build_pool(cls.ctx, "part2", key, build)
 
     # ------------------------------------------------------------------ data
 

@@ -27,6 +27,7 @@ from grader.parts.part3.cases import (
     growth_key,
     pool_key,
     pool_size,
+    row_gaps,
 )
 
 
@@ -86,8 +87,7 @@ def bench_pool(
             if len(tokenizer.encode(text, bos=True, eos=False)) == input_len:
                 batch.append(text)
         out = adapter.run_generate(model, tokenizer, batch, run)
-        top2 = np.sort(out["step_logits"], axis=-1)[..., -2:]  # (steps, B, 2)
-        gaps = (top2[..., 1] - top2[..., 0]).min(axis=0)  # (B,)
+        gaps = row_gaps(out["step_logits"])  # (B,)
         greedy = out["step_logits"].argmax(axis=-1)  # (steps, B): every step's new token
         stops = np.isin(greedy, sorted(tokenizer.stop_tokens)).any(axis=0)  # (B,)
         for text, generated, gap, stop in zip(batch, out["texts"], gaps, stops, strict=True):

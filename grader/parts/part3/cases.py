@@ -118,6 +118,13 @@ def pool_key(input_len: int, output_len: int, sizes: dict[str, Any] | None = Non
     return key + "@" + "x".join(f"{k}={v}" for k, v in sorted(sizes.items())) if sizes else key
 
 
+def row_gaps(step_logits: np.ndarray) -> np.ndarray:
+    """Each row's smallest best-minus-runner-up logit over the steps of a batched greedy
+    generation: ``step_logits`` (steps, B, vocab) -> (B,)."""
+    top2 = np.sort(step_logits, axis=-1)[..., -2:]  # (steps, B, 2)
+    return (top2[..., 1] - top2[..., 0]).min(axis=0)
+
+
 def growth_key(new_tokens: int) -> str:
     """The key of check 3.7's growth probe pool for runs of ``new_tokens`` new tokens."""
     return f"growth {pool_key(GROWTH_PROMPT, new_tokens)}"

@@ -15,16 +15,21 @@ from typing import Any
 
 import numpy as np
 
-from grader.checks.timed_pools import build_or_explain
-from grader.parts.part3.cases import N_RANKS, POOL_MIN_GAP, pool_size
+from grader.parts.part3.cases import N_RANKS, POOL_MIN_GAP, pool_size, row_gaps
 
 MAX_DRAWS = 4  # prompts drawn per prompt kept, at most, before the build gives up
-SCRATCH = "part3.live_pools"  # the grading's built pools (by key), or the build's error
 
 
 def live_pool(probe: Any, bench: dict[str, Any]) -> dict[str, Any]:
     """The pool of check 3.11's timed runs under profile ``bench``, in the stored pools'
-    format; ``probe`` is a Part 3 check instance whose worker is the reference's."""
+    format; ``probe`` is a Part 3 check instance, whose machinery drives the reference's
+    worker for the time of a reference session."""
+    with probe.ctx.reference_session("part3"):
+        return draw_pool(probe, bench)
+
+
+def draw_pool(probe: Any, bench: dict[str, Any]) -> dict[str, Any]:
+    """:func:`live_pool`'s work, once the reference answers the part's requests."""
     size, rows = pool_size(bench), max(bench["batch_sizes"])
     input_len, output_len = bench["input_len"], bench["output_len"]
     timeout = max(probe.ctx.limits.request_timeout_s, 120.0)
@@ -43,8 +48,7 @@ def live_pool(probe: Any, bench: dict[str, Any]) -> dict[str, Any]:
             batch, True, model="workload", max_gen_len=output_len, temperature=0.0,
             record_logits=True, timeout=timeout,
         )  # fmt: skip
-        top2 = np.sort(out.arrays["step_logits"], axis=-1)[..., -2:]  # (steps, B, 2)
-        gaps = (top2[..., 1] - top2[..., 0]).min(axis=0)  # (B,)
+        gaps = row_gaps(out.arrays["step_logits"])  # (B,)
         for text, generated, gap in zip(batch, probe.texts(out), gaps, strict=True):
             if gap >= POOL_MIN_GAP and len(prompts) < size:
                 prompts.append(text)
@@ -55,17 +59,3 @@ def live_pool(probe: Any, bench: dict[str, Any]) -> dict[str, Any]:
             f"answer wins by {POOL_MIN_GAP:g} at every step"
         )
     return {"prompts": prompts, "expected_texts": texts}
-
-
-def prepare(probe: Any, bench: dict[str, Any], key: str) -> None:
-    """Build the pool ``key`` once per grading, before the submission's worker starts, or
-    record why it could not be built (check 3.11 reports it as the grader's fault)."""
-    ctx = probe.ctx
-    if ctx.bases.get("part3") is not None:
-        store = ctx.scratch.setdefault(SCRATCH, {})
-        build_or_explain(store, key, lambda: in_reference_session(probe, bench))
-
-
-def in_reference_session(probe: Any, bench: dict[str, Any]) -> dict[str, Any]:
-    with probe.ctx.reference_session("part3"):
-        return live_pool(probe, bench)

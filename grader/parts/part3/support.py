@@ -4,6 +4,7 @@ generation with every forward call recorded, and naming known mistakes."""
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -18,6 +19,7 @@ from grader.checks.logits import (
     several_causes,
     signature_matches,
 )
+from grader.checks.timed_pools import build_pool
 from grader.core.thresholds import load_thresholds
 from grader.parts.part3 import live_pools
 from grader.parts.part3.cases import (
@@ -57,7 +59,8 @@ class Part3Base(GradedTestCase):
         if "model" in bench:
             key = pool_key(bench["input_len"], bench["output_len"], bench["model"])
             if key not in cls.ctx.cases("part3").get("bench_pools", {}):
-                live_pools.prepare(cls(), bench, key)
+                build = functools.partial(live_pools.live_pool, cls(), bench)
+                build_pool(cls.ctx, "part3", key, build)
 
     def raw(self) -> dict[str, Any]:
         """The case files as they are (every RoPE convention's values)."""

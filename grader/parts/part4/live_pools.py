@@ -15,13 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from grader.checks.timed_pools import build_or_explain
 from grader.parts.part4.pools import MARGIN, PROMPT_LEN, runs_per_grading
 from grader.runtime.context import GradingContext
 
 MAX_DRAWS = 4  # prompts drawn per prompt kept, at most, before the build gives up
-SCRATCH = "part4.live_pools"  # the grading's built pools (by key), or the build's error
-KEY = "4.6"
+KEY = "4.6"  # the pool's key among Part 4's pools built in the grading
 
 
 def live_pool(ctx: GradingContext, spec: dict[str, Any], bench: dict[str, Any]) -> list[dict]:
@@ -29,10 +27,9 @@ def live_pool(ctx: GradingContext, spec: dict[str, Any], bench: dict[str, Any]) 
     in the stored cases' format (``ids``, ``tokens``, ``label``)."""
     size, longest = runs_per_grading(bench), max(bench["L_values"])
     vocab = spec["config"]["vocab_size"]
-    worker = ctx.reference_worker("part4")
     timeout = max(ctx.limits.request_timeout_s, 120.0)
     cases: list[dict[str, Any]] = []
-    try:
+    with ctx.reference_session("part4") as worker:
         header = {"op": "build", "model": "bench", **spec}
         worker.request(header, what="the reference's GPT-2", timeout=timeout)
         rng = np.random.default_rng(secrets.randbits(64))  # new prompts in every grading
@@ -48,20 +45,9 @@ def live_pool(ctx: GradingContext, spec: dict[str, Any], bench: dict[str, Any]) 
                 label = f"timed prompt {len(cases) + 1}, drawn for this grading"
                 tokens = reply.arrays["tokens"].tolist()
                 cases.append({"ids": ids.tolist(), "tokens": tokens, "label": label})
-    finally:
-        worker.stop()
-        ctx.withdraw_reference()
     if len(cases) < size:
         raise RuntimeError(
             f"the reference's model found {len(cases)} of {size} prompts whose greedy steps "
             f"all win by {MARGIN:g}"
         )
     return cases
-
-
-def prepare(ctx: GradingContext, spec: dict[str, Any], bench: dict[str, Any]) -> None:
-    """Build the pool once per grading, before the submission's worker starts, or record
-    why it could not be built (check 4.6 reports it as the grader's fault)."""
-    if ctx.bases.get("part4") is not None:
-        store = ctx.scratch.setdefault(SCRATCH, {})
-        build_or_explain(store, KEY, lambda: live_pool(ctx, spec, bench))

@@ -8,6 +8,7 @@ what a generation that gave other tokens did. The int8 cache is judged in
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from grader.checks.base import GradedTestCase, Outcome, likely_cause, note_causes, with_output
+from grader.checks.timed_pools import build_pool, pool_fault, pools_built
 from grader.core.points import points
 from grader.core.thresholds import load_thresholds
 from grader.parts.part4 import live_pools
@@ -151,7 +153,9 @@ class Part4Base(GradedTestCase):
         super().setUpClass()
         bench = load_thresholds(cls.ctx.device)["part4"]
         if "model" in bench:
-            live_pools.prepare(cls.ctx, bench_spec(cls.ctx.cases("part4"), bench), bench)
+            spec = bench_spec(cls.ctx.cases("part4"), bench)
+            build = functools.partial(live_pools.live_pool, cls.ctx, spec, bench)
+            build_pool(cls.ctx, "part4", live_pools.KEY, build)
 
     def model_spec(self, name: str) -> dict[str, Any]:
         """Config and seed of model ``name``: stored in the cases, except the benchmark's
@@ -261,12 +265,9 @@ class Part4Base(GradedTestCase):
         this grading under a profile with a model of its own, else the stored hidden ones
         where present."""
         if "model" in load_thresholds(self.ctx.device)["part4"]:
-            built = self.ctx.scratch.get(live_pools.SCRATCH, {}).get(live_pools.KEY, [])
+            built = pools_built(self.ctx, self.part).get(live_pools.KEY, [])
             if isinstance(built, str):
-                self.fail(
-                    "Grader fault, not yours: the reference solution could not build this "
-                    f"benchmark's prompts on the grading device ({built}). Tell your TA."
-                )
+                self.fail(pool_fault(built))
             return built
         cases = self.cases("4.6")
         hidden = [c for c in cases if c.get("visibility") == "hidden"]
