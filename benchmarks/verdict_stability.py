@@ -1,7 +1,8 @@
 """Verdict stability of the graded benchmark checks on a noisy machine.
 
-    python benchmarks/verdict_stability.py [--runs 50] [--condition busy|half-cpu|both]
+    python benchmarks/verdict_stability.py [--runs 50] [--condition busy|half-cpu|both|paired]
                                            [--out results/stability.json] [--device cpu|cuda]
+                                           [--deadline SECONDS] [--extra-baselines]
                                            [--executor slurm --partition P --gpus-per-task 1]
 
 Grades only the benchmark checks (2.11, 3.11, 4.6), each run a fresh
@@ -19,6 +20,14 @@ Conditions:
   this process may use); grading is not pinned.
 * ``half-cpu``: Gradescope's default ½ vCPU, simulated by pinning the grading
   and a busy loop to the first CPU this process may use with ``taskset``.
+* ``paired``: every submission of a run is graded at the same time, so that each
+  grading shares the machine (on a GPU node, the GPU) with the others.
+
+``--extra-baselines`` adds a third submission, the cache-free designs that come
+closer to the reference (``calibrate``'s extra baselines, every part at once), so
+that one run of the script also holds every ratio ``calibrate`` proposes from.
+``--deadline`` starts no run after that many seconds; ``--out`` is rewritten after
+every run, so a run stopped from outside keeps what it measured.
 
 Prints a Markdown table (for a dated file under docs/measurements/) and writes every
 run's ratios.
@@ -33,19 +42,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from grader.core.paths import SOLUTION  # noqa: E402
-from grader.ta.calibrate import BENCHMARK_PARTS, cache_free_submission  # noqa: E402
+from grader.ta.calibrate import (  # noqa: E402
+    BENCHMARK_PARTS,
+    EXTRA_BASELINES,
+    cache_free_submission,
+)
 from grader.ta.regrade.cluster import (  # noqa: E402
     ClusterError,
     ClusterOptions,
@@ -61,18 +76,38 @@ def hog(cpu: int) -> subprocess.Popen:
     return subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c", "while True: pass"])
 
 
-def grade_once(submission: Path, pin: int | None, device: str = "cpu") -> dict:
-    """One benchmark-only grading in a fresh process; its ``extra_data["benchmarks"]``."""
+def start_grading(submission: Path, pin: int | None, device: str) -> tuple[subprocess.Popen, Path]:
+    """A benchmark-only grading of ``submission`` in a fresh process, started."""
     out = Path(tempfile.mkdtemp(prefix="stability-")) / "results.json"
     command = [sys.executable, "-m", "grader", "grade", str(submission), "--results", str(out),
                "--tags", "benchmark", "--device", device]  # fmt: skip
     if pin is not None:
         command = ["taskset", "-c", str(pin), *command]
+    process = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    return process, out
+
+
+def finish_grading(process: subprocess.Popen, out: Path) -> dict:
+    """The verdicts and ratios of a grading started by ``start_grading``."""
     try:
-        subprocess.run(command, cwd=ROOT, check=True, capture_output=True, timeout=900)
-        data = json.loads(out.read_text())
+        _, stderr = process.communicate(timeout=900)
+        if process.returncode != 0:
+            raise RuntimeError(f"grading failed ({process.returncode}): {stderr[-2000:]}")
+        return verdicts_of(json.loads(out.read_text()))
     finally:
+        process.kill()
         shutil.rmtree(out.parent, ignore_errors=True)
+
+
+def grade_once(submission: Path, pin: int | None, device: str = "cpu") -> dict:
+    """One benchmark-only grading in a fresh process: its verdicts and ratios."""
+    return finish_grading(*start_grading(submission, pin, device))
+
+
+def verdicts_of(data: dict) -> dict:
+    """Per benchmark check, passed or not, and every criterion's median ratio."""
     benchmarks = data.get("extra_data", {}).get("benchmarks", {})
     verdicts = {t["number"]: t["status"] == "passed" for t in data["tests"]}
     return {
@@ -81,28 +116,51 @@ def grade_once(submission: Path, pin: int | None, device: str = "cpu") -> dict:
             c["key"]: c["ratio"]["median"] for r in benchmarks.values() for c in r["criteria"]
         },
         "confirmed": any(r.get("extra_rounds") for r in benchmarks.values()),
+        # Why a check failed, as the student reads it (cut short): a GPU run's diagnosis.
+        "failures": {
+            t["number"]: t.get("output", "")[:400]
+            for t in data["tests"]
+            if t["number"] in CHECKS and t["status"] != "passed"
+        },
     }
 
 
 def run_condition(
-    condition: str, runs: int, submissions: dict[str, Path], device: str = "cpu"
+    condition: str,
+    runs: int,
+    submissions: dict[str, Path],
+    device: str = "cpu",
+    until: float = math.inf,
+    on_run: Callable[[dict[str, list[dict]]], None] | None = None,
 ) -> dict:
-    """``runs`` interleaved gradings of each submission under ``condition``."""
+    """``runs`` interleaved gradings of each submission under ``condition``, none started
+    after the monotonic time ``until``; ``on_run`` sees the runs so far after each run."""
     # The CPUs this process may use: on a Slurm node, the job's cpuset, not the whole node.
     allowed = sorted(os.sched_getaffinity(0))
-    loop = hog(allowed[0] if condition == "half-cpu" else allowed[-1])
+    loop = None if condition == "paired" else hog(allowed[0 if condition == "half-cpu" else -1])
     pin = allowed[0] if condition == "half-cpu" else None
     found: dict[str, list[dict]] = {name: [] for name in submissions}
     started = time.monotonic()
     try:
         for i in range(runs):
-            for name, path in submissions.items():
-                found[name].append(grade_once(path, pin, device))
+            if time.monotonic() >= until:
+                print(f"\n{condition}: deadline reached after {i} runs", end="")
+                break
+            if condition == "paired":  # all at once: each grading shares the machine
+                started_now = {n: start_grading(p, pin, device) for n, p in submissions.items()}
+                for name, (process, out) in started_now.items():
+                    found[name].append(finish_grading(process, out))
+            else:
+                for name, path in submissions.items():
+                    found[name].append(grade_once(path, pin, device))
+            if on_run is not None:
+                on_run(found)
             elapsed = time.monotonic() - started
             print(f"\r{condition}: run {i + 1}/{runs} ({elapsed:.0f} s)", end="", flush=True)
     finally:
-        loop.kill()
-        loop.wait()
+        if loop is not None:
+            loop.kill()
+            loop.wait()
     print()
     return found
 
@@ -142,10 +200,21 @@ def markdown(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The script's command line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=50)
-    parser.add_argument("--condition", choices=["busy", "half-cpu", "both"], default="both")
+    parser.add_argument(
+        "--condition", choices=["busy", "half-cpu", "both", "paired"], default="both"
+    )
+    parser.add_argument(
+        "--deadline", type=float, default=math.inf, help="start no run after this many seconds"
+    )
+    parser.add_argument(
+        "--extra-baselines",
+        action="store_true",
+        help="also grade the cache-free designs that come closer to the reference",
+    )
     parser.add_argument("--out", default=str(ROOT / "results" / "stability.json"))
     parser.add_argument(
         "--device",
@@ -154,33 +223,56 @@ def main() -> int:
         help="the threshold profile judged (cuda: the GPU runs the models)",
     )
     add_cluster_options(parser, array=False)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> int:
+    args = build_parser().parse_args()
     cluster = options_from_args(args)
     if cluster is not None:
         return on_cluster(args, cluster)
     if not shutil.which("taskset"):
         raise SystemExit("this script needs taskset (util-linux)")
 
-    baseline = cache_free_submission(list(BENCHMARK_PARTS))
-    submissions = {"reference": SOLUTION, "cache-free (disguised)": baseline}
+    submissions = {
+        "reference": SOLUTION,
+        "cache-free (disguised)": cache_free_submission(list(BENCHMARK_PARTS)),
+    }
+    if args.extra_baselines:
+        extra = {part: names[0] for part, names in EXTRA_BASELINES.items()}
+        submissions["cache-free (closer designs)"] = cache_free_submission(
+            list(BENCHMARK_PARTS), extra
+        )
     conditions = ["busy", "half-cpu"] if args.condition == "both" else [args.condition]
-    raw, summary = {}, {}
-    try:
-        for condition in conditions:
-            raw[condition] = run_condition(condition, args.runs, submissions, args.device)
-            summary[condition] = {name: tally(r) for name, r in raw[condition].items()}
-    finally:
-        shutil.rmtree(baseline, ignore_errors=True)
+    until = time.monotonic() + args.deadline
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"summary": summary, "runs": raw}, indent=2) + "\n")
+    raw: dict[str, dict] = {}
+    summary: dict[str, dict] = {}
+
+    def save(condition: str, found: dict[str, list[dict]]) -> None:
+        raw[condition] = found
+        summary[condition] = {name: tally(r) for name, r in found.items() if r}
+        out.write_text(json.dumps({"summary": summary, "runs": raw}, indent=2) + "\n")
+
+    try:
+        for condition in conditions:
+            found = run_condition(
+                condition, args.runs, submissions, args.device, until,
+                on_run=lambda f, c=condition: save(c, f),
+            )  # fmt: skip
+            save(condition, found)
+    finally:
+        for name, path in submissions.items():
+            if name != "reference":
+                shutil.rmtree(path, ignore_errors=True)
     print(markdown(summary))
     for condition, by_sub in summary.items():
         for name, t in by_sub.items():
             print(f"{condition}, {name}: ratio ranges {t['ratio_ranges']}")
-    ok = all(
+    ok = bool(summary) and all(
         subs["reference"]["all_passed"] >= subs["reference"]["runs"] - 1
-        and subs["cache-free (disguised)"]["all_failed"] == subs["cache-free (disguised)"]["runs"]
+        and all(t["all_failed"] == t["runs"] for n, t in subs.items() if n != "reference")
         for subs in summary.values()
     )
     print("verdicts stable" if ok else "VERDICTS NOT STABLE: see the table")
@@ -195,6 +287,8 @@ def on_cluster(args: argparse.Namespace, cluster: ClusterOptions) -> int:
     command = [
         sys.executable, str(Path(__file__).resolve()), "--runs", str(args.runs),
         "--condition", args.condition, "--out", str(out), "--device", args.device,
+        *(["--deadline", str(args.deadline)] if math.isfinite(args.deadline) else []),
+        *(["--extra-baselines"] if args.extra_baselines else []),
     ]  # fmt: skip
     log_dir = cluster.log_dir or ROOT / "results" / "cluster" / "stability"
     try:

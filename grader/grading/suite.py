@@ -7,10 +7,13 @@ import importlib
 import inspect
 import io
 import json
+import os
+import sys
+import time
 import unittest
 from dataclasses import dataclass
 
-from gradescope_utils.autograder_utils.json_test_runner import JSONTestRunner
+from gradescope_utils.autograder_utils.json_test_runner import JSONTestResult, JSONTestRunner
 
 from grader.checks.base import GradedTestCase
 from grader.core.registry import PARTS
@@ -71,10 +74,40 @@ def build_suite(
     return suite
 
 
+class ProgressResult(JSONTestResult):
+    """gradescope-utils' result that also tells the grading's console, as each check ends,
+    its verdict and the seconds since the previous one ended (a class's set-up, such as
+    the reference's timed prompts, counts in its first check): where a slow grading on
+    an unfamiliar machine spends its time."""
+
+    def startTestRun(self) -> None:
+        self._began = self._last = time.monotonic()
+        super().startTestRun()
+
+    def stopTest(self, test: unittest.TestCase) -> None:
+        super().stopTest(test)  # the check's own output is captured until here
+        now = time.monotonic()
+        entry = self.results[-1] if self.results else {}
+        line = f"[{now - self._began:7.1f} s] {entry.get('number', '?'):>5} "
+        line += f"{entry.get('status', '?'):6} in {now - self._last:6.1f} s"
+        if entry.get("status") == "failed":
+            line += "  " + " ".join(entry.get("output", "").split())[:300]
+        print(line, file=sys.__stderr__, flush=True)
+        self._last = now
+
+
+class ProgressRunner(JSONTestRunner):
+    resultclass = ProgressResult
+
+
 def run_suite(suite: unittest.TestSuite) -> GradingResults:
-    """Run checks with gradescope-utils' runner and read its JSON back as dataclasses."""
+    """Run checks with gradescope-utils' runner and read its JSON back as dataclasses;
+    with ``KVGRADER_PROGRESS=1`` in the environment each check's verdict and time are
+    printed to stderr as it ends."""
     stream = io.StringIO()
-    JSONTestRunner(stream=stream, failure_prefix="", buffer=True).run(suite)
+    progress = os.environ.get("KVGRADER_PROGRESS") == "1"
+    runner = ProgressRunner if progress else JSONTestRunner
+    runner(stream=stream, failure_prefix="", buffer=True).run(suite)
     data = json.loads(stream.getvalue())
     tests = [TestResult.from_gradescope(t) for t in data["tests"]]
     tests.sort(key=lambda t: [int(x) if x.isdigit() else x for x in t.number.split(".")])

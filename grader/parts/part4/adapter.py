@@ -419,6 +419,8 @@ def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict
             int(request.get("cached_prefix", 0)),
         )
         header = {k: out[k] for k in ("lengths", "use_cache", "past_given")}
+        if request.get("tokens_only"):  # a timed run: only its tokens are compared
+            return header, {"tokens": out["tokens"]}
         if request.get("gaps_only"):  # a long run's logits outgrow a reply: each step's
             ordered = np.sort(out["step_logits"], axis=-1)  # best minus runner-up instead
             gaps = ordered[..., -1] - ordered[..., -2] if ordered.ndim == 3 else ordered

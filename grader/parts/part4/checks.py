@@ -268,7 +268,7 @@ class Part4Checks(Part4Base):
             ids = np.array(case["ids"], dtype=np.int64)
             reply = self.generate(
                 model, ids, L, cached, timeout=max(self.ctx.limits.request_timeout_s, 60.0),
-                key=f"timed generation {cached} {L}", timed=True,
+                key=f"timed generation {cached} {L}", timed=True, tokens_only=True,
             )  # fmt: skip
             tokens = reply.arrays.get("tokens")
             want = [row[: ids.shape[1] + L] for row in case["tokens"]]

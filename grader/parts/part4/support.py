@@ -200,8 +200,18 @@ class Part4Base(GradedTestCase):
             self.fail(with_output(exc.message, exc.output))
 
     def generate(
-        self, model: str, ids: np.ndarray, n: int, cached: bool, prefix: int = 0, **kw: Any
+        self,
+        model: str,
+        ids: np.ndarray,
+        n: int,
+        cached: bool,
+        prefix: int = 0,
+        tokens_only: bool = False,
+        **kw: Any,
     ) -> Reply:
+        """A generation's reply: its tokens and, unless ``tokens_only`` (a timed run, whose
+        logits would outgrow a reply on a GPU workload and cost time to send), every
+        step's logits."""
         if prefix:
             fn, past = "generate_with_cache_from", f"a cache of its first {prefix} tokens, "
         else:
@@ -209,6 +219,8 @@ class Part4Base(GradedTestCase):
         header = {"op": "generate", "model": model, "n": n, "cached": cached}
         if prefix:
             header["cached_prefix"] = prefix
+        if tokens_only:
+            header["tokens_only"] = True
         return self.call(
             header, {"ids": ids}, f"{fn}(model, input_ids {ids.shape}, {past}{n})", **kw
         )

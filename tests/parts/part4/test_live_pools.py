@@ -5,6 +5,7 @@ CPU with a small model through ``KVGRADER_THRESHOLDS``."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,14 @@ def test_dummy_tokens_lose_the_points(own_model_profile: Path) -> None:
     assert graded.score("4.6") == 0
     assert "did not return the reference's" in graded.output("4.6")
     assert "drawn for this grading" in graded.output("4.6")
+
+
+def test_timed_runs_reply_with_tokens_only(own_model_profile: Path) -> None:
+    """A GPU workload's timed run at L = 512 would send 100 MB of logits, past the reply
+    limit: timed runs ask for their tokens alone, so the reference passes under a reply
+    limit that its logits (16 steps of the lab vocabulary, 32 KB) would overflow."""
+    limits = replace(FAST_LIMITS, max_response_bytes=16 * 2**10)
+    graded = grade_checks(SOLUTION, own_model_profile / "small", "part4", {"4.6"}, limits)
+    output = graded.output("4.6")
+    assert "byte limit" not in output, output
+    assert "with the cache, L = 12: median" in output, output
