@@ -44,6 +44,7 @@ CRITERION_WORDS = {
     "max_cached_growth": r"cached growth|cached (?:time )?per[- ]token",
     "min_no_cache_growth": r"cache-free growth|no-cache growth|cache-free (?:time )?grow",
     "max_peak_memory_ratio": r"peak memory",
+    "max_vs_reference": r"over the reference.s|timed against the reference",
 }
 # The benchmark check of each part that has thresholds: naming it names the part.
 BENCHMARK_CHECKS = {"part2": "2.11", "part3": "3.11", "part4": "4.6"}

@@ -21,7 +21,16 @@ from gradescope_utils.autograder_utils.decorators import (
 from grader.core.points import part_of, points
 from grader.runtime.client import SubmissionError
 from grader.runtime.context import GradingContext
-from grader.runtime.timing import BenchmarkRecord, Criterion, Measurement, Sample, Timing, measure
+from grader.runtime.timing import (
+    BenchmarkRecord,
+    Criterion,
+    Measurement,
+    Ratio,
+    Sample,
+    Timing,
+    interleaved,
+    measure,
+)
 
 
 def check(
@@ -149,6 +158,10 @@ def same_value(got: Any, value: Any, rel_tol: float) -> bool:
     return False
 
 
+# A workload the reference is timed on: (run(variant, round), variants, bench settings).
+Workload = tuple[Callable[[str, int], Sample], Sequence[str], dict[str, Any]]
+
+
 @dataclass
 class Outcome:
     """Cases passed out of those run, with the messages of the failures."""
@@ -262,6 +275,67 @@ class GradedTestCase(unittest.TestCase):
             judge=judge,
             confirm_repeats=bench["confirm_repeats"],
         )
+
+    def yardstick_workloads(self) -> dict[str, Workload]:
+        """The part's workloads the reference is timed on (none by default): name ->
+        (run, variants, bench settings), ``run`` being the same function that times the
+        submission."""
+        return {}
+
+    def yardstick(self, name: str) -> dict[str, Timing]:
+        """The reference solution's timings of workload ``name`` (its cached runs): the
+        yardstick of :meth:`versus_reference`. All the part's workloads are timed together
+        the first time one is asked for, in one trusted worker of the reference's own on the
+        grading device, under the same limits, with each workload's warm-up and repeats.
+        Empty when the profile sets no ``max_vs_reference`` or the reference is not here.
+        The reference takes the prompts from the start of each pool, and gives them back:
+        the submission's runs still get ones it has never seen."""
+        key = f"{self.part}.yardstick"
+        if key not in self.ctx.scratch:
+            self.ctx.scratch[key] = self._time_reference()
+        return self.ctx.scratch[key].get(name, {})
+
+    def _time_reference(self) -> dict[str, dict[str, Timing]]:
+        workloads = {
+            name: w for name, w in self.yardstick_workloads().items() if "max_vs_reference" in w[2]
+        }
+        if not workloads or not self.ctx.reference_available(self.part):
+            return {}
+        taken = {k: list(v) for k, v in self.ctx.scratch.items() if ".pool_used." in k}
+        self.ctx.scratch.update({k: [0] for k in taken})  # the reference starts the pools over
+        try:
+            with self.ctx.reference_session(self.part):
+                return {
+                    name: interleaved(
+                        run, list(variants), warmup=bench["warmup"], repeats=bench["repeats"]
+                    )
+                    for name, (run, variants, bench) in workloads.items()
+                }
+        except (AssertionError, SubmissionError) as exc:
+            self.fail(f"Grader fault: the reference solution's own timed run failed ({exc}).")
+        finally:
+            self.ctx.scratch.update(taken)
+
+    def versus_reference(
+        self,
+        timings: dict[str, Timing],
+        reference: dict[str, Timing],
+        bench: dict[str, Any],
+        clock: str,
+    ) -> list[Criterion]:
+        """For every variant the reference was timed on: the submission's time over the
+        reference's, at most ``max_vs_reference``. A "cache" that does part of the work
+        again stays slower than a cache by that work, however its own two paths compare."""
+        return [
+            Criterion(
+                f"{self.part}.max_vs_reference",
+                f"{variant}, over the reference's ({clock} time)",
+                Ratio.against(timings[variant], yardstick, clock),
+                bench["max_vs_reference"],
+                False,
+            )
+            for variant, yardstick in reference.items()
+        ]
 
     def report_benchmark(self, record: BenchmarkRecord, headline: str, advice: str) -> None:
         """Keep ``record`` for the results (calibration, leaderboard), print what was

@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from grader.core.thresholds import load_thresholds
 from grader.runtime.context import GradingContext
 from grader.runtime.timing import Ratio, Sample, Timing
 
 WITHOUT, WITH = "without the cache", "with the cache"
+WORK_REFERENCE_ROUNDS = 2  # the reference's cached work-probe runs, the yardstick of the probe
 
 
 EARLY_MARGIN = 2.0  # a work ratio this many times past its threshold needs no more rounds
@@ -111,9 +113,37 @@ class TimedPools:
         """Why the cached path was not seen to do less work ("" when it was)."""
         ratio, timings = self.work_probe()
         cpu = self.report_work(ratio, timings, *self.work_shape)
-        if ratio.median >= self.min_work_ratio:  # False for NaN
+        if not ratio.median >= self.min_work_ratio:  # True for NaN
+            return self.work_advice(ratio, cpu)
+        return self.work_versus_reference(timings[WITH])
+
+    def work_versus_reference(self, cached: Timing) -> str:
+        """The work probe's cached CPU time against the reference's on the same prompts,
+        timed in this grading by a trusted worker (``max_vs_reference`` of the part's
+        profile): a cache-free path slowed on purpose passes the probe's own ratio, not
+        this. "" when within the limit or not judged."""
+        bench = load_thresholds(self.ctx.device)[self.part]
+        reference = self.yardstick("work")
+        if not reference:
             return ""
-        return self.work_advice(ratio, cpu)
+        ratio = Ratio.against(cached, reference[WITH], "cpu")
+        limit = bench["max_vs_reference"]
+        print(f"Work probe, with the cache, over the reference's (CPU time): {ratio} "
+              f"(at most {limit:g}x)")  # fmt: skip
+        if ratio.median <= limit:  # False for NaN
+            return ""
+        return (
+            f"With the cache, the work probe took {ratio.median:.1f}x the CPU time of the "
+            f"reference solution's cached path on the same prompts (at most {limit:g}x): a "
+            "cache feeds the prompt once and then one token per step; this path does far "
+            "more work than that, whatever its cache-free path costs."
+        )
+
+    def work_workload(self) -> dict[str, Any]:
+        """The work probe's cached runs as a workload of the yardstick (its rounds)."""
+        bench = load_thresholds(self.ctx.device)[self.part]
+        rounds = {**bench, "warmup": 0, "repeats": WORK_REFERENCE_ROUNDS}
+        return {"work": (lambda _, i: self.work_run(True, i), [WITH], rounds)}
 
     def pool(self, key: str) -> dict[str, Any] | None:
         """The hidden prompt pool ``key`` (e.g. "1000x20", "work"), or None without it: a

@@ -86,6 +86,11 @@ class GradingContext:
             )
         return self._workers[part]
 
+    def reference_available(self, part: str, source: Path = SOLUTION) -> bool:
+        """Whether the reference solution of ``part`` is here (the kit's checkout and the
+        autograder zip hold it; a student's copy does not)."""
+        return (source / PARTS[part].main_file).is_file()
+
     def reference_worker(self, part: str, source: Path = SOLUTION) -> WorkerClient:
         """A worker that runs the reference solution (trusted code) for ``part`` in this
         grading's sandbox, on the grading device and under the same limits, for
@@ -119,6 +124,11 @@ class GradingContext:
         scratch state (models built, notes) is dropped, except what the block stored under
         keys that existed before it."""
         before = set(self.scratch)
+        # What was built in (or failed to build in) the submission's worker says nothing
+        # about the reference's: the block starts without it, and gets it back after.
+        held = {
+            k: self.scratch.pop(k) for k in (f"{part}.built", f"{part}.failed") if k in self.scratch
+        }
         client = self.reference_worker(part)
         own = self._workers.pop(part, None)
         self._workers[part] = client
@@ -132,6 +142,7 @@ class GradingContext:
                 self._workers[part] = own
             for key in set(self.scratch) - before:
                 del self.scratch[key]
+            self.scratch.update(held)
 
     def cases(self, part: str) -> dict[str, Any]:
         if part not in self._cases:

@@ -28,6 +28,7 @@ many rounds are timed.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import statistics
 import threading
@@ -136,6 +137,18 @@ class Ratio:
         top, bottom = statistics.median(numerators), statistics.median(denominators)
         middle = top / bottom if bottom > 0 else float("inf")
         return cls(middle, min(pairs, default=middle), max(pairs, default=middle))
+
+    @classmethod
+    def against(cls, numerator: Timing, yardstick: Timing, clock: str = "wall") -> Ratio:
+        """``numerator`` over a timing of another process's runs (the reference's, timed in
+        the same grading but not paired by repeat): the ratio of their medians, its spread
+        each of the numerator's runs over the yardstick's median. NaN (every comparison
+        false) when the yardstick has no positive median."""
+        runs, bottom = numerator.on(clock), statistics.median(yardstick.on(clock))
+        if not bottom > 0:
+            return cls(math.nan, math.nan, math.nan)
+        ratios = [r / bottom for r in runs]
+        return cls(statistics.median(runs) / bottom, min(ratios), max(ratios))
 
     def __str__(self) -> str:
         return f"{self.median:.2f}x (runs {self.low:.2f}-{self.high:.2f}x)"

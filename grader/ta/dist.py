@@ -2,7 +2,9 @@
 
 * ``autograder.zip`` (upload to Gradescope): ``setup.sh`` and ``run_autograder`` at
   its root, the grader package, all test cases (hidden ones included) and a
-  ``requirements.txt`` (the image's lock). No project tests, no solution, no caches.
+  ``requirements.txt`` (the image's lock), and the reference solution's files of the
+  parts with a benchmark check (the yardstick their timed runs are judged against,
+  closed to the worker like the hidden cases). No project tests, no caches.
 * ``student.zip`` (hand out): the handout, the skeletons, the public test data
   and a self-check (``python selfcheck.py``) that runs the autograder's public
   checks with its messages. Nothing hidden, nothing from ``solution/``, and no
@@ -35,6 +37,7 @@ from grader.core.paths import (
     PACKAGE,
     PROJECT_ROOT,
     REQUIREMENTS,
+    SOLUTION,
     TEST_CASES,
 )
 from grader.core.registry import PARTS
@@ -167,6 +170,19 @@ def student_requirements() -> str:
     return "\n".join(project["dependencies"]) + "\n"
 
 
+def reference_files() -> list[Path]:
+    """The reference solution's files a grading runs: each benchmark part's main file, or
+    the whole folder that holds it (Part 3's ``llama/`` package)."""
+    from grader.ta.calibrate import BENCHMARK_PARTS
+
+    tops = {Path(PARTS[p].main_file).parts[0] for p in BENCHMARK_PARTS}
+    found = []
+    for top in sorted(tops):
+        path = SOLUTION / top
+        found += list(_files(path)) if path.is_dir() else [path]
+    return found
+
+
 def build_autograder(*, out: Path, check_cases: bool = True) -> Path:
     """Write the Gradescope autograder zip to ``out``."""
     if check_cases:
@@ -178,6 +194,7 @@ def build_autograder(*, out: Path, check_cases: bool = True) -> Path:
         _write(zf, "requirements.txt", requirements().encode())
         _add_grader(zf, "")
         _add_tree(zf, TEST_CASES, "test_cases/")
+        _add_files(zf, reference_files(), SOLUTION, "solution/")
     return out
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -384,3 +385,18 @@ def test_worker_synchronises_cuda_around_a_timed_request(monkeypatch: pytest.Mon
     assert cuda.calls[2:] == ["synchronize", "peak"]  # queued work finished before the reply
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace())  # CPU-only torch
     assert main.after_timed() == {}
+
+
+def test_a_ratio_against_another_process_runs_compares_medians_unpaired() -> None:
+    """The reference's runs are not paired with the submission's (another worker, other
+    rounds, another count): the medians are compared, each submission run for the spread;
+    a yardstick without time gives NaN, which no criterion passes."""
+    submission = Timing(tuple(Sample(s, cpu_seconds=c) for s, c in [(9, 3.0), (9, 6.0), (9, 4.0)]))
+    reference = Timing((Sample(1, cpu_seconds=2.0), Sample(1, cpu_seconds=1.0)))
+    ratio = Ratio.against(submission, reference, "cpu")
+    assert (ratio.median, ratio.low, ratio.high) == (4.0 / 1.5, 3.0 / 1.5, 6.0 / 1.5)
+    assert Ratio.against(submission, reference, "wall").median == 9.0
+    empty = Ratio.against(submission, Timing((Sample(0.0, cpu_seconds=0.0),)), "cpu")
+    assert math.isnan(empty.median)
+    assert not Criterion("k", "over the reference's", empty, 1e9, False).passed
+    assert not Criterion("k", "over the reference's", empty, 0.0, True).passed

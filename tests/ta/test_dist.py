@@ -50,8 +50,14 @@ def test_autograder_zip_holds_exactly_what_grading_needs(autograder_zip: Path) -
     assert {"setup.sh", "run_autograder", "requirements.txt"} <= set(files)
     assert "test_cases/hidden/part2.json" in files and "test_cases/manifest.json" in files
     assert "grader/worker/main.py" in files and "grader/parts/part3/checks.py" in files
-    for forbidden in ("tests/", "solution/", "assignment/", "__pycache__", "grader/ta/"):
+    for forbidden in ("tests/", "assignment/", "__pycache__", "grader/ta/"):
         assert not any(forbidden in f for f in files), forbidden
+    # The reference of each benchmark part, the yardstick of its timed runs; nothing else
+    # of solution/ (Part 1's answers, the course's scripts).
+    reference = {f for f in files if f.startswith("solution/")}
+    assert {"solution/transformer_skeleton.py", "solution/kv_lab.py"} <= reference
+    assert "solution/llama/generation.py" in reference and "solution/llama/model.py" in reference
+    assert not reference & {"solution/question1.py", "solution/inference.py"}
     ta_only = (".pyc", "regen.py", "mutants.py", "build.py", "skeleton.py")
     assert not any(f.endswith(ta_only) for f in files)
     committed = {

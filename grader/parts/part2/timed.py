@@ -17,9 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from grader.checks.base import Workload
 from grader.checks.calls import fed_once, shown
-from grader.checks.timed_pools import TimedPools
+from grader.checks.timed_pools import WITH, TimedPools
 from grader.core.arrays import decode_array
+from grader.core.thresholds import load_thresholds
 from grader.parts.part2.cases import (
     GROWTH_BATCH,
     GROWTH_LONG,
@@ -105,13 +107,26 @@ class Part2Timed(TimedPools, Part2Base):
         run's tokens checked against the reference's. Measured by the grader: a "cache"
         that recomputes the prefix cannot do less work than no cache. The cached runs
         leave ``use_cache`` to its default, which the handout's signature sets to True."""
+        return self.interleaved_work(WORK_ROUNDS, self.work_run, threshold=self.min_work_ratio)
+
+    def work_run(self, cache: bool, i: int) -> Sample:
+        """One timed run of the work probe: cached (``use_cache`` at its default) or not."""
         self.ensure_model("work")
         shape = (WORK_BATCH, WORK_PROMPT, WORK_NEW)
+        return self.timed_generate("work", "work", shape, None if cache else False, seed=i)
 
-        def run(cache: bool, i: int) -> Sample:
-            return self.timed_generate("work", "work", shape, None if cache else False, seed=i)
+    def bench_run(self, cached: bool | None, i: int) -> Sample:
+        """One timed run of check 2.11's workload: a prompt of its own, the reference's
+        tokens to match."""
+        bench = load_thresholds(self.ctx.device)["part2"]
+        shape = (1, bench["prompt_len"], bench["new_tokens"])
+        return self.timed_generate("bench", bench_key(bench), shape, cached, i)
 
-        return self.interleaved_work(WORK_ROUNDS, run, threshold=self.min_work_ratio)
+    def yardstick_workloads(self) -> dict[str, Workload]:
+        """The reference's cached runs of the work probe (2.9) and of check 2.11."""
+        bench = load_thresholds(self.ctx.device)["part2"]
+        cached = (lambda _, i: self.bench_run(True, i), [WITH], bench)
+        return {**self.work_workload(), "bench": cached}
 
     def work_advice(self, ratio: Ratio, cpu: dict[str, float]) -> str:
         """Why this part's cached path failed the work probe, for the student."""

@@ -13,10 +13,13 @@ is checked.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
+from grader.checks.base import Workload
 from grader.checks.calls import fed_once, shown
 from grader.checks.timed_pools import TimedPools
+from grader.core.thresholds import load_thresholds
 from grader.parts.part3.cases import (
     BENCH_MAX_SEQ_LEN,
     GROWTH_BATCH,
@@ -96,12 +99,35 @@ class Part3Timed(TimedPools, Part3Base):
         ``WORK_ROUNDS`` times), every run's text checked against the reference's.
         Measured by the grader: a "cache" that recomputes the prefix cannot do much
         less work than no cache."""
+        return self.interleaved_work(WORK_ROUNDS, self.work_run, threshold=self.min_work_ratio)
+
+    def work_run(self, cache: bool, i: int) -> Sample:
+        """One timed greedy run of the work probe, with or without the cache."""
         shape = (WORK_BATCH, WORK_PROMPT, WORK_NEW)
-        return self.interleaved_work(
-            WORK_ROUNDS,
-            lambda cache, _: self.timed_generate("work", "work", shape, cache, key="work generate"),
-            threshold=self.min_work_ratio,
+        return self.timed_generate("work", "work", shape, cache, key="work generate")
+
+    def bench_run(
+        self, bench: dict, variants: dict[str, tuple[int, bool]], variant: str, i: int
+    ) -> Sample:
+        """One timed generate of ``variant`` (its batch size and kv_caching): every row of
+        every run has a prompt of its own and the reference's text."""
+        batch, cache = variants[variant]
+        sample = self.timed_generate(
+            "workload" if "model" in bench else "bench",  # a GPU workload's model, or the tiny
+            bench_key(bench),
+            (batch, bench["input_len"], bench["output_len"]),
+            cache,
+            timeout=max(self.ctx.limits.request_timeout_s, 60.0),
+            key=f"timed generate {batch} {cache}",
         )
+        return sample
+
+    def yardstick_workloads(self) -> dict[str, Workload]:
+        """The reference's cached runs of the work probe (3.7) and of check 3.11."""
+        bench = load_thresholds(self.ctx.device)["part3"]
+        cached = {f"batch {b}, with the cache": (b, True) for b in bench["batch_sizes"]}
+        run = functools.partial(self.bench_run, bench, cached)
+        return {**self.work_workload(), "bench": (run, list(cached), bench)}
 
     def work_advice(self, ratio: Ratio, cpu: dict[str, float]) -> str:
         """Why this part's cached path failed the work probe, for the student."""

@@ -22,6 +22,7 @@ import numpy as np
 from grader.checks.base import (
     Outcome,
     ValueProblem,
+    Workload,
     as_number,
     check,
 )
@@ -242,6 +243,41 @@ class Part4Checks(Part4Base):
         if problems:
             self.fail("\n".join(problems))
 
+    def latency_run(
+        self, model: str, case: dict[str, Any], cached: bool, L: int
+    ) -> tuple[Sample, Any]:
+        """One timed generation of ``L`` tokens after ``case``'s prompt: its time per token
+        and the reply. Its tokens must be the reference's, or its time cannot count."""
+        self.ensure(model)
+        ids = np.array(case["ids"], dtype=np.int64)
+        reply = self.generate(
+            model, ids, L, cached, timeout=max(self.ctx.limits.request_timeout_s, 60.0),
+            key=f"timed generation {cached} {L}", timed=True, tokens_only=True,
+        )  # fmt: skip
+        tokens = reply.arrays.get("tokens")
+        want = [row[: ids.shape[1] + L] for row in case["tokens"]]
+        if not isinstance(tokens, np.ndarray) or tokens.tolist() != want:
+            fn = "generate_with_cache" if cached else "generate_no_cache"
+            with_or = "with" if cached else "without"
+            self.fail(
+                f"The timed generation {with_or} the cache, L = {L} ({fn}, {case['label']}) "
+                f"did not return the reference's {ids.shape[1] + L} greedy tokens, so its time "
+                f"cannot count. Check 4.2 compares {fn} with the reference on other prompts."
+            )
+        cpu = reply.cpu_seconds
+        return Sample(reply.seconds / L, reply.peak_bytes, None if cpu is None else cpu / L), reply
+
+    def yardstick_workloads(self) -> dict[str, Workload]:
+        """The reference's cached runs at the longest L of check 4.6, on its prompts."""
+        bench = load_thresholds(self.ctx.device)["part4"]
+        model = "bench" if "model" in bench else "lab"
+        pool, L = self.timed_prompts(), bench["L_values"][-1]
+
+        def run(_: str, i: int) -> Sample:
+            return self.latency_run(model, pool[i % len(pool)], True, L)[0]
+
+        return {"latency": (run, [f"with the cache, L = {L}"], bench)} if pool else {}
+
     @check("4.6", extra_tags=("benchmark",))
     def test_latency(self) -> None:
         """4.6 latency: cached time per token stays nearly flat from L = 32 to 256, cache-free
@@ -265,30 +301,22 @@ class Part4Checks(Part4Base):
             cached, L = variants[variant]
             case = pool[taken[0] % len(pool)]  # (the pool holds one per run of a grading)
             taken[0] += 1
-            ids = np.array(case["ids"], dtype=np.int64)
-            reply = self.generate(
-                model, ids, L, cached, timeout=max(self.ctx.limits.request_timeout_s, 60.0),
-                key=f"timed generation {cached} {L}", timed=True, tokens_only=True,
-            )  # fmt: skip
-            tokens = reply.arrays.get("tokens")
-            want = [row[: ids.shape[1] + L] for row in case["tokens"]]
-            if not isinstance(tokens, np.ndarray) or tokens.tolist() != want:
-                fn = "generate_with_cache" if cached else "generate_no_cache"
-                self.fail(
-                    f"The timed generation {variant} ({fn}, {case['label']}) did not return the "
-                    f"reference's {ids.shape[1] + L} greedy tokens, so its time cannot count. "
-                    f"Check 4.2 compares {fn} with the reference on other prompts."
-                )
+            sample, reply = self.latency_run(model, case, cached, L)
             if cached and isinstance(reply.header.get("lengths"), list):
-                cached_calls.append((L, ids.shape[1], reply.header["lengths"]))
-            cpu = reply.cpu_seconds
-            return Sample(reply.seconds / L, reply.peak_bytes, None if cpu is None else cpu / L)
+                cached_calls.append((L, len(case["ids"][0]), reply.header["lengths"]))
+            return sample
+
+        reference = self.yardstick("latency")
 
         def judge(timings: dict[str, Timing]) -> list[Criterion]:
-            return latency_criteria(timings, bench, clock)
+            return [
+                *latency_criteria(timings, bench, clock),
+                *self.versus_reference(timings, reference, bench, clock),
+            ]
 
         record = BenchmarkRecord(check="4.6", profile=self.ctx.device)
         record.add(self.measure_benchmark(timed_run, variants, judge, bench))
+        record.timings.update({f"the reference, {v}": t for v, t in reference.items()})
         measured = "the worker's CPU time" if clock == "cpu" else "wall time"
         self.report_benchmark(
             record,

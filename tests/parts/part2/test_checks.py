@@ -36,12 +36,21 @@ def test_benchmark_check_is_tagged_and_reports_its_figures(solution_graded) -> N
     record = solution_graded.data["extra_data"]["benchmarks"]["2.11"]
     assert record["profile"] == solution_graded.data["extra_data"]["benchmark_profile"] == "cpu"
     assert solution_graded.data["extra_data"]["benchmark_profile_provisional"] is False
-    (speedup,) = record["criteria"]
+    speedup, yardstick = record["criteria"]
     assert speedup["key"] == "part2.min_speedup" and speedup["passed"]
     assert speedup["ratio"]["low"] <= speedup["ratio"]["median"] <= speedup["ratio"]["high"]
     assert speedup["ratio"]["median"] >= 3
     assert f"speedup (cpu time): {speedup['ratio']['median']:.2f}x" in bench["output"]
-    assert set(record["timings"]) == {"with the cache", "without the cache"}
+    # The reference's cached path, timed in the same grading, is the yardstick.
+    assert yardstick["key"] == "part2.max_vs_reference" and yardstick["passed"]
+    assert (
+        f"over the reference's (cpu time): {yardstick['ratio']['median']:.2f}x" in bench["output"]
+    )
+    assert set(record["timings"]) == {
+        "with the cache",
+        "without the cache",
+        "the reference, with the cache",
+    }
     assert len(record["timings"]["with the cache"]["runs_s"]) == 5  # the cpu profile's repeats
     assert "benchmark" not in solution_graded.test("2.2")["tags"]
 

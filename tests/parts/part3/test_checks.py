@@ -27,7 +27,11 @@ def test_benchmark_is_tagged_and_reports_every_batch_size(solution_graded) -> No
     assert set(bench["tags"]) == {"part3", "benchmark"}
     record = solution_graded.data["extra_data"]["benchmarks"]["3.11"]
     keys = [c["key"] for c in record["criteria"]]
-    assert keys == [f"part3.min_speedup.{b}" for b in (1, 8, 16)]  # no memory ratio on cpu
+    # Per batch: the speedup and the time over the reference's; no memory ratio on cpu.
+    assert keys == [k for b in (1, 8, 16) for k in (f"part3.min_speedup.{b}",
+                                                     "part3.max_vs_reference")]  # fmt: skip
+    assert all(c["passed"] for c in record["criteria"])
+    assert len([t for t in record["timings"] if t.startswith("the reference, batch")]) == 3
     for batch in (1, 8, 16):
         assert re.search(rf"batch {batch} speedup \(cpu time\): [0-9.]+x \(runs", bench["output"])
         timing = record["timings"][f"batch {batch}, with the cache"]

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from grader.core.points import BONUS, POINTS, part_total
+from grader.core.thresholds import load_thresholds
 from tests.conftest import patched_solution, run_grade
 
 CHECKS = set(POINTS["part4"]) | {k for k in BONUS if k.startswith("4.")}
@@ -33,6 +34,9 @@ def test_latency_and_int8_figures_are_reported(solution_graded) -> None:
     growth = {c["key"]: c["ratio"]["median"] for c in record["criteria"]}
     assert growth["part4.max_cached_growth"] < growth["part4.min_no_cache_growth"]
     assert growth["part4.min_speedup"] > 1
+    # Timed against the reference's cached path in the same grading.
+    assert growth["part4.max_vs_reference"] <= load_thresholds("cpu")["part4"]["max_vs_reference"]
+    assert "with the cache, L = 256, over the reference's (cpu time)" in latency
     # The per-variant lines are per generated token, not whole generations: a cached run
     # of 256 tokens takes about 8 times one of 32, its time per token about the same.
     timings = record["timings"]
