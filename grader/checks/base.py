@@ -20,7 +20,7 @@ from gradescope_utils.autograder_utils.decorators import (
 
 from grader.core.points import part_of, points
 from grader.runtime.client import SubmissionError
-from grader.runtime.context import GradingContext
+from grader.runtime.context import GradingContext, live_pools_key
 from grader.runtime.timing import (
     BenchmarkRecord,
     Criterion,
@@ -301,10 +301,11 @@ class GradedTestCase(unittest.TestCase):
         }
         if not workloads or not self.ctx.reference_available(self.part):
             return {}
-        taken = {k: list(v) for k, v in self.ctx.scratch.items() if ".pool_used." in k}
-        self.ctx.scratch.update({k: [0] for k in taken})  # the reference starts the pools over
+        # The reference sees none of what the checks learnt about the submission, and
+        # takes its prompts from the start of each pool (the submission's runs still get
+        # ones of their own: the pools' counters are given back untouched).
         try:
-            with self.ctx.reference_session(self.part):
+            with self.ctx.reference_session(self.part, keep=[live_pools_key(self.part)]):
                 return {
                     name: interleaved(
                         run, list(variants), warmup=bench["warmup"], repeats=bench["repeats"]
@@ -313,8 +314,6 @@ class GradedTestCase(unittest.TestCase):
                 }
         except (AssertionError, SubmissionError) as exc:
             self.fail(f"Grader fault: the reference solution's own timed run failed ({exc}).")
-        finally:
-            self.ctx.scratch.update(taken)
 
     def versus_reference(
         self,

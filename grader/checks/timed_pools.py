@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from grader.core.thresholds import load_thresholds
-from grader.runtime.context import GradingContext
+from grader.runtime.context import GradingContext, live_pools_key
 from grader.runtime.timing import Ratio, Sample, Timing
 
 WITHOUT, WITH = "without the cache", "with the cache"
@@ -25,7 +25,7 @@ EARLY_MARGIN = 2.0  # a work ratio this many times past its threshold needs no m
 def pools_built(ctx: GradingContext, part: str) -> dict[str, Any]:
     """The prompt pools the reference built for ``part`` in this grading (a GPU workload's),
     by key: a pool, or why it could not be built."""
-    return ctx.scratch.setdefault(f"{part}.live_pools", {})
+    return ctx.scratch.setdefault(live_pools_key(part), {})
 
 
 def build_pool(ctx: GradingContext, part: str, key: str, build: Callable[[], Any]) -> None:
@@ -61,6 +61,7 @@ class TimedPools:
     part: str  # set by the part's base class; names the pool counters in the scratch state
     min_work_ratio: float  # the work probe's threshold: cache-free over cached CPU time
     work_shape: tuple[int, int, int]  # the work probe's (new tokens, prompts, prompt tokens)
+    work_cached: Timing | None = None  # the work probe's cached runs, once it has run
 
     def work_probe(self) -> tuple[Ratio, dict[str, Timing]]:
         """The part's interleaved cached and cache-free runs (see :meth:`interleaved_work`)."""
@@ -113,18 +114,21 @@ class TimedPools:
         """Why the cached path was not seen to do less work ("" when it was)."""
         ratio, timings = self.work_probe()
         cpu = self.report_work(ratio, timings, *self.work_shape)
+        self.work_cached = timings[WITH]
         if not ratio.median >= self.min_work_ratio:  # True for NaN
             return self.work_advice(ratio, cpu)
-        return self.work_versus_reference(timings[WITH])
+        return ""
 
-    def work_versus_reference(self, cached: Timing) -> str:
-        """The work probe's cached CPU time against the reference's on the same prompts,
-        timed in this grading by a trusted worker (``max_vs_reference`` of the part's
-        profile): a cache-free path slowed on purpose passes the probe's own ratio, not
-        this. "" when within the limit or not judged."""
+    def work_versus_reference(self) -> str:
+        """The work probe's cached CPU time (after :meth:`work_problem`) against the
+        reference's on the same prompts, timed in this grading by a trusted worker
+        (``max_vs_reference`` of the part's profile): a cache-free path slowed on purpose
+        passes the probe's own ratio, and padded short runs the growth probe, not this.
+        "" when within the limit or not judged."""
         bench = load_thresholds(self.ctx.device)[self.part]
         reference = self.yardstick("work")
-        if not reference:
+        cached = self.work_cached
+        if not reference or cached is None:
             return ""
         ratio = Ratio.against(cached, reference[WITH], "cpu")
         limit = bench["max_vs_reference"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +41,12 @@ def load_cases(part: str, root: Path = TEST_CASES) -> dict[str, Any]:
 
 
 REFERENCE = "reference"  # the sandbox's name for the reference solution's copy
+
+
+def live_pools_key(part: str) -> str:
+    """Where the scratch state keeps the prompt pools the reference built for ``part`` in
+    this grading (a GPU workload's)."""
+    return f"{part}.live_pools"
 
 
 @dataclass
@@ -115,14 +121,22 @@ class GradingContext:
         )
 
     @contextmanager
-    def reference_session(self, part: str) -> Iterator[WorkerClient]:
+    def reference_session(
+        self, part: str, keep: Iterable[str] | None = None
+    ) -> Iterator[WorkerClient]:
         """For the ``with`` block, the part's worker is the reference's (see
         :meth:`reference_worker`), so the part's own check machinery can drive it: it builds
         what only the reference can (the prompt pools of a GPU workload) before the
-        submission's worker first starts. Then it is stopped, its copy leaves the sandbox
-        (the submission never sees it), and whatever the checks recorded meanwhile in the
-        scratch state (models built, notes) is dropped, except what the block stored under
-        keys that existed before it."""
+        submission's worker first starts, and it is timed as the yardstick of the
+        submission's runs. Then it is stopped, its copy leaves the sandbox (the submission
+        never sees it), and whatever the checks recorded meanwhile in the scratch state
+        (models built, notes) is dropped, except what the block stored under keys that
+        existed before it. With ``keep``, the block sees only those keys of the scratch
+        state (nothing the checks learnt about the submission: its layout, its
+        conventions, its models), and the whole state is given back afterwards."""
+        saved = self.scratch
+        if keep is not None:
+            self.scratch = {k: v for k, v in saved.items() if k in set(keep)}
         before = set(self.scratch)
         # What was built in (or failed to build in) the submission's worker says nothing
         # about the reference's: the block starts without it, and gets it back after.
@@ -143,6 +157,8 @@ class GradingContext:
             for key in set(self.scratch) - before:
                 del self.scratch[key]
             self.scratch.update(held)
+            if keep is not None:
+                self.scratch = saved
 
     def cases(self, part: str) -> dict[str, Any]:
         if part not in self._cases:

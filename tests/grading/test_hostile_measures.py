@@ -224,8 +224,9 @@ def test_a_slowed_cache_free_path_does_not_earn_check_2_9(tmp_path: Path) -> Non
     assert "did not do less work" not in message  # the inflated work ratio alone passed
     assert "did not keep the cost of a step flat" in message
     assert "Growth probe" in message and "CPU time per new token" in message
-    assert graded.score("2.11") == 0
-    assert "The speedup cannot count" in graded.output("2.11")
+    assert graded.score("2.11") == 0  # its cached time, against the reference's
+    judged = next(line for line in graded.output("2.11").splitlines() if "reference's" in line)
+    assert "[NOT MET]" in judged
     assert graded.score("2.8") == graded.test("2.8")["max_score"]  # its outputs are right
 
 

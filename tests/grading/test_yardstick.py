@@ -94,3 +94,44 @@ def test_a_disguised_cache_free_lab_loses_check_4_6(tmp_path: Path) -> None:
     assert line.startswith("  with the cache, L = 256, over the reference's (cpu time)")
     assert "[NOT MET]" in line
     assert graded.score("4.6") == 0
+
+
+# Part 2: generate(use_cache=True) hands the whole job to a grandchild (the middle process
+# exits at once, so the grandchild is an orphan), which recomputes the prefix at every
+# step, sends the tokens back through a pipe and exits before the worker answers; the
+# call records are forged. The grandchild's CPU time is counted (the grader is the
+# subreaper of its workers' orphans), so the cached path costs what a cache-free one does.
+IN_A_GRANDCHILD = (
+    "    def generate(\n",
+    "    def generate(self, input_ids, max_new_tokens, temperature=1.0, use_cache=True):\n"
+    "        if not use_cache:\n"
+    "            return self._generate(input_ids, max_new_tokens, temperature, False)\n"
+    "        import pickle\n"
+    "        r, w = os.pipe()\n"
+    "        if os.fork() == 0:\n"
+    "            if os.fork() == 0:\n"
+    "                os.close(r)\n"
+    "                out = self._generate(input_ids, max_new_tokens, temperature, False)\n"
+    "                with os.fdopen(w, 'wb') as f:\n"
+    "                    f.write(pickle.dumps(out))\n"
+    "                os._exit(0)\n"
+    "            os._exit(0)\n"
+    "        os.close(w)\n"
+    "        os.wait()\n"
+    "        with os.fdopen(r, 'rb') as f:\n"
+    "            return pickle.loads(f.read())\n"
+    "\n"
+    "    def _generate(\n",
+)
+
+
+def test_cached_work_done_in_an_orphan_grandchild_loses_check_2_11(tmp_path: Path) -> None:
+    anchor = "# One layer's cache"
+    edits = [IN_A_GRANDCHILD, (anchor, FORGE_PART2_LENGTHS + anchor)]
+    submission = patched_solution(tmp_path / "sub", "transformer_skeleton.py", edits)
+    graded = grade_checks(submission, tmp_path / "out", "part2", {"2.8", "2.11"}, PART2_LIMITS)
+    assert graded.score("2.8") == graded.test("2.8")["max_score"]  # its tokens are right
+    benchmark = graded.output("2.11")
+    speedup = next(line for line in benchmark.splitlines() if "speedup (cpu time)" in line)
+    assert "[NOT MET]" in speedup, benchmark  # the grandchild's CPU time was counted
+    assert graded.score("2.11") == 0

@@ -89,7 +89,11 @@ def test_part4_measures_the_cache_never_passed_back_as_a_baseline() -> None:
 
 def test_calibrating_part2_separates_reference_from_baseline(capsys) -> None:
     proposals = main(device="cpu", parts=["part2"], runs=1)
-    (p,) = proposals.values()
-    assert p.key == "part2.min_speedup" and p.separates
+    assert set(proposals) == {"part2.min_speedup", "part2.max_vs_reference"}
+    p = proposals["part2.min_speedup"]
+    assert p.separates
     out = capsys.readouterr().out
     assert "[cpu.part2]" in out and f"min_speedup = {p.threshold:g}" in out
+    # The yardstick too: the reference near 1x its own runs, the cache-free baseline far.
+    yardstick = proposals["part2.max_vs_reference"]
+    assert yardstick.separates and f"max_vs_reference = {yardstick.threshold:g}" in out

@@ -145,7 +145,7 @@ class Part2GenerateChecks(Part2Growth):
             self.fail("\n".join(problems))
         # Both in CPU time: the work ratio compares the two paths, the growth the cached
         # path with itself (a cache-free path slowed on purpose cannot move it).
-        problem = self.work_problem() or self.growth_problem()
+        problem = self.work_problem() or self.growth_problem() or self.work_versus_reference()
         if problem:
             self.fail(problem)
 

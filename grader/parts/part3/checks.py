@@ -212,7 +212,7 @@ class Part3GenerateChecks(Part3Timed, Part3Probes):
             self.fail("\n".join(problems))
         # Both in CPU time: the work ratio compares the two paths, the growth the cached
         # path with itself (a cache-free path slowed on purpose cannot move it).
-        problem = self.work_problem() or self.growth_problem()
+        problem = self.work_problem() or self.growth_problem() or self.work_versus_reference()
         if problem:
             self.fail(f"{problem}\n{self.name_mistakes('generate_cached_calls', cached)}".strip())
 
