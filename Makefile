@@ -17,6 +17,7 @@
 #                                 (DEVICE=cuda judges the cuda profile)
 #   make mbu                      reference Llama decode vs memory bandwidth and transformers
 #   make budget                   time and memory of a whole grading run (also at 1/2 CPU)
+#   make slurm-tests              start a single-node Slurm here (root, apt), grade through it
 
 # The system interpreter is preferred: the sandboxed worker runs as an
 # unprivileged user, who must be able to execute the venv's interpreter
@@ -48,7 +49,7 @@ LOCK_TARGET  := --python-version 3.11 --python-platform x86_64-manylinux_2_35 --
 LOCK_SOURCES := $(if $(TORCH_WHEELS),--find-links $(TORCH_WHEELS),--extra-index-url $(TORCH_INDEX) --index-strategy unsafe-best-match)
 
 .PHONY: grade test lint format regen check-cases venv clean dist bench calibrate stability mbu budget slow-tests lock \
-	run-local mutants mutation batch
+	run-local mutants mutation batch slurm-tests
 
 venv: $(STAMP)
 
@@ -72,7 +73,7 @@ grade: $(STAMP)
 # TEST_JOBS pytest-xdist workers (auto: one per core; 0: no workers); modules with
 # expensive fixtures stay on one worker (--dist loadgroup, their xdist_group mark).
 test: $(STAMP)
-	@$(PY) -m pytest -m "not slow" -q -n $(TEST_JOBS) --dist loadgroup $(PYTEST_ARGS); status=$$?; \
+	@$(PY) -m pytest -m "not slow and not slurm" -q -n $(TEST_JOBS) --dist loadgroup $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$status
 
 lint: $(STAMP)
@@ -128,6 +129,13 @@ budget: $(STAMP)
 slow-tests: $(STAMP)
 	@$(PY) -m pytest -m slow -q $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no slow tests" >&2; exit 1; fi; exit $$status
+
+# A single-node Slurm on this machine (root, apt: slurm-wlm, munge), then the tests that
+# grade through it.
+slurm-tests: $(STAMP)
+	sh tests/ta/regrade/local_slurm.sh
+	@$(PY) -m pytest -m slurm -q $(PYTEST_ARGS); status=$$?; \
+	if [ $$status -eq 5 ]; then echo "pytest collected no slurm tests" >&2; exit 1; fi; exit $$status
 
 clean:
 	rm -rf $(VENV) .image-venv results dist .pytest_cache .ruff_cache

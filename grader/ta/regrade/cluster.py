@@ -78,6 +78,15 @@ class TaskSpec:
     tags: str = ""
 
 
+def planned_device(device: str, options: ClusterOptions) -> str:
+    """The device a task was to grade on, as its fallback names it when it died before it
+    could say: ``device`` itself, or for "auto" what the node resolves it to, "cuda" when
+    the task was given GPUs, else "cpu"."""
+    if device != "auto":
+        return device
+    return "cuda" if options.gpus_per_task > 0 else "cpu"
+
+
 def grade_task(spec: TaskSpec) -> dict[str, Any]:
     """What one array task runs (on the node, or here under submitit-local): grade one
     submission with :func:`grader.ta.regrade.one.grade_one` and say where it ran."""
@@ -296,7 +305,8 @@ def run_grading_tasks(
                     info = job.result()
                 except Exception as exc:
                     why = str(exc) if job in gone else death_report(job, exc)
-                    write_fallback(Path(spec.results), list(spec.parts), why, device=spec.device)
+                    device = planned_device(spec.device, options)
+                    write_fallback(Path(spec.results), list(spec.parts), why, device=device)
                     _write_task(spec, {**base, "job_id": job.job_id, "state": "died", **logs})
                     yield spec, "died", why
                     continue

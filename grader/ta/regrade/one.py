@@ -21,7 +21,7 @@ from typing import Any
 from grader.core.paths import PROJECT_ROOT
 from grader.core.points import part_total
 from grader.core.results import fallback_results, validate_results, write_results
-from grader.core.thresholds import DEVICES
+from grader.core.thresholds import DEVICES, resolve_device
 from grader.sandbox.identity import RUN_RECORD_ENV
 from grader.sandbox.processes import kill_matching, kill_tree
 
@@ -116,7 +116,8 @@ def grade_one(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if reason:
-        write_fallback(results, parts, reason, device=device, interrupted=status == "interrupted")
+        where = resolve_device(device)  # "auto" named as what this machine would have used
+        write_fallback(results, parts, reason, device=where, interrupted=status == "interrupted")
     return status
 
 

@@ -359,3 +359,11 @@ def test_squeue_names_the_tasks_slurm_still_holds(
     assert cluster.in_slurm_queue(["77_0", "77_1", "78_3"]) == {"77_0", "78_3"}
     squeue.write_text("#!/bin/sh\necho 'slurm_load_jobs error: Unable to contact' >&2\nexit 1\n")
     assert cluster.in_slurm_queue(["77_0"]) is None  # no answer: keep waiting
+
+
+def test_a_dead_tasks_fallback_names_the_device_auto_would_have_used() -> None:
+    """Found on a real Slurm: a task cancelled with ``--device auto`` left a fallback
+    naming no profile. It names the one the node would have used: cuda with GPUs."""
+    assert cluster.planned_device("auto", ClusterOptions(gpus_per_task=1)) == "cuda"
+    assert cluster.planned_device("auto", ClusterOptions()) == "cpu"
+    assert cluster.planned_device("cuda", ClusterOptions()) == "cuda"
