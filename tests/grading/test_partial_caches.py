@@ -73,6 +73,40 @@ LLAMA_EVERY_8TH_STEP = [
 ]
 
 
+# Part 3: every cached step feeds its last 16 tokens again (at their own positions, so the
+# cache is rewritten with the same values): constant work per step, 16 times a cache's.
+LLAMA_LAST_16_AGAIN = [
+    (
+        "                logits = self(tokens[:, prev_pos:cur_pos], prev_pos)  # new tokens only\n",
+        "                start = max(0, min(prev_pos, cur_pos - 16))\n"
+        "                logits = self(tokens[:, start:cur_pos], start)  # the last 16 again\n",
+    )
+]
+
+
+# Part 3: the cache tensors are filled as they should be (right shapes, right memory), but
+# attention reads keys and values projected again, every step, from each layer's inputs
+# kept beside them (with RoPE applied again to every position).
+LLAMA_LAYER_INPUTS = [
+    (
+        """            keys = self.cache_k[:bsz, : start_pos + seqlen]  # (B, T_total, Hkv, D)
+            values = self.cache_v[:bsz, : start_pos + seqlen]
+""",
+        """            if start_pos == 0:
+                self.seen_x, self.seen_f = x, freqs_cis
+            else:
+                self.seen_x = torch.cat([self.seen_x[:bsz, :start_pos], x], dim=1)
+                self.seen_f = torch.cat([self.seen_f[:start_pos], freqs_cis], dim=0)
+            total = start_pos + seqlen
+            shape = (bsz, total, self.n_kv_heads, self.head_dim)
+            every = self.wk(self.seen_x).view(shape)  # every position projected again
+            _, keys = apply_rotary_emb(every, every, freqs_cis=self.seen_f)
+            values = self.wv(self.seen_x).view(shape)
+""",
+    )
+]
+
+
 # (file, part, edits, a check its right output keeps, the benchmark it loses, why, limits)
 DESIGNS = {
     "layer-inputs": ("transformer_skeleton.py", "part2", LAYER_INPUT_CACHE, "2.4", "2.11",
@@ -83,6 +117,10 @@ DESIGNS = {
                       "recomputes part of the work", PART2_LIMITS),
     "llama-every-8th-step": ("llama/generation.py", "part3", LLAMA_EVERY_8TH_STEP, "3.8",
                              "3.11", "recomputes part of the work", PART3_LIMITS),
+    "llama-last-16-again": ("llama/generation.py", "part3", LLAMA_LAST_16_AGAIN, "3.8",
+                            "3.11", "recomputes part of the work", PART3_LIMITS),
+    "llama-layer-inputs": ("llama/model.py", "part3", LLAMA_LAYER_INPUTS, "3.8", "3.11",
+                           "does not read its cache", PART3_LIMITS),
     "lab-rebuilt-every-16": ("kv_lab.py", "part4", REBUILD_EVERY_16, "4.2", "4.6",
                              "recomputes part of the work", FAST_LIMITS),
 }  # fmt: skip

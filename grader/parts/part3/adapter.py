@@ -313,6 +313,38 @@ def cache_shapes(model: Any) -> list[list[Any]]:
     return found
 
 
+def cache_read_effect(model: Any, tokens: np.ndarray, prefix: int) -> float | None:
+    """The largest change of the next step's logits when every layer's cached keys and
+    values of the first ``prefix`` positions are replaced by noise after the prefill: far
+    from zero for an attention that reads its cache, zero for one that recomputes what it
+    attends over (None when the model holds no ``cache_k`` / ``cache_v`` tensors)."""
+    import torch
+
+    ids = torch.as_tensor(tokens, dtype=torch.long, device=_device())
+    with torch.inference_mode():
+        model(ids[:, :prefix], 0)
+        caches = [
+            (m.cache_k, m.cache_v)
+            for m in model.modules()
+            if isinstance(getattr(m, "cache_k", None), torch.Tensor)
+            and isinstance(getattr(m, "cache_v", None), torch.Tensor)
+        ]
+        if not caches:
+            return None
+        kept = [(k.clone(), v.clone()) for k, v in caches]
+        step = ids[:, prefix : prefix + 1]
+        plain = _numpy(model(step, prefix))
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        for (k, v), (k0, v0) in zip(caches, kept, strict=True):
+            k.copy_(k0)
+            v.copy_(v0)
+            for t in (k, v):
+                noise = torch.randn(t[:, :prefix].shape, generator=gen, dtype=torch.float32)
+                t[:, :prefix] = noise.to(t.device, t.dtype) * 3
+        scrambled = _numpy(model(step, prefix))
+    return float(np.abs(plain - scrambled).max())
+
+
 def release_freed_memory() -> None:
     """Collect garbage and hand the C heap's free pages back to the kernel (glibc), so the
     worker's resident memory, which the grader reads from outside, shows what is still held
@@ -385,6 +417,9 @@ def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict
         out = run_generate(model, TOKENIZERS[request["tokenizer"]], request["prompts"], request)
         header = {"texts": out["texts"], "calls": out["calls"], "first_ids": out["first_ids"]}
         return header, {"step_logits": out["step_logits"]}
+    if op == "cache_read":  # does attention read cache_k / cache_v? (see cache_read_effect)
+        effect = cache_read_effect(MODELS[_key(request)], arrays["tokens"], request["prefix"])
+        return {"effect": effect}, {}
     if op == "cache_shapes":  # what cache_k / cache_v every attention layer holds now
         return {"shapes": cache_shapes(MODELS[_key(request)])}, {}
     if op == "settle":  # before the grader reads the worker's resident memory

@@ -385,6 +385,6 @@ class Part3Benchmark(Part3Timed):
         # The speedups compare two paths of the submission's own; a cache-free path slowed
         # on purpose inflates them, so the cached path must also keep its steps' cost flat
         # and feed each token once.
-        problem = calls_problem(cached_calls) or self.growth_problem()
+        problem = calls_problem(cached_calls) or self.growth_problem() or self.cache_read_problem()
         if problem:
             self.fail(f"The speedup cannot count: {problem}")

@@ -16,6 +16,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import numpy as np
+
 from grader.checks.base import Workload
 from grader.checks.calls import fed_once, shown
 from grader.checks.timed_pools import TimedPools
@@ -37,6 +39,7 @@ from grader.parts.part3.cases import (
     pool_key,
 )
 from grader.parts.part3.support import Part3Base
+from grader.runtime.client import SubmissionError
 from grader.runtime.timing import Ratio, Sample, Timing
 
 
@@ -122,6 +125,35 @@ class Part3Timed(TimedPools, Part3Base):
         )
         return sample
 
+    def cache_read_problem(self) -> str:
+        """Whether the cached path's attention reads what the cache holds: after a prefill of
+        a public case, noise written over every layer's cached keys and values must change
+        the next step's logits. An attention that projects every position again from kept
+        layer inputs (right logits, right cache shapes and memory) reads nothing from it.
+        The figure comes from the submission's process: it names an honest design, and the
+        yardstick stops a forger. "" when the cache is read or the probe cannot run."""
+        case = next((c for c in self.cases("3.2") if c["model"] == "public"), None)
+        if case is None:
+            return ""
+        tokens = np.array(case["tokens"], dtype=np.int64)[:1]
+        prefix = tokens.shape[1] - 1
+        try:
+            self.ensure("public", True)
+            header = {"op": "cache_read", "model": "public", "kv_caching": True, "prefix": prefix}
+            reply = self.call(header, {"tokens": tokens}, "scrambling the cache after a prefill")
+        except SubmissionError:
+            return ""  # the checks of forward name why it cannot run
+        effect = reply.header.get("effect")
+        if not isinstance(effect, (int, float)) or effect > CACHE_READ_MIN_EFFECT:
+            return ""
+        return (
+            "attention does not read its cache: after a prefill of "
+            f"{prefix} tokens, noise written over every layer's cache_k and cache_v left the "
+            f"next step's logits unchanged (largest change {effect:.2g}). With kv_caching, "
+            "keys and values of earlier positions must come from cache_k / cache_v, not be "
+            "computed again."
+        )
+
     def yardstick_workloads(self) -> dict[str, Workload]:
         """The reference's cached runs of the work probe (3.7) and of check 3.11."""
         bench = load_thresholds(self.ctx.device)["part3"]
@@ -174,6 +206,11 @@ class Part3Timed(TimedPools, Part3Base):
             "path recomputes the sequence so far at every step, whatever "
             "generate(kv_caching=False) costs."
         )
+
+
+# A cache that attention reads changes the logits by O(1) when scrambled; float noise
+# alone stays below 1e-3.
+CACHE_READ_MIN_EFFECT = 1e-3
 
 
 def bench_key(bench: dict[str, Any]) -> str:
