@@ -135,3 +135,28 @@ def test_cached_work_done_in_an_orphan_grandchild_loses_check_2_11(tmp_path: Pat
     speedup = next(line for line in benchmark.splitlines() if "speedup (cpu time)" in line)
     assert "[NOT MET]" in speedup, benchmark  # the grandchild's CPU time was counted
     assert graded.score("2.11") == 0
+
+
+# Part 4: generate_with_cache is the cache-free loop, and a short run (L = 32) pads every
+# step with a call over 140 throwaway positions, so that its time per token is what a long
+# run's is: the cached growth looks flat.
+PADS_SHORT_L = (
+    "    return generate_with_cache_from(model, input_ids, None, L)\n",
+    "    out = generate_no_cache(model, input_ids, L)\n"
+    "    if L < 128:\n"
+    "        filler = input_ids[:, :1].repeat(1, 140)  # throwaway work\n"
+    "        for _ in range(L):\n"
+    "            model(filler)\n"
+    "    return out\n",
+)
+
+
+def test_a_padded_cache_free_lab_loses_check_4_6(tmp_path: Path) -> None:
+    submission = patched_solution(tmp_path / "sub", "kv_lab.py", [PADS_SHORT_L])
+    graded = grade_checks(submission, tmp_path / "out", "part4", {"4.6"})
+    output = graded.output("4.6")
+    growth = next(line for line in output.splitlines() if "cached CPU time per token" in line)
+    assert "[ok]" in growth  # the padding makes the cached path look flat
+    judged = next(line for line in output.splitlines() if "over the reference's" in line)
+    assert "[NOT MET]" in judged
+    assert graded.score("4.6") == 0
