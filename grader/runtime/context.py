@@ -101,7 +101,7 @@ class GradingContext:
         """A worker that runs the reference solution (trusted code) for ``part`` in this
         grading's sandbox, on the grading device and under the same limits, for
         :meth:`reference_session`. Every other worker is stopped first."""
-        if not (source / PARTS[part].main_file).is_file():
+        if not self.reference_available(part, source):
             raise RuntimeError(
                 f"the reference solution ({source}) is not here: the benchmark's workload "
                 "needs it to build its prompts. Grade from the kit's checkout."

@@ -200,6 +200,11 @@ class BenchmarkRecord:
         self.criteria.extend(measurement.criteria)
         self.extra_rounds += measurement.extra_rounds
 
+    def add_reference(self, reference: dict[str, Timing]) -> None:
+        """Keep the reference's timings of this grading (the yardstick), beside the
+        submission's, as "the reference, <variant>"."""
+        self.timings.update({f"the reference, {v}": t for v, t in reference.items()})
+
     @property
     def passed(self) -> bool:
         return all(c.passed for c in self.criteria)

@@ -42,6 +42,10 @@ from grader.parts.part3.support import Part3Base
 from grader.runtime.client import SubmissionError
 from grader.runtime.timing import Ratio, Sample, Timing
 
+# A cache that attention reads changes the logits by O(1) when scrambled; float noise
+# alone stays below 1e-3.
+CACHE_READ_MIN_EFFECT = 1e-3
+
 
 class Part3Timed(TimedPools, Part3Base):
     """Timed greedy ``generate`` runs on fresh prompts, checked against the reference."""
@@ -206,11 +210,6 @@ class Part3Timed(TimedPools, Part3Base):
             "path recomputes the sequence so far at every step, whatever "
             "generate(kv_caching=False) costs."
         )
-
-
-# A cache that attention reads changes the logits by O(1) when scrambled; float noise
-# alone stays below 1e-3.
-CACHE_READ_MIN_EFFECT = 1e-3
 
 
 def bench_key(bench: dict[str, Any]) -> str:
