@@ -296,10 +296,39 @@ def add_show(sub: argparse._SubParsersAction) -> None:
     sh.set_defaults(func=cmd_show)
 
 
+def cmd_similarity(args: argparse.Namespace) -> int:
+    """Rank the submissions of an export by shared code: 0 once written, 2 on a bad export
+    or where copydetect is not installed."""
+    try:
+        from grader.ta.similarity import main as similarity
+
+        pairs = similarity(export_dir=Path(args.export_dir), out_dir=Path(args.out))
+    except ModuleNotFoundError as exc:
+        print(f"error: {exc.name} is not installed (pip install -e '.[similarity]')",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    print(f"{len(pairs)} pairs ranked: {out / 'similarity.md'}; matching code highlighted in "
+          f"{out / 'similarity.html'} (a lead for a closer look, never a verdict)")  # fmt: skip
+    return 0
+
+
+def add_similarity(sub: argparse._SubParsersAction) -> None:
+    si = sub.add_parser(
+        "similarity", help="rank an export's submissions by shared code (read, never run)"
+    )
+    si.add_argument("export_dir", help="a Gradescope 'Export Submissions' folder")
+    si.add_argument("--out", default="similarity", help="output folder (default: similarity)")
+    si.set_defaults(func=cmd_similarity)
+
+
 #: The subcommands, in the order ``--help`` lists them.
 COMMANDS = (
     add_grade, add_show, add_regen, add_mutants, add_build, add_run_local, add_gradescope,
-    add_calibrate, add_batch, add_merge,
+    add_calibrate, add_batch, add_merge, add_similarity,
 )  # fmt: skip
 
 

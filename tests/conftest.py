@@ -32,10 +32,12 @@ PART2_LIMITS = Limits(request_timeout_s=20.0, startup_timeout_s=30.0)
 
 @dataclass
 class Graded:
-    """A grading run: the results object and the file Gradescope would read."""
+    """A grading run: the results object, their plain text (``data``, what the checks
+    wrote) and the file Gradescope reads (``file``: the same in Markdown)."""
 
     results: GradingResults
     data: dict
+    file: dict
 
     def test(self, number: str) -> dict:
         return next(t for t in self.data["tests"] if t.get("number") == number)
@@ -59,7 +61,9 @@ def run_grade(submission: Path, out: Path, **kwargs) -> Graded:
     data = json.loads(path.read_text())
     validate_results(data)
     assert results is not None, data.get("output")
-    return Graded(results, data)
+    plain = results.to_gradescope()
+    (out / "plain.json").write_text(json.dumps(plain))  # for load_graded
+    return Graded(results, plain, data)
 
 
 def built_once(
@@ -86,10 +90,12 @@ def built_once(
 
 
 def load_graded(folder: Path) -> Graded:
-    """A grading's results file, read back (and checked against the schema)."""
+    """A grading's results file, read back (and checked against the schema), with the
+    plain text :func:`run_grade` kept beside it."""
     data = json.loads((folder / "results.json").read_text())
     validate_results(data)
-    return Graded(GradingResults.from_gradescope(data), data)
+    plain = json.loads((folder / "plain.json").read_text())
+    return Graded(GradingResults.from_gradescope(plain), plain, data)
 
 
 @pytest.fixture(scope="session")

@@ -40,6 +40,7 @@ class TestResult:
     tags: list[str] = field(default_factory=list)
     visibility: str = "visible"
     extra_data: dict[str, Any] = field(default_factory=dict)
+    output_format: str = ""  # "md" once rendered for Gradescope (grader.core.feedback)
 
     @property
     def part(self) -> str:
@@ -58,6 +59,8 @@ class TestResult:
             entry["number"] = self.number
         if self.output:
             entry["output"] = truncate(self.output, MAX_TEST_OUTPUT_CHARS)
+        if self.output_format:
+            entry["output_format"] = self.output_format
         if self.tags:
             entry["tags"] = list(self.tags)
         if self.extra_data:
@@ -76,6 +79,7 @@ class TestResult:
             tags=[str(t) for t in data.get("tags") or []],
             visibility=str(data.get("visibility", "visible")),
             extra_data=dict(data.get("extra_data") or {}),
+            output_format=str(data.get("output_format", "")),
         )
 
 
@@ -90,6 +94,7 @@ class GradingResults:
     extra_data: dict[str, Any] = field(default_factory=dict)
     stdout_visibility: str = "hidden"
     score_override: float | None = None  # a score not made of tests (e.g. over a limit)
+    output_format: str = ""  # of the page's output; "md" once rendered for Gradescope
 
     @property
     def score(self) -> float:
@@ -118,6 +123,7 @@ class GradingResults:
             execution_time=float(data.get("execution_time", 0.0)),
             leaderboard=list(data.get("leaderboard") or []),
             extra_data=dict(data.get("extra_data") or {}),
+            output_format=str(data.get("output_format", "")),
         )
         if not results.tests:
             results.score_override = float(data.get("score", 0.0))
@@ -131,6 +137,8 @@ class GradingResults:
             "stdout_visibility": self.stdout_visibility,
             "tests": [t.to_gradescope() for t in self.tests],
         }
+        if self.output_format:
+            data["output_format"] = self.output_format
         if self.leaderboard:
             data["leaderboard"] = self.leaderboard
         if self.extra_data:

@@ -16,6 +16,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.core.feedback import markdown_results
 from grader.core.paths import PROJECT_ROOT, SOLUTION, TEST_CASES
 from grader.core.points import part_total
 from grader.core.registry import PARTS
@@ -219,7 +220,9 @@ class Grading:
             self.sandbox.cleanup()
         if self.results is not None:
             self.results.execution_time = time.monotonic() - self.started
-            write_results(self.results, self.results_path)
+            # The file speaks Gradescope's Markdown; the returned results keep plain text
+            # for the terminal.
+            write_results(markdown_results(self.results), self.results_path)
         else:
             fallback = fallback_results(CRASHED + self.crash[-3000:], max_score=self.total)
             write_results(fallback, self.results_path)

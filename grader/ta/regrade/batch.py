@@ -32,6 +32,7 @@ from tqdm import tqdm
 
 from grader.core.registry import parse_parts
 from grader.core.results import fallback_results
+from grader.ta.regrade.class_report import write_class_report
 from grader.ta.regrade.one import allow_running, grade_one, load_valid, stop_running
 from grader.ta.regrade.report import (
     STATUSES,
@@ -192,6 +193,8 @@ def main(
         bar.close()
     summary = summarise(out_dir, [rows[f] for f in folders], results_of, died, started)
     write_outputs(summary)
+    results = {f: data for f in folders if (data := load_valid(results_of[f]))}
+    write_class_report(out_dir, summary.rows, results, f"Regrade of {export_dir.name}")
     return summary
 
 

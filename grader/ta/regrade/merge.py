@@ -32,8 +32,10 @@ from typing import Any
 from grader.core.points import part_total
 from grader.core.registry import PARTS
 from grader.core.results import validate_results, write_results
+from grader.ta.regrade.class_report import write_class_report
 from grader.ta.regrade.report import (
     Submitter,
+    make_row,
     natural_key,
     part_scores,
     read_submitters,
@@ -239,7 +241,7 @@ def main(*, cpu: Path, gpu: Path | None, out_dir: Path) -> MergeSummary:
     folders = {k: f"submission_{k}" for k in {**cpu_sides, **gpu_sides}}
     statuses = ("merged", "gpu-missing", "cpu-missing") if gpu is not None else ("cpu-only",)
     summary = MergeSummary(out_dir=out_dir, counts=dict.fromkeys(statuses, 0))
-    table, records = [], {}
+    table, records, rows, merged = [], {}, [], {}
     for key in sorted(folders, key=natural_key):
         c, g = cpu_sides.get(key), gpu_sides.get(key)
         data, status = merge_one(c, g, gpu_run=gpu is not None)
@@ -247,6 +249,8 @@ def main(*, cpu: Path, gpu: Path | None, out_dir: Path) -> MergeSummary:
         summary.counts[status] += 1
         records[folders[key]] = data["extra_data"]["merge"]
         people = (c.people if c and c.people else None) or (g.people if g else []) or [Submitter()]
+        rows.append(make_row(folders[key], people, data, status))
+        merged[folders[key]] = data
         max_score = sum(float(t.get("max_score") or 0.0) for t in data["tests"])
         scores = part_scores(data)
         for p in people:
@@ -269,6 +273,7 @@ def main(*, cpu: Path, gpu: Path | None, out_dir: Path) -> MergeSummary:
     doc = {"cpu": str(cpu), "gpu": gpu and str(gpu), "counts": summary.counts,
            "submissions": records}  # fmt: skip
     (out_dir / "merge.json").write_text(json.dumps(doc, indent=2) + "\n")
+    write_class_report(out_dir, rows, merged, "Merged regrade")
     return summary
 
 

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -32,6 +31,7 @@ from grader.ta.regrade.batch import (
 )
 from grader.ta.regrade.cluster import ClusterOptions
 from tests.conftest import PRIVATE_VIEW, ROOT, SOLUTION
+from tests.ta.regrade.conftest import Regraded
 from tests.ta.regrade.export_factory import Entry, build_export, metadata_yaml, plan_export
 
 # One pytest-xdist worker runs this module: its module fixtures are built once.
@@ -195,29 +195,6 @@ def test_progress_bar_shows_rate_and_eta_on_a_terminal_only() -> None:
 
 
 # ------------------------------------------------------------------ end to end
-
-
-@dataclass
-class Regraded:
-    entries: list[Entry]
-    export: Path
-    out: Path
-    summary: batch.BatchSummary
-
-
-@pytest.fixture(scope="session")  # once per worker, however its tests interleave
-def regraded(tmp_path_factory: pytest.TempPathFactory) -> Regraded:
-    """The synthetic 20-submission export regraded once (Part 1 only, 2 at a time)."""
-    entries = plan_export(seed=0)
-    export = build_export(tmp_path_factory.mktemp("export"), entries)
-    out = tmp_path_factory.mktemp("regrade")
-    started = time.monotonic()
-    summary = batch.main(
-        export_dir=export, out_dir=out, jobs=2, parts=["part1"], timeout_s=120, progress=False
-    )
-    elapsed = time.monotonic() - started
-    print(f"\nbatch of {len(entries)}: {elapsed:.1f} s, {60 * len(entries) / elapsed:.1f}/min")
-    return Regraded(entries, export, out, summary)
 
 
 def _csv(out: Path) -> dict[str, dict[str, str]]:

@@ -1,0 +1,117 @@
+"""What a class got wrong, counted from its results files: the mistake census and the
+distribution of every benchmark measurement. Pure functions over results data; the
+class report (:mod:`grader.ta.regrade.class_report`) draws and writes them."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+#: A check's feedback is shown up to this many characters as the census's example.
+EXAMPLE_CHARS = 600
+
+
+@dataclass
+class Cause:
+    """One named cause across the class."""
+
+    cause: str  # the stable id (a mutant's name)
+    submissions: list[str] = field(default_factory=list)  # those that made it
+    checks: dict[str, int] = field(default_factory=dict)  # check number -> how many named it
+    example: str = ""  # one check's feedback naming it, without what the code printed
+
+    @property
+    def count(self) -> int:
+        return len(self.submissions)
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One benchmark criterion across the class: every submission's median ratio."""
+
+    key: str
+    label: str
+    limit: float
+    at_least: bool
+    values: tuple[float, ...]
+
+
+def named_causes(data: dict[str, Any]) -> dict[str, set[str]]:
+    """cause id -> the checks of one results file that named it (failed checks only)."""
+    named: dict[str, set[str]] = defaultdict(set)
+    for test in data.get("tests", []):
+        if test.get("status") == "failed":
+            for cause in (test.get("extra_data") or {}).get("causes") or []:
+                named[str(cause)].add(str(test.get("number", "")))
+    return dict(named)
+
+
+def submission_causes(data: dict[str, Any]) -> set[str]:
+    """The causes one submission is counted under. A cause named only beside another
+    (every check that names it names the other too, and the other more often) is that
+    other's look-alike on some inputs, not a second mistake: it is not counted."""
+    named = named_causes(data)
+    return {
+        cause
+        for cause, checks in named.items()
+        if not any(
+            other != cause and checks <= more and len(more) > len(checks)
+            for other, more in named.items()
+        )
+    }
+
+
+def example_text(test: dict[str, Any]) -> str:
+    """A check's feedback as an anonymous example: what the submission printed is cut."""
+    text = str(test.get("output", ""))
+    text = re.split(r"\n+Your code printed:\n", text)[0]
+    return text if len(text) <= EXAMPLE_CHARS else text[:EXAMPLE_CHARS] + " [...]"
+
+
+def census(results: dict[str, dict[str, Any]]) -> list[Cause]:
+    """Per named cause, which submissions made it (most frequent first), the checks that
+    named it and one example message. ``results``: submission id -> results data."""
+    causes: dict[str, Cause] = {}
+    for sub_id, data in results.items():
+        counted = submission_causes(data)
+        named = named_causes(data)
+        for cause in sorted(counted):
+            entry = causes.setdefault(cause, Cause(cause))
+            entry.submissions.append(sub_id)
+            for number in named[cause]:
+                entry.checks[number] = entry.checks.get(number, 0) + 1
+            if not entry.example:
+                test = next(
+                    t
+                    for t in data["tests"]
+                    if cause in (t.get("extra_data") or {}).get("causes", [])
+                )
+                entry.example = f"{test.get('name', '')}\n\n{example_text(test)}"
+    return sorted(causes.values(), key=lambda c: (-c.count, c.cause))
+
+
+def measures(results: dict[str, dict[str, Any]]) -> list[Measure]:
+    """Every benchmark criterion graded in the class, with each submission's median."""
+    found: dict[str, dict[str, Any]] = {}
+    values: dict[str, list[float]] = defaultdict(list)
+    for data in results.values():
+        benchmarks = (data.get("extra_data") or {}).get("benchmarks") or {}
+        for record in benchmarks.values():
+            for c in record.get("criteria", []):
+                key = f"{record.get('check', '')} {c.get('label', '')}"
+                found.setdefault(key, c)
+                median = (c.get("ratio") or {}).get("median")
+                if isinstance(median, int | float):
+                    values[key].append(float(median))
+    return [
+        Measure(
+            key,
+            str(c.get("label", "")),
+            float(c.get("limit", 0.0)),
+            bool(c.get("at_least")),
+            tuple(values[key]),
+        )
+        for key, c in found.items()
+    ]

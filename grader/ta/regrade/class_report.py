@@ -1,0 +1,196 @@
+"""``report.html``: a regrade of a whole class in one self-contained page.
+
+Score histograms per part, per-check pass rates, the distribution of every benchmark
+measurement with its threshold drawn in, the mistake census (how many students got each
+named cause, with the checks that named it and one anonymous example message), and a row
+per submission linking to its feedback further down the same page. Pictures are PNGs
+drawn by matplotlib (headless) and embedded as data URIs: the file opens offline, from a
+mail attachment or a shared drive, with no server.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+from typing import Any
+
+from grader.core.registry import PARTS
+from grader.ta.regrade.census import Cause, Measure, census, measures
+from grader.ta.regrade.report import Row, pass_rates
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 70em; color: #222; }
+table { border-collapse: collapse; margin: 1em 0; }
+th, td { border: 1px solid #ccc; padding: .3em .6em; text-align: left; vertical-align: top; }
+th { background: #f3f3f3; }
+td.num { text-align: right; }
+pre { white-space: pre-wrap; background: #f7f7f7; padding: .6em; max-width: 60em; }
+img { max-width: 100%; }
+.failed { color: #a00; }
+"""
+
+
+def png_uri(fig: Any) -> str:
+    """A matplotlib figure as an embedded PNG (``data:`` URI); the figure is closed."""
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=90)
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def part_histograms(rows: list[Row]) -> str:
+    """One histogram of scores per graded part, as an embedded PNG ("" without scores)."""
+    parts = [p for p in PARTS if any(r.parts.get(p) is not None for r in rows)]
+    if not parts:
+        return ""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(parts), figsize=(3.2 * len(parts), 2.8), squeeze=False)
+    for ax, part in zip(axes[0], parts, strict=True):
+        scores = [r.parts[part] for r in rows if r.parts.get(part) is not None]
+        ax.hist(scores, bins=10, edgecolor="k")
+        ax.set(title=part, xlabel="score", ylabel="submissions")
+    fig.tight_layout()
+    return png_uri(fig)
+
+
+def measure_plots(found: list[Measure]) -> str:
+    """Each benchmark criterion's class distribution, its threshold a dashed line and the
+    failing side shaded ("" when the regrade timed nothing)."""
+    found = [m for m in found if m.values]
+    if not found:
+        return ""
+    plt = pyplot()
+    cols = min(3, len(found))
+    rows = -(-len(found) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 2.8 * rows), squeeze=False)
+    for ax, m in zip(axes.flat, found, strict=False):
+        ax.hist(m.values, bins=12, edgecolor="k")
+        ax.axvline(m.limit, color="tab:red", linestyle="--", label=f"threshold {m.limit:g}x")
+        lo, hi = ax.get_xlim()
+        ax.axvspan(lo if m.at_least else m.limit, m.limit if m.at_least else hi,
+                   color="tab:red", alpha=0.1)  # fmt: skip
+        ax.set_xlim(lo, hi)
+        ax.set_title(m.key, fontsize=8)
+        ax.set(xlabel="median ratio", ylabel="submissions")
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(found) :]:
+        ax.axis("off")
+    fig.tight_layout()
+    return png_uri(fig)
+
+
+def esc(value: Any) -> str:
+    return html.escape(str(value))
+
+
+def census_table(causes: list[Cause]) -> str:
+    if not causes:
+        return "<p>No known mistake was named.</p>"
+    rows = []
+    for c in causes:
+        checks = ", ".join(f"{n} ({k})" for n, k in sorted(c.checks.items()))
+        rows.append(
+            f'<tr><td><code>{esc(c.cause)}</code></td><td class="num">{c.count}</td>'
+            f"<td>{esc(checks)}</td><td><details><summary>example</summary>"
+            f"<pre>{esc(c.example)}</pre></details></td></tr>"
+        )
+    head = "<tr><th>cause</th><th>submissions</th><th>named by (how many)</th><th></th></tr>"
+    return f'<table id="census">{head}{"".join(rows)}</table>'
+
+
+def rates_table(results: list[dict[str, Any]]) -> str:
+    rows = "".join(
+        f"<tr><td>{esc(r.number)}</td><td>{esc(r.name)}</td>"
+        f'<td class="num">{r.passed}/{r.total}</td>'
+        f'<td class="num">{100 * r.passed / r.total:.0f}%</td></tr>'
+        for r in pass_rates(results)
+    )
+    return f"<table><tr><th>check</th><th>name</th><th>passed</th><th>%</th></tr>{rows}</table>"
+
+
+def anchor(sub_id: str) -> str:
+    return "sub-" + "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in sub_id)
+
+
+def students_table(rows: list[Row]) -> str:
+    parts = [p for p in PARTS if any(r.parts.get(p) is not None for r in rows)]
+    head = "".join(f"<th>{p}</th>" for p in parts)
+    body = []
+    for r in rows:
+        names = "; ".join(p.name for p in r.submitters if p.name)
+        scores = "".join(
+            f'<td class="num">{"" if r.parts.get(p) is None else f"{r.parts[p]:g}"}</td>'
+            for p in parts
+        )
+        body.append(
+            f'<tr><td><a href="#{anchor(r.submission_id)}">{esc(r.submission_id)}</a></td>'
+            f"<td>{esc(names)}</td><td>{esc(r.status)}</td>{scores}"
+            f'<td class="num">{r.total:g} / {r.max_score:g}</td></tr>'
+        )
+    return (
+        f"<table><tr><th>submission</th><th>names</th><th>status</th>{head}<th>total</th></tr>"
+        f"{''.join(body)}</table>"
+    )
+
+
+def feedback_sections(rows: list[Row], results: dict[str, dict[str, Any]]) -> str:
+    """Each submission's failed checks, as its student read them."""
+    sections = []
+    for r in rows:
+        data = results.get(r.submission_id) or {}
+        failed = [t for t in data.get("tests", []) if t.get("status") != "passed"]
+        checks = "".join(
+            f'<h4 class="failed">{esc(t.get("name", ""))} ({t.get("score", 0):g} / '
+            f"{t.get('max_score', 0):g})</h4><pre>{esc(t.get('output', ''))}</pre>"
+            for t in failed
+        )
+        sections.append(
+            f'<details id="{anchor(r.submission_id)}"><summary>{esc(r.submission_id)}: '
+            f"{r.total:g} / {r.max_score:g}, {len(failed)} failed</summary>"
+            f"<pre>{esc(data.get('output', ''))}</pre>{checks}</details>"
+        )
+    return "".join(sections)
+
+
+def render(rows: list[Row], results: dict[str, dict[str, Any]], title: str) -> str:
+    """The whole page. ``results``: submission id -> its results data."""
+    causes = census(results)
+    histograms = part_histograms(rows)
+    plots = measure_plots(measures(results))
+    images = f'<img alt="scores per part" src="{histograms}">' if histograms else ""
+    bench = (f'<img alt="benchmark measurements" src="{plots}">' if plots
+             else "<p>No benchmark check was timed in this regrade.</p>")  # fmt: skip
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title>"
+        f"<style>{STYLE}</style></head><body><h1>{esc(title)}</h1>"
+        f"<p>{len(rows)} submissions.</p><h2>Scores per part</h2>{images}"
+        "<h2>Mistake census</h2><p>How many submissions each named cause was found in "
+        "(a cause named only as another's look-alike is not counted). What to explain in "
+        f"the next lecture.</p>{census_table(causes)}"
+        f"<h2>Benchmark measurements</h2>{bench}"
+        f"<h2>Pass rate per check</h2>{rates_table(list(results.values()))}"
+        f"<h2>Submissions</h2>{students_table(rows)}"
+        f"<h2>Feedback</h2>{feedback_sections(rows, results)}</body></html>\n"
+    )
+
+
+def write_class_report(
+    out_dir: Path, rows: list[Row], results: dict[str, dict[str, Any]], title: str
+) -> Path:
+    """Write ``out_dir/report.html`` and return its path."""
+    path = Path(out_dir) / "report.html"
+    path.write_text(render(rows, results, title))
+    return path

@@ -1,0 +1,141 @@
+"""The Markdown a student reads on Gradescope, from the plain text the checks write."""
+
+from __future__ import annotations
+
+import re
+
+from grader.core.feedback import (
+    escape,
+    fenced,
+    markdown_output,
+    markdown_results,
+    shorten_arrays,
+)
+from grader.core.results import GradingResults, TestResult, validate_results
+
+CAUSE = "counts every query head as a KV head (MHA instead of GQA)"
+PART1_OUTPUT = (
+    "f(8B, context 1024) returned 536,870,912, which is wrong (compared exactly). "
+    f"Likely cause: your code {CAUSE}.\n"
+    "f(8B, context 8192) returned 8,589,934,592, which is wrong (compared exactly). "
+    f"Likely cause: your code {CAUSE}.\n"
+    "(and 1 more failing case)"
+)
+
+
+def failed(output: str, *tags: str, number: str = "1.3") -> TestResult:
+    return TestResult(
+        name=f"{number} a check", score=0, max_score=2, status="failed", number=number,
+        output=output, tags=["part1", *tags],
+    )  # fmt: skip
+
+
+def test_a_failed_value_check_has_verdict_cause_table_and_one_thing_to_try() -> None:
+    text = markdown_output(failed(PART1_OUTPUT), None, "cpu")
+    first, *rest = text.split("\n\n")
+    assert first == "**Failed: 0 / 2 points.**"
+    assert text.count(CAUSE) == 1  # the cause of every case, said once
+    assert "| case | expected | got |" in text
+    assert "| f(8B, context 1024) | the right value (compared exactly) | 536,870,912 |" in text
+    assert "*(and 1 more failing case)*" in text
+    assert rest[-1].startswith("**Try:** fix the likely cause above")
+    assert "--parts 1" in rest[-1]
+
+
+def test_several_causes_are_listed_each_once() -> None:
+    line = "f(TP = 4) returned 610, which is wrong (compared exactly). Likely cause: your code "
+    output = f"{line}A; or B.\n{line}A."
+    text = markdown_output(failed(output), None, "cpu")
+    assert "**Likely causes:** your code\n\n- A\n- B" in text
+
+
+def test_logit_errors_read_as_expected_and_got() -> None:
+    output = (
+        "0 of 10 cases correct.\n\ncase 1 (8 tokens): logits differ from the reference's by "
+        "up to 7.73 (tolerance 0.01); first wrong position 2 of 8."
+    )
+    text = markdown_output(failed(output, number="2.4"), None, "cpu")
+    assert text.startswith("**Failed: 0 / 2 points.** 0 of 10 cases correct.")
+    row = "| case 1 (8 tokens) | logits within 0.01 of the reference's | off by up to 7.73, "
+    assert row + "first at position 2 of 8 |" in text
+    assert "start with the first case in the table" in text
+
+
+def test_a_hidden_check_shows_its_score_and_count_only() -> None:
+    output = (
+        "18 of 32 hidden cases correct.\n\nFirst failure: f(hidden spec #1) returned 50, "
+        f"which is wrong (compared exactly). Likely cause: your code {CAUSE}."
+    )
+    text = markdown_output(failed(output, "hidden", number="1.12"), None, "cpu")
+    assert text.startswith("**Failed: 0 / 2 points.** 18 of 32 hidden cases correct.")
+    assert "hidden spec" not in text and "50" not in text and CAUSE not in text
+
+
+def test_what_the_submission_printed_is_fenced_and_cannot_break_out() -> None:
+    printed = "```\n![x](http://evil/x.png) <script>alert(1)</script>"
+    text = markdown_output(failed(f"It raised.\n\nYour code printed:\n{printed}"), None, "cpu")
+    fence = re.search(r"^(`{4,})text$", text, re.M)
+    assert fence, text  # longer than the submission's own fence
+    assert text[fence.end() :].startswith(f"\n{printed}\n{fence.group(1)}\n")
+
+
+def test_returned_values_cannot_draw_links_or_html() -> None:
+    output = "f(x) returned [link](http://evil) <b>, which is wrong (compared exactly)."
+    text = markdown_output(failed(output), None, "cpu")
+    assert "[link](" not in text and "<b>" not in text
+    assert r"\[link\](http://evil) &lt;b&gt;" in text
+
+
+def test_long_arrays_keep_a_few_values_and_the_largest() -> None:
+    assert shorten_arrays("[1, 2, 3]") == "[1, 2, 3]"
+    cut = shorten_arrays("got [0.5, -7.25, 1.0, 2.0, 3.0, 4.0] here")
+    assert cut == "got [0.5, -7.25, 1.0, 2.0, ... (6 values, largest magnitude 7.25)] here"
+
+
+def test_escape_and_fence_helpers() -> None:
+    assert escape("a|b*c `d` n_kv_heads") == r"a\|b\*c \`d\` n_kv_heads"
+    assert fenced("x ```` y").startswith("`````text\n")
+
+
+BENCHMARK = {
+    "profile": "cpu",
+    "criteria": [
+        {"label": "batch 8 speedup (cpu time)", "ratio": {"median": 1.2, "low": 1.1,
+         "high": 1.3}, "limit": 3.69, "at_least": True, "passed": False},
+    ],
+    "timings": {
+        "batch 8, with the cache": {"median_s": 0.04, "cpu_median_s": 0.039, "spread": 0.05,
+                                    "runs_s": [0.04, 0.04, 0.041], "peak_bytes": 2**21},
+    },
+    "extra_rounds": 2,
+}
+
+
+def test_a_benchmark_check_shows_its_measurements_as_tables() -> None:
+    output = (
+        "Benchmark: input 128 tokens, output 16 (cpu profile)\n  batch 8, with the cache: "
+        "median 40.0 ms\nbatch 8 speedup (cpu time): 1.20x, needed at least 3.69x.\n"
+        "Check that the cached path feeds one token per step."
+    )
+    test = failed(output, "benchmark", number="3.11")
+    test.tags = ["part3", "benchmark"]
+    text = markdown_output(test, BENCHMARK, "cpu")
+    assert "Timed by the grader on **cpu**, **cpu** threshold profile." in text
+    assert "| batch 8 speedup (cpu time) | 1.20x | 1.10-1.30x | at least 3.69x | **no** |" in text
+    assert "| batch 8, with the cache | 40.0 | 39.0 | 3 | 5% | 2.0 |" in text
+    assert "median 40.0 ms" not in text  # the table replaces the printed lines
+    assert "Check that the cached path feeds one token per step." in text
+    assert "2 more rounds were timed" in text
+
+
+def test_results_carry_the_format_at_the_top_and_per_check() -> None:
+    results = GradingResults(
+        tests=[failed(PART1_OUTPUT)], output="part1: 0 / 2\nTotal: 0 / 2\n\nA <note>"
+    )
+    data = markdown_results(results).to_gradescope()
+    validate_results(data)
+    assert data["output_format"] == "md"
+    assert data["tests"][0]["output_format"] == "md"
+    assert data["output"] == "part1: 0 / 2  \nTotal: 0 / 2\n\nA &lt;note&gt;"
+    assert results.tests[0].output == PART1_OUTPUT  # the plain results are left alone
+    assert GradingResults.from_gradescope(data).to_gradescope() == data  # read back as is

@@ -1,0 +1,80 @@
+"""``python -m grader similarity``: planted copies rank first, the untouched skeleton
+scores nothing, and student files are read, never followed out of their folder."""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+
+import pytest
+
+from grader import cli
+from grader.ta import similarity
+from tests.ta.similarity_factory import build_similarity_export, disguised
+
+COPIES = {"original", "verbatim", "disguised"}
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], Path]:
+    export = tmp_path_factory.mktemp("export")
+    roles = build_similarity_export(export, independent=10)
+    out = tmp_path_factory.mktemp("similarity")
+    assert cli.main(["similarity", str(export), "--out", str(out)]) == 0
+    return roles, out
+
+
+def ranked(out: Path) -> list[dict[str, str]]:
+    with open(out / "similarity.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_the_planted_copies_rank_first(compared) -> None:
+    roles, out = compared
+    rows = ranked(out)
+    top = [{roles[r["first"]], roles[r["second"]]} for r in rows[:3]]
+    assert all(pair <= COPIES for pair in top), rows[:4]  # the three pairs among the copies
+    assert float(rows[2]["score"]) > 0.5  # the disguised copy is still found
+    assert all(float(r["score"]) < 0.2 for r in rows[3:])  # nobody else comes near
+
+
+def test_the_skeleton_alone_scores_near_zero(compared) -> None:
+    roles, out = compared
+    with open(out / "similarity_by_submission.csv", newline="") as f:
+        highest = {r["submission"]: float(r["highest_score"]) for r in csv.DictReader(f)}
+    assert set(highest) == set(roles)
+    for folder, role in roles.items():
+        assert (highest[folder] > 0.5) == (role in COPIES), (folder, role)
+    skeleton = next(f for f, role in roles.items() if role == "skeleton")
+    assert highest[skeleton] < 0.05
+
+
+def test_the_reports_say_how_to_read_them_and_highlight_the_matches(compared) -> None:
+    _, out = compared
+    md = (out / "similarity.md").read_text()
+    assert "never a verdict" in md and "| 1 | submission_1 | submission_2 | 1.00 |" in md
+    page = (out / "similarity.html").read_text()
+    assert "question1.py" in page and "<span" in page  # copydetect's highlighted regions
+
+
+def test_the_disguise_renames_and_reorders_but_keeps_the_code() -> None:
+    source = "def a(x):\n    y = x + 1\n    return y\n\n\ndef b(z):\n    return a(z)\n"
+    text = disguised(source)
+    assert text.index("def f1") < text.index("def f0")  # b before a
+    assert "x" not in text.replace("def", "") and "v0 + 1" in text
+
+
+def test_links_and_large_files_are_not_read(tmp_path: Path) -> None:
+    folder = tmp_path / "submission_1"
+    folder.mkdir()
+    (folder / "question1.py").write_text("x = 1\n")
+    (folder / "secret.py").symlink_to("/etc/passwd")
+    os.symlink(tmp_path, folder / "loop")
+    (folder / "big.py").write_text("#" * (similarity.MAX_FILE_BYTES + 1))
+    assert list(similarity.code_files(folder)) == ["question1.py"]
+
+
+def test_a_missing_export_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["similarity", str(tmp_path / "absent")]) == 2
+    assert "is not a folder" in capsys.readouterr().err
