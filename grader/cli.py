@@ -325,10 +325,34 @@ def add_similarity(sub: argparse._SubParsersAction) -> None:
     si.set_defaults(func=cmd_similarity)
 
 
+def cmd_reference_benchmarks(args: argparse.Namespace) -> int:
+    """Time the reference's benchmark checks for the self-check's report: 0 once written,
+    1 when the reference did not pass them here."""
+    from grader.ta.reference_benchmarks import main as measure
+
+    try:
+        doc = measure(out=Path(args.out))
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"{args.out}: {doc['measured']}")
+    return 0
+
+
+def add_reference_benchmarks(sub: argparse._SubParsersAction) -> None:
+    from grader.ta.reference_benchmarks import OUT
+
+    rb = sub.add_parser(
+        "reference-benchmarks", help="time the reference for the self-check report's curves"
+    )
+    rb.add_argument("--out", default=str(OUT), help=f"where to write (default: {OUT.name})")
+    rb.set_defaults(func=cmd_reference_benchmarks)
+
+
 #: The subcommands, in the order ``--help`` lists them.
 COMMANDS = (
     add_grade, add_show, add_regen, add_mutants, add_build, add_run_local, add_gradescope,
-    add_calibrate, add_batch, add_merge, add_similarity,
+    add_calibrate, add_batch, add_merge, add_similarity, add_reference_benchmarks,
 )  # fmt: skip
 
 

@@ -48,6 +48,11 @@ class Graded:
     def output(self, number: str) -> str:
         return self.test(number).get("output", "")
 
+    def shown(self, number: str) -> str:
+        """The check's feedback as the student reads it (Markdown, from the file)."""
+        test = next(t for t in self.file["tests"] if t.get("number") == number)
+        return test.get("output", "")
+
     def part_tests(self, part: str) -> list[dict]:
         return [t for t in self.data["tests"] if part in t.get("tags", [])]
 

@@ -130,6 +130,15 @@ def diagnose(got: Any, mistakes: dict[str, Any], diagnoses: dict[str, str], rel_
 
 #: The ids of the causes named by the check running now (see :func:`note_causes`).
 _NAMED: list[str] = []
+#: Data the check running now keeps for reports (see :func:`note_detail`).
+_DETAILS: dict[str, Any] = {}
+
+
+def note_detail(key: str, value: Any) -> None:
+    """Keep plain JSON data about the check running now for reports (the self-check's
+    pictures): the runner stores it in its results' ``extra_data``. The first value
+    noted under a key stands (the first failing case)."""
+    _DETAILS.setdefault(key, value)
 
 
 def note_causes(ids: list[str]) -> None:
@@ -203,13 +212,17 @@ class GradedTestCase(unittest.TestCase):
         if hasattr(fn, "__score__"):
             fn.__score__ = None
         _NAMED.clear()
+        _DETAILS.clear()
 
     def tearDown(self) -> None:
         """Keep the ids of the causes this check named, for results.json."""
         if _NAMED:
             causes = self.ctx.scratch.setdefault("causes", {})
             causes[self.check_number()] = list(_NAMED)
+        if _DETAILS:
+            self.ctx.scratch.setdefault("details", {})[self.check_number()] = dict(_DETAILS)
         _NAMED.clear()
+        _DETAILS.clear()
 
     def request(self, header: dict[str, Any], *, what: str, **kwargs: Any) -> Any:
         """Send a request to this part's worker; a submission problem fails the check."""

@@ -22,6 +22,7 @@ class Comparison:
     ok: bool
     max_error: float
     first_bad: int | None  # first sequence position with an error above the tolerance
+    per_position: tuple[float, ...] = ()  # the largest error at each sequence position
 
 
 def logits_problem(value: Any, shape: tuple[int, ...]) -> str:
@@ -56,6 +57,7 @@ def compare(got: np.ndarray, expected: np.ndarray, atol: float) -> Comparison:
         ok=bad.size == 0,
         max_error=float(err.max()) if err.size else 0.0,
         first_bad=int(bad[0]) if bad.size else None,
+        per_position=tuple(float(e) for e in per_position),
     )
 
 

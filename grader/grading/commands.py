@@ -40,6 +40,7 @@ def tag_set(text: str) -> frozenset[str] | None:
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
+    from grader.core.feedback import markdown_results
     from grader.core.report import terminal_report
     from grader.grading.runner import grade
 
@@ -55,11 +56,17 @@ def cmd_grade(args: argparse.Namespace) -> int:
         tags=tag_set(args.tags),
         hide=tuple(Path(h) for h in args.hide),
     )
+    if args.report:
+        from grader.grading.selfcheck_report import write_report
+
+        reference = Path(args.reference) if args.reference else None
+        page = write_report(Path(args.results), Path(args.report), reference)
+        print(f"report with pictures: {page}")
     if results is None:
         print(f"grading failed; a fallback results file was written to {args.results}")
         return 0
-    if args.table:
-        print(terminal_report(results, details=args.details))
+    if args.table:  # the feedback as Gradescope shows it (and `show` reprints it)
+        print(terminal_report(markdown_results(results), details=args.details))
     print(f"results written to {args.results}")
     return 0
 
@@ -82,6 +89,10 @@ def add_grade(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--details", action="store_true", help="with --table: print failed feedback")
     g.add_argument(
         "--public-only", action="store_true", help="leave out the hidden-case checks (self-check)"
+    )
+    g.add_argument("--report", metavar="HTML", help="also write an HTML report with pictures")
+    g.add_argument(
+        "--reference", metavar="JSON", help="with --report: the reference's benchmark records"
     )
     g.set_defaults(func=cmd_grade)
 

@@ -191,9 +191,11 @@ class Grading:
                 "check running then was stopped and the ones after it were not run."
             )
         named = ctx.scratch.get("causes", {})
+        details = ctx.scratch.get("details", {})
         for test in results.tests:  # the named causes' ids, beside the failed checks' text
             if test.status == "failed" and named.get(test.number):
                 test.extra_data["causes"] = named[test.number]
+            test.extra_data.update(details.get(test.number, {}))
         results.output = summary(results, notes)
         results.extra_data = {
             "device": ctx.device,

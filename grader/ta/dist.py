@@ -211,6 +211,8 @@ def build_student(*, out: Path, check_cases: bool = True) -> Path:
     with zipfile.ZipFile(out, "w") as zf:
         _write(zf, f"{top}README.md", (ASSIGNMENT / "README.md").read_bytes())
         _write(zf, f"{top}selfcheck.py", (student / "selfcheck.py").read_bytes(), True)
+        reference = student / "reference_benchmarks.json"  # the report's reference curves
+        _write(zf, f"{top}{reference.name}", reference.read_bytes())
         _write(zf, f"{top}requirements.txt", student_requirements().encode())
         _add_tree(zf, ASSIGNMENT, f"{top}assignment/", skip=["README.md"])
         _add_tree(zf, TEST_CASES / "public", f"{top}test_cases/public/")

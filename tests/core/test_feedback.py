@@ -100,12 +100,22 @@ def test_escape_and_fence_helpers() -> None:
 BENCHMARK = {
     "profile": "cpu",
     "criteria": [
-        {"label": "batch 8 speedup (cpu time)", "ratio": {"median": 1.2, "low": 1.1,
-         "high": 1.3}, "limit": 3.69, "at_least": True, "passed": False},
+        {
+            "label": "batch 8 speedup (cpu time)",
+            "ratio": {"median": 1.2, "low": 1.1, "high": 1.3},
+            "limit": 3.69,
+            "at_least": True,
+            "passed": False,
+        },
     ],
     "timings": {
-        "batch 8, with the cache": {"median_s": 0.04, "cpu_median_s": 0.039, "spread": 0.05,
-                                    "runs_s": [0.04, 0.04, 0.041], "peak_bytes": 2**21},
+        "batch 8, with the cache": {
+            "median_s": 0.04,
+            "cpu_median_s": 0.039,
+            "spread": 0.05,
+            "runs_s": [0.04, 0.04, 0.041],
+            "peak_bytes": 2**21,
+        },
     },
     "extra_rounds": 2,
 }

@@ -1,6 +1,7 @@
 """The student's side, as a student meets it: ``student.zip`` unpacked, the handout's
 set-up commands run verbatim in a fresh virtual environment, and the self-check run on
-the blank skeletons (0, every check listed) and on the reference (full marks).
+the blank skeletons (0, every check listed) and on the reference with one Part 2 mistake
+(full marks elsewhere, a report with pictures).
 
 Only pip's own configuration is used. ``PIP_RETRIES=0`` keeps an unreachable PyTorch
 index (a machine without a network) from costing retries: pip then falls back to its
@@ -9,6 +10,8 @@ configured local wheels, as it would to the index on a student's machine.
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import os
 import re
@@ -19,10 +22,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from grader.core.points import BONUS, POINTS, bonus_total, part_total
 from grader.core.registry import PARTS
 from grader.ta import dist as build
+from grader.ta.mutants import load_mutants
 from grader.ta.regen import import_path
 from tests.conftest import ROOT, SOLUTION
 
@@ -135,7 +140,9 @@ def run_selfcheck(home: Path, *args: str) -> tuple[subprocess.CompletedProcess, 
 
 def test_fresh_venv_selfcheck_blank_then_reference(student_home: Path) -> None:
     """One test (the install is the expensive part): the blank skeletons score 0 with
-    every public check listed; the reference scores every public point and the bonus."""
+    every public check listed; the reference with one Part 2 mistake planted scores every
+    public point of Parts 1, 3 and 4 and the bonus, and its HTML report holds the three
+    pictures (Part 4's latency, Part 3's speedups, Part 2's logit errors)."""
     proc, blank = run_selfcheck(student_home)
     listed = {t["number"] for t in blank["tests"]}
     selfcheck = import_path(student_home / "selfcheck.py", "selfcheck_student_home")
@@ -147,14 +154,29 @@ def test_fresh_venv_selfcheck_blank_then_reference(student_home: Path) -> None:
     assert "TOTAL  0 / " in proc.stdout
     assert "public counterparts here" in proc.stdout
 
+    mistake = next(m for m in load_mutants("part2") if m.name == "positions_not_offset")
     reference = student_home / "reference"
     shutil.copytree(SOLUTION, reference, ignore=shutil.ignore_patterns("__pycache__"))
+    target = reference / mistake.file
+    target.write_text(mistake.apply(target.read_text()))
     proc, full = run_selfcheck(student_home, "reference")
-    failed = [t["number"] for t in full["tests"] if t["status"] != "passed"]
-    assert failed == [], proc.stdout[-4000:]
+    failed = {t["number"] for t in full["tests"] if t["status"] != "passed"}
+    assert failed and all(n.startswith("2.") for n in failed), proc.stdout[-4000:]
+    assert "2.4" in failed and "report with pictures" in proc.stdout
     hidden_points = sum(POINTS[f"part{n.split('.')[0]}"][n] for n in selfcheck.HIDDEN_COUNTERPARTS)
     total = sum(part_total(p) + bonus_total(p) for p in PARTS)
-    assert full["score"] == pytest.approx(total - hidden_points)
+    lost = sum(t["max_score"] - t["score"] for t in full["tests"] if t["number"] in failed)
+    assert full["score"] == pytest.approx(total - hidden_points - lost)
+    page = (student_home / "selfcheck_report.html").read_text()
+    found = re.findall(r'<img alt="([^"]+)" src="data:image/png;base64,([^"]+)"', page)
+    assert [alt for alt, _ in found] == [
+        "Part 4: latency against L", "Part 3: speedup per batch size",
+        "Part 2: per-position logit error",
+    ]  # fmt: skip
+    for _, data in found:
+        image = Image.open(io.BytesIO(base64.b64decode(data)))
+        assert image.format == "PNG" and image.size == (576, 360)
+    assert "The reference's curves:" in page
 
 
 def selfcheck_module():

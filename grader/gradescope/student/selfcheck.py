@@ -9,7 +9,9 @@ messages and the same sandboxed worker. A few checks use cases only Gradescope
 has (other weights, random inputs); each has a public counterpart here that runs
 the same code on public data (listed at the end), so a submission that passes
 every check here can lose points only to the hidden cases. Results go to
-selfcheck_results.json.
+selfcheck_results.json; selfcheck_report.html shows the same feedback with pictures (your
+Part 4 latency against L and Part 3 speedups beside the reference's, and where Part 2's
+logits go wrong).
 
 Part 1's public cases are the write-up's questions, so this folder holds their
 answers sealed, not in plain form: a check says whether your value is right (and
@@ -163,6 +165,8 @@ def main(argv: list[str]) -> int:
     command = [
         sys.executable, "-m", "grader.grading", "grade", str(Path(folder).resolve()),
         "--results", str(results), "--table", "--details", "--public-only", *options,
+        "--report", str(HERE / "selfcheck_report.html"),
+        "--reference", str(HERE / "reference_benchmarks.json"),
     ]  # fmt: skip
     print("Public test data only: the hidden cases run on Gradescope.\n", flush=True)
     status = subprocess.call(command, cwd=HERE)

@@ -17,7 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from grader.checks.base import GradedTestCase, Outcome, likely_cause, with_output
+from grader.checks.base import (
+    GradedTestCase,
+    Outcome,
+    likely_cause,
+    note_detail,
+    with_output,
+)
 from grader.checks.logits import (
     compare,
     logits_problem,
@@ -227,6 +233,12 @@ class Part2Base(Part2Diagnosis, GradedTestCase):
             )
             if not show_values:
                 message = f"{label}: logits are wrong ({first})."
+            else:  # the first failing public case's errors, step by step (self-check picture)
+                errors = [round(e, 6) if np.isfinite(e) else None for e in result.per_position]
+                note_detail("logit_errors", {
+                    "case": label, "tolerance": self.atol(), "max_error": errors,
+                    "positions": list(range(length)) if positions is None else list(positions),
+                })  # fmt: skip
             raise CaseFailure(message)
         return got, shapes
 

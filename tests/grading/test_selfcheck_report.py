@@ -1,0 +1,105 @@
+"""The self-check's HTML report: three pictures drawn from a results file and the
+reference's records, embedded so that the page opens offline."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from grader.grading.selfcheck_report import (
+    latency_figure,
+    per_token_curve,
+    render,
+    speedups,
+    write_report,
+)
+
+#: figsize (6.4, 4) at 90 dpi
+SIZE = (576, 360)
+
+
+def timing(ms: float) -> dict:
+    return {"median_s": ms / 1000, "cpu_median_s": ms / 1000, "runs_s": [ms / 1000]}
+
+
+def part4(cached: tuple[float, float], free: tuple[float, float]) -> dict:
+    return {"check": "4.6", "timings": {
+        "with the cache, L = 32": timing(cached[0]), "with the cache, L = 256": timing(cached[1]),
+        "without the cache, L = 32": timing(free[0]), "without the cache, L = 256": timing(free[1]),
+        "the reference, with the cache, L = 256": timing(9.0),
+    }}  # fmt: skip
+
+
+def part3(*medians: float) -> dict:
+    return {"check": "3.11", "criteria": [
+        {"label": f"batch {b} speedup (cpu time)", "ratio": {"median": m}, "limit": 2.0,
+         "at_least": True, "passed": m >= 2.0}
+        for b, m in zip((1, 8, 16), medians, strict=False)
+    ]}  # fmt: skip
+
+
+def results() -> dict:
+    errors = {"case": "case 1 (8 tokens)", "tolerance": 0.01, "positions": list(range(8)),
+              "max_error": [5e-5, 7.0, 6.5, 6.6, 7.7, 6.8, 5.0, 5.9]}  # fmt: skip
+    tests = [
+        {"number": "2.4", "name": "2.4 sequential", "status": "failed", "score": 0,
+         "max_score": 4, "tags": ["part2"], "output": "**Failed**",
+         "extra_data": {"logit_errors": errors}},
+        {"number": "3.11", "name": "3.11 benchmark", "status": "passed", "score": 2,
+         "max_score": 2, "tags": ["part3"]},
+        {"number": "4.6", "name": "4.6 latency", "status": "passed", "score": 4,
+         "max_score": 4, "tags": ["part4"]},
+    ]  # fmt: skip
+    bench = {"3.11": part3(2.5, 6.0, 9.0), "4.6": part4((1.0, 1.1), (1.3, 2.8))}
+    return {"output": "Total: 6 / 10", "tests": tests, "extra_data": {"benchmarks": bench}}
+
+
+def images(page: str) -> dict[str, Image.Image]:
+    found = {}
+    for alt, data in re.findall(r'<img alt="([^"]+)" src="data:image/png;base64,([^"]+)"', page):
+        image = Image.open(io.BytesIO(base64.b64decode(data)))
+        image.load()
+        found[alt] = image
+    return found
+
+
+def test_the_report_holds_the_three_pictures(tmp_path: Path) -> None:
+    (tmp_path / "r.json").write_text(json.dumps(results()))
+    reference = {"measured": "2026-11-26, a CPU", "benchmarks": {
+        "3.11": part3(2.7, 6.0, 9.1), "4.6": part4((0.9, 0.9), (1.3, 2.8))}}  # fmt: skip
+    (tmp_path / "ref.json").write_text(json.dumps(reference))
+    page = write_report(tmp_path / "r.json", tmp_path / "r.html", tmp_path / "ref.json")
+    found = images(page.read_text())
+    assert set(found) == {
+        "Part 4: latency against L", "Part 3: speedup per batch size",
+        "Part 2: per-position logit error",
+    }  # fmt: skip
+    assert all(image.size == SIZE and image.format == "PNG" for image in found.values())
+    assert "2026-11-26, a CPU" in page.read_text()
+    assert 'src="http' not in page.read_text()
+
+
+def test_a_part_without_data_says_why_instead_of_drawing() -> None:
+    data = results()
+    data["extra_data"]["benchmarks"] = {}
+    data["tests"][0]["extra_data"] = {}
+    page = render(data, {})
+    assert images(page) == {}
+    assert "No picture: the check 4.6 timed nothing" in page
+    assert "No picture: no Part 2 logits check failed" in page
+
+
+def test_the_curves_are_read_by_variant_and_l_and_drawn_relative() -> None:
+    record = part4((2.0, 2.2), (2.6, 5.6))
+    assert per_token_curve(record, "with the cache") == {32: 0.002, 256: 0.0022}
+    assert speedups(part3(2.5, 6.0)) == {1: (2.5, 2.0), 8: (6.0, 2.0)}
+    fig = latency_figure(record, None)
+    lines = {line.get_label(): list(line.get_ydata()) for line in fig.axes[0].get_lines()}
+    assert lines["your code, with the cache"] == pytest.approx([1.0, 1.1])  # cached, L = 32
+    assert lines["your code, without the cache"] == pytest.approx([1.3, 2.8])
