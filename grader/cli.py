@@ -146,7 +146,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
         return 2
     print(", ".join(f"{n} {s}" for s, n in summary.counts.items()) + f"; see {summary.out_dir}")
     print(f"one row per student: {summary.out_dir / 'scores.csv'}; the class: "
-          f"{summary.out_dir / 'summary.md'}")  # fmt: skip
+          f"{summary.out_dir / 'summary.md'} and {summary.out_dir / 'report.html'}")  # fmt: skip
     for folder, why in summary.died.items():
         print(f"\n{folder}: {why}", file=sys.stderr)
     if summary.died:

@@ -15,7 +15,9 @@ A high rank is a reason to read two submissions side by side, never a verdict.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import os
 import shutil
 import sys
 import tempfile
@@ -154,7 +156,6 @@ def main(*, export_dir: Path, out_dir: Path, boilerplate: Path = ASSIGNMENT) -> 
     import matplotlib
 
     matplotlib.use("Agg")  # copydetect draws its figures with pyplot
-    from copydetect import CopyDetector
 
     export_dir, out_dir = Path(export_dir).resolve(), Path(out_dir).resolve()
     if not export_dir.is_dir():
@@ -169,21 +170,32 @@ def main(*, export_dir: Path, out_dir: Path, boilerplate: Path = ASSIGNMENT) -> 
         skeleton = {rel: path.read_bytes() for rel, path in code_files(boilerplate).items()}
         owner = stage(folders, scratch / "submissions", skeleton)
         stage([boilerplate], scratch / "boilerplate", {})
-        detector = CopyDetector(
-            test_dirs=[str(scratch / "submissions")],
-            boilerplate_dirs=[str(scratch / "boilerplate")],
-            extensions=["py"],
-            noise_t=NOISE_T,
-            guarantee_t=GUARANTEE_T,
-            same_name_only=True,
-            autoopen=False,
-            silent=True,
-            out_file=str(out_dir / "similarity.html"),
-        )
-        detector.run()
-        files = [str(f) for f in detector.test_files]
-        pairs = ranked_pairs(files, detector.similarity_matrix, owner) if owner else []
-        if pairs:
-            detector.generate_html_report()
+        # Relative paths: the report names "submissions/submission_1/question1.py".
+        with contextlib.chdir(scratch):
+            pairs = compare(out_dir, {os.path.relpath(k, scratch): v for k, v in owner.items()})
     write_outputs(pairs, out_dir, [f.name for f in folders])
+    return pairs
+
+
+def compare(out_dir: Path, owner: dict[str, str]) -> list[Pair]:
+    """copydetect over ``submissions/`` against ``boilerplate/`` (in the working folder),
+    its report written to ``out_dir``; the ranked pairs."""
+    from copydetect import CopyDetector
+
+    detector = CopyDetector(
+        test_dirs=["submissions"],
+        boilerplate_dirs=["boilerplate"],
+        extensions=["py"],
+        noise_t=NOISE_T,
+        guarantee_t=GUARANTEE_T,
+        same_name_only=True,
+        autoopen=False,
+        silent=True,
+        out_file=str(out_dir / "similarity.html"),
+    )
+    detector.run()
+    files = [str(f) for f in detector.test_files]
+    pairs = ranked_pairs(files, detector.similarity_matrix, owner) if owner else []
+    if pairs:
+        detector.generate_html_report()
     return pairs
