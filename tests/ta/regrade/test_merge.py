@@ -101,6 +101,9 @@ def test_gpu_checks_replace_the_cpu_ones_and_say_where_they_ran(
     assert str(gpu) in graded_by["2.11"]["source"]
     assert data["extra_data"]["merge"]["checks_from_gpu"] == ["2.11", "3.11"]
     assert "graded on cuda with the cuda profile" in data["output"]
+    page = (tmp_path / "merged" / "report.html").read_text()  # the merged class, one page
+    for folder in ("submission_1", "submission_2", "submission_3"):
+        assert f'<a href="#sub-{folder}">{folder}</a>' in page and f'id="sub-{folder}"' in page
 
 
 def test_scores_csv_has_one_row_per_student_and_flags_missing_runs(
