@@ -26,7 +26,7 @@ MOST_VALUES = 4
 
 CAUSE = re.compile(
     r"(?:Several known mistakes seem present at once\. )?"
-    r"Likely causes?: (?:your code )?(?P<text>.+)$"
+    r"Likely causes?: (?P<text>.+)$"
 )
 #: How a check lists several causes in one sentence.
 CAUSE_JOIN = re.compile(r"; (?:or|and your code) ")
@@ -98,8 +98,8 @@ def verdict(test: TestResult, count: str = "") -> str:
 def cause_block(causes: list[str]) -> str:
     """The named causes, each once: a sentence for one, a list for several."""
     if len(causes) == 1:
-        return f"**Likely cause:** your code {escape(causes[0])}."
-    return "**Likely causes:** your code\n\n" + "\n".join(f"- {escape(c)}" for c in causes)
+        return f"**Likely cause:** {escape(causes[0])}."
+    return "**Likely causes:**\n\n" + "\n".join(f"- {escape(c)}" for c in causes)
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
@@ -116,10 +116,13 @@ def split_causes(lines: list[str]) -> tuple[list[str], list[str]]:
         at = line.find("Likely cause")
         at = line.find("Several known mistakes") if "Several known mistakes" in line else at
         if at >= 0 and (m := CAUSE.match(line[at:])):
-            for text in CAUSE_JOIN.split(m.group("text")):
-                text = text.strip().removesuffix(".")
-                if text and text not in causes:
-                    causes.append(text)
+            text = m.group("text")
+            # "your code A; or B": each cause keeps the sentence's subject
+            subject = "your code " if text.startswith("your code ") else ""
+            for part in CAUSE_JOIN.split(text.removeprefix(subject)):
+                cause = subject + part.strip().removesuffix(".")
+                if part.strip() and cause not in causes:
+                    causes.append(cause)
             line = line[:at].rstrip()
         if line:
             kept.append(line)

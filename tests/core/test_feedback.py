@@ -46,7 +46,14 @@ def test_several_causes_are_listed_each_once() -> None:
     line = "f(TP = 4) returned 610, which is wrong (compared exactly). Likely cause: your code "
     output = f"{line}A; or B.\n{line}A."
     text = markdown_output(failed(output), None, "cpu")
-    assert "**Likely causes:** your code\n\n- A\n- B" in text
+    assert "**Likely causes:**\n\n- your code A\n- your code B" in text
+
+
+def test_a_cause_keeps_its_own_subject() -> None:
+    output = "It ran on.\nLikely cause: generate did not stop at <|eot_id|>."
+    text = markdown_output(failed(output), None, "cpu")
+    assert r"**Likely cause:** generate did not stop at &lt;\|eot_id\|&gt;." in text
+    assert "your code generate" not in text
 
 
 def test_logit_errors_read_as_expected_and_got() -> None:
