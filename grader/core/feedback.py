@@ -19,10 +19,12 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from grader.core.results import GradingResults, TestResult
+from grader.core.results import GradingResults, TestResult, truncate
 
 #: Numbers in a bracketed list beyond which it is cut ("a few values" and the count).
 MOST_VALUES = 4
+#: What the submission printed is shown up to this many characters (its start and end).
+MAX_PRINTED_CHARS = 3000
 
 CAUSE = re.compile(
     r"(?:Several known mistakes seem present at once\. )?"
@@ -238,8 +240,8 @@ def markdown_output(test: TestResult, benchmark: dict[str, Any] | None, device: 
         kept, causes = split_causes(lines)
         body = case_section(kept)
     blocks = [verdict(test, count), *([cause_block(causes)] if causes else []), *body]
-    if printed.strip():
-        blocks += ["Your code printed:", fenced(printed)]
+    if printed.strip():  # cut first, so that the page's own limit never cuts the fence
+        blocks += ["Your code printed:", fenced(truncate(printed.strip(), MAX_PRINTED_CHARS))]
     if test.status != "passed" and benchmark is None:
         blocks.append(try_next(test, causes, any(b.startswith("| case") for b in body)))
     return "\n\n".join(blocks)

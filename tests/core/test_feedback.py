@@ -86,6 +86,16 @@ def test_what_the_submission_printed_is_fenced_and_cannot_break_out() -> None:
     assert text[fence.end() :].startswith(f"\n{printed}\n{fence.group(1)}\n")
 
 
+def test_long_printed_output_is_cut_inside_its_fence() -> None:
+    printed = "x" * 20_000 + "\nthe last line"
+    data = markdown_results(
+        GradingResults(tests=[failed(f"Raised.\n\nYour code printed:\n{printed}")])
+    )
+    text = data.to_gradescope()["tests"][0]["output"]
+    assert len(text) < 5000 and "characters cut" in text and "the last line" in text
+    assert text.count("```") == 2  # the fence opened is closed
+
+
 def test_returned_values_cannot_draw_links_or_html() -> None:
     output = "f(x) returned [link](http://evil) <b>, which is wrong (compared exactly)."
     text = markdown_output(failed(output), None, "cpu")
