@@ -16,13 +16,13 @@ report never runs student code.
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import json
 import re
 from pathlib import Path
 from typing import Any
+
+from grader.core.figures import png_uri, pyplot
 
 #: The reference's benchmark records, measured by ``python -m grader reference-benchmarks``
 #: and shipped beside selfcheck.py.
@@ -34,23 +34,6 @@ pre { white-space: pre-wrap; background: #f7f7f7; padding: .6em; }
 img { max-width: 100%; border: 1px solid #ddd; }
 .failed { color: #a00; } .passed { color: #070; }
 """
-
-
-def pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def png_uri(fig: Any) -> str:
-    """A figure as an embedded PNG; the figure is closed."""
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=90)
-    pyplot().close(fig)
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
 def per_token_curve(record: dict[str, Any], variant: str) -> dict[int, float]:

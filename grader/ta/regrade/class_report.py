@@ -10,12 +10,11 @@ mail attachment or a shared drive, with no server.
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 from pathlib import Path
 from typing import Any
 
+from grader.core.figures import png_uri, pyplot
 from grader.core.registry import PARTS
 from grader.ta.regrade.census import Cause, Measure, census, measures
 from grader.ta.regrade.report import Row, pass_rates
@@ -30,25 +29,6 @@ pre { white-space: pre-wrap; background: #f7f7f7; padding: .6em; max-width: 60em
 img { max-width: 100%; }
 .failed { color: #a00; }
 """
-
-
-def png_uri(fig: Any) -> str:
-    """A matplotlib figure as an embedded PNG (``data:`` URI); the figure is closed."""
-    import matplotlib.pyplot as plt
-
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=90)
-    plt.close(fig)
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
-
-
-def pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def part_histograms(rows: list[Row]) -> str:

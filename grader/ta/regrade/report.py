@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grader.core.figures import pyplot
 from grader.core.registry import PARTS
 
 #: ``died``: a cluster task that never finished (time limit, node failure, out of memory);
@@ -196,11 +197,9 @@ def write_outputs(summary: BatchSummary) -> None:
 def save_histogram(bins: list[tuple], path: Path, max_score: float = 0.0) -> None:
     """The score histogram as a PNG (matplotlib, headless): whole submissions on the count
     axis, full marks drawn in, and bonus points past it shaded as such."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
+
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.bar(
