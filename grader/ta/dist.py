@@ -41,6 +41,7 @@ from grader.core.paths import (
     TEST_CASES,
 )
 from grader.core.registry import PARTS
+from grader.grading.selfcheck_report import REFERENCE_FILE
 
 FIXED_TIME = (2024, 1, 1, 0, 0, 0)
 #: Where a grading starts: the zips' entry point (``python -m grader.grading``, run by
@@ -211,7 +212,7 @@ def build_student(*, out: Path, check_cases: bool = True) -> Path:
     with zipfile.ZipFile(out, "w") as zf:
         _write(zf, f"{top}README.md", (ASSIGNMENT / "README.md").read_bytes())
         _write(zf, f"{top}selfcheck.py", (student / "selfcheck.py").read_bytes(), True)
-        reference = student / "reference_benchmarks.json"  # the report's reference curves
+        reference = student / REFERENCE_FILE  # the self-check report's reference curves
         _write(zf, f"{top}{reference.name}", reference.read_bytes())
         _write(zf, f"{top}requirements.txt", student_requirements().encode())
         _add_tree(zf, ASSIGNMENT, f"{top}assignment/", skip=["README.md"])

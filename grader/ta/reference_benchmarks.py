@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from grader.core.paths import GRADESCOPE_FILES, SOLUTION
+from grader.grading.selfcheck_report import REFERENCE_FILE
 
-OUT = GRADESCOPE_FILES / "student" / "reference_benchmarks.json"
+OUT = GRADESCOPE_FILES / "student" / REFERENCE_FILE
 #: The checks whose records the report draws.
 CHECKS = ("3.11", "4.6")
 

@@ -191,9 +191,9 @@ def main(
             died = _grade_on_cluster(todo, export_dir, results_of, run, record, cluster, out_dir)
     finally:
         bar.close()
-    summary = summarise(out_dir, [rows[f] for f in folders], results_of, died, started)
-    write_outputs(summary)
     results = {f: data for f in folders if (data := load_valid(results_of[f]))}
+    summary = summarise(out_dir, [rows[f] for f in folders], results, died, started)
+    write_outputs(summary)
     write_class_report(out_dir, summary.rows, results, f"Regrade of {export_dir.name}")
     return summary
 
@@ -221,11 +221,12 @@ def read_export(export_dir: Path, out_dir: Path) -> tuple[dict[str, list[Submitt
 def summarise(
     out_dir: Path,
     rows: list[Row],
-    results_of: dict[str, Path],
+    results: dict[str, dict[str, Any]],
     died: dict[str, str],
     started: float,
 ) -> BatchSummary:
-    """The batch's counts, score statistics and per-check pass rates."""
+    """The batch's counts, score statistics and per-check pass rates (``results``: each
+    submission's valid results file, read once)."""
     totals = [r.total for r in rows]
     return BatchSummary(
         out_dir=out_dir,
@@ -237,7 +238,7 @@ def summarise(
             "min": min(totals, default=0.0),
             "max": max(totals, default=0.0),
         },
-        rates=pass_rates([d for f in results_of if (d := load_valid(results_of[f]))]),
+        rates=pass_rates(list(results.values())),
         elapsed_s=time.monotonic() - started,
         died=died,
     )

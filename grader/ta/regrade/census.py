@@ -49,10 +49,15 @@ def named_causes(data: dict[str, Any]) -> dict[str, set[str]]:
 
 
 def submission_causes(data: dict[str, Any]) -> set[str]:
-    """The causes one submission is counted under. A cause named only beside another
-    (every check that names it names the other too, and the other more often) is that
-    other's look-alike on some inputs, not a second mistake: it is not counted."""
-    named = named_causes(data)
+    """The causes one submission is counted under (see :func:`counted`)."""
+    return counted(named_causes(data))
+
+
+def counted(named: dict[str, set[str]]) -> set[str]:
+    """Of the causes ``named`` (cause -> checks), those a submission is counted under. A
+    cause named only beside another (every check that names it names the other too, and
+    the other more often) is that other's look-alike on some inputs, not a second mistake:
+    it is not counted."""
     return {
         cause
         for cause, checks in named.items()
@@ -75,9 +80,8 @@ def census(results: dict[str, dict[str, Any]]) -> list[Cause]:
     named it and one example message. ``results``: submission id -> results data."""
     causes: dict[str, Cause] = {}
     for sub_id, data in results.items():
-        counted = submission_causes(data)
         named = named_causes(data)
-        for cause in sorted(counted):
+        for cause in sorted(counted(named)):
             entry = causes.setdefault(cause, Cause(cause))
             entry.submissions.append(sub_id)
             for number in named[cause]:
