@@ -390,6 +390,13 @@ class WorkerClient:
         code = proc.wait(timeout=10) if proc is not None else None
         output = self._output.since_mark() if self._output else ""
         self.stop()
+        if self.sandbox.expired.is_set():  # the watchdog stopped it, not the submission
+            raise SubmissionError(
+                f"{label} was stopped before it finished: the whole grading ran past its "
+                f"{self.limits.grading_timeout_s:.0f} s time budget.",
+                kind="timeout",
+                output=output,
+            )
         if code in (96, 97, 98):
             raise SubmissionError(
                 f"{label}: the grader could not isolate the worker (network, files or "
