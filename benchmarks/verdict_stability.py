@@ -61,6 +61,7 @@ from grader.ta.calibrate import (  # noqa: E402
     EXTRA_BASELINES,
     cache_free_submission,
 )
+from grader.ta.regrade.batch import regrade_timeout_s  # noqa: E402
 from grader.ta.regrade.cluster import (  # noqa: E402
     ClusterError,
     ClusterOptions,
@@ -89,10 +90,10 @@ def start_grading(submission: Path, pin: int | None, device: str) -> tuple[subpr
     return process, out
 
 
-def finish_grading(process: subprocess.Popen, out: Path) -> dict:
+def finish_grading(process: subprocess.Popen, out: Path, device: str = "cpu") -> dict:
     """The verdicts and ratios of a grading started by ``start_grading``."""
     try:
-        _, stderr = process.communicate(timeout=900)
+        _, stderr = process.communicate(timeout=regrade_timeout_s(device))
         if process.returncode != 0:
             raise RuntimeError(f"grading failed ({process.returncode}): {stderr[-2000:]}")
         return verdicts_of(json.loads(out.read_text()))
@@ -103,7 +104,7 @@ def finish_grading(process: subprocess.Popen, out: Path) -> dict:
 
 def grade_once(submission: Path, pin: int | None, device: str = "cpu") -> dict:
     """One benchmark-only grading in a fresh process: its verdicts and ratios."""
-    return finish_grading(*start_grading(submission, pin, device))
+    return finish_grading(*start_grading(submission, pin, device), device)
 
 
 def verdicts_of(data: dict) -> dict:
@@ -149,7 +150,7 @@ def run_condition(
             if condition == "paired":  # all at once: each grading shares the machine
                 started_now = {n: start_grading(p, pin, device) for n, p in submissions.items()}
                 for name, (process, out) in started_now.items():
-                    found[name].append(finish_grading(process, out))
+                    found[name].append(finish_grading(process, out, device))
             else:
                 for name, path in submissions.items():
                     found[name].append(grade_once(path, pin, device))

@@ -246,7 +246,13 @@ def add_batch(sub: argparse._SubParsersAction) -> None:
     ba.add_argument("--out", required=True, help="output folder (a re-run resumes here)")
     ba.add_argument("--jobs", type=int, default=2, help="submissions graded at once")
     add_parts_option(ba)
-    ba.add_argument("--timeout", type=float, default=900, help="seconds per submission")
+    ba.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds per submission (default: the device profile's grading budget + "
+        "the grader's set-up, 900 on cpu)",
+    )
     add_device_option(ba)
     add_tags_option(ba)
     ba.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -50,6 +50,13 @@ def profile_provisional(device: str) -> bool:
     return bool(load_thresholds(device).get("provisional", False))
 
 
+def grading_budget_s(device: str) -> float | None:
+    """The wall clock one whole grading on ``device`` may take, where its profile sets
+    one (``grading_budget_s``); None: the sandbox's default (Gradescope's)."""
+    budget = load_thresholds(device).get("grading_budget_s")
+    return float(budget) if budget is not None else None
+
+
 def timed_rounds(bench: dict[str, Any]) -> int:
     """The rounds one benchmark check times at most in a grading (``bench``: one part of
     a profile): warm-up, repeats and the confirmation of a miss."""

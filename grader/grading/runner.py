@@ -27,6 +27,7 @@ from grader.core.results import (
     write_results,
 )
 from grader.core.thresholds import (
+    grading_budget_s,
     leaderboard_entries,
     leaderboard_settings,
     profile_provisional,
@@ -233,6 +234,17 @@ class Grading:
                 print(f"warning: {warning}", file=sys.stderr)
 
 
+def limits_for(device: str) -> Limits:
+    """The sandbox's limits for a grading on ``device``: the defaults (Gradescope's), with
+    the whole grading's wall clock from the device's profile where it sets one."""
+    budget = grading_budget_s(device)
+    if budget is None:
+        return Limits()
+    # The CPU-time backstop stays above the wall clock: a GPU worker's host thread spins
+    # while it waits for the device.
+    return Limits(grading_timeout_s=budget, cpu_seconds=max(Limits.cpu_seconds, int(budget)))
+
+
 def grade(
     submission: Path,
     *,
@@ -255,8 +267,13 @@ def grade(
     ``hide`` names folders the worker must not see besides the grader's own (an export);
     ``numbers`` keeps only those checks.
     """
+    device = resolve_device(device)
     run = Grading(
-        Path(submission), results_path, parts or list(PARTS), limits or Limits(), cases_root
+        Path(submission),
+        results_path,
+        parts or list(PARTS),
+        limits or limits_for(device),
+        cases_root,
     )
     run.warn = not public_only  # a public-only run is a student's self-check
     try:

@@ -32,6 +32,8 @@ from tqdm import tqdm
 
 from grader.core.registry import parse_parts
 from grader.core.results import fallback_results
+from grader.core.thresholds import resolve_device
+from grader.grading.runner import limits_for
 from grader.ta.regrade.class_report import write_class_report
 from grader.ta.regrade.one import allow_running, grade_one, load_valid, stop_running
 from grader.ta.regrade.report import (
@@ -139,13 +141,24 @@ def progress_bar(
     )
 
 
+#: Seconds a regrade allows beyond the grading's own budget: the grader's start (torch's
+#: import, the sandbox), the reference's runs before the submission's, and the close.
+SETUP_ALLOWANCE_S = 420
+
+
+def regrade_timeout_s(device: str) -> float:
+    """Seconds one submission's regrade may take on ``device``: its grading budget (the
+    device profile's, else Gradescope's) and the set-up around it."""
+    return limits_for(resolve_device(device)).grading_timeout_s + SETUP_ALLOWANCE_S
+
+
 def main(
     *,
     export_dir: Path,
     out_dir: Path,
     jobs: int = 2,
     parts: list[str] | None = None,
-    timeout_s: float = 900,
+    timeout_s: float | None = None,
     python: str = sys.executable,
     progress: bool = True,
     device: str = "auto",
@@ -159,6 +172,7 @@ def main(
     submission is one submitit array task (:func:`grader.ta.regrade.cluster.run_grading_tasks`).
     ``device`` and ``tags`` are passed to every ``grade`` (e.g. ``cuda`` and ``benchmark``)."""
     started = time.monotonic()
+    timeout_s = timeout_s if timeout_s is not None else regrade_timeout_s(device)
     export_dir, out_dir = Path(export_dir).resolve(), Path(out_dir).resolve()
     parts = parse_parts(",".join(parts or []))
     metadata, folders = read_export(export_dir, out_dir)
