@@ -64,7 +64,7 @@ $(STAMP): $(DEV_LOCK) pyproject.toml
 
 lock: $(STAMP)
 	$(VENV)/bin/uv pip compile pyproject.toml $(LOCK_TARGET) $(LOCK_SOURCES) -o $(IMAGE_LOCK)
-	$(VENV)/bin/uv pip compile pyproject.toml --extra dev --extra cluster --extra similarity -c $(IMAGE_LOCK) $(LOCK_TARGET) $(LOCK_SOURCES) -o $(DEV_LOCK)
+	$(VENV)/bin/uv pip compile pyproject.toml --extra dev --extra gpu --extra cluster --extra similarity -c $(IMAGE_LOCK) $(LOCK_TARGET) $(LOCK_SOURCES) -o $(DEV_LOCK)
 
 grade: $(STAMP)
 	$(PY) -m grader grade $(SUBMISSION) --results $(RESULTS) $(if $(PARTS),--parts $(PARTS),) --table

@@ -18,6 +18,7 @@ from gradescope_utils.autograder_utils.decorators import (
     weight,
 )
 
+from grader.core.feedback import memory_label
 from grader.core.points import part_of, points
 from grader.runtime.client import SubmissionError
 from grader.runtime.context import GradingContext, live_pools_key
@@ -354,7 +355,8 @@ class GradedTestCase(unittest.TestCase):
         measured under ``headline``, and fail with ``advice`` if a threshold was missed."""
         self.ctx.benchmarks[record.check] = record
         lines = [f"{headline} ({record.profile} profile)"]
-        memory = "CUDA peak" if record.profile == "cuda" else "RSS growth"
+        sources = [t.peak_source for t in record.timings.values()]
+        memory = memory_label(sources, record.profile)
         for name, t in record.timings.items():
             line = (
                 f"  {name}: median {t.median * 1000:.1f} ms of {len(t.samples)} runs "

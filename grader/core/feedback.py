@@ -181,6 +181,23 @@ def try_next(test: TestResult, causes: list[str], cases: bool) -> str:
     return f"**Try:** {selfcheck} runs this check on your machine, with this message."
 
 
+#: Where a benchmark run's peak memory was read (``Sample.peak_source``), as a column name.
+MEMORY_SOURCES = {
+    "rss": "RSS growth",
+    "nvml": "GPU memory, read by the grader (NVML)",
+    "worker": "CUDA peak, reported by your process",
+}
+
+
+def memory_label(sources: list[str | None], profile: str | None) -> str:
+    """The name of the peak-memory figures read from ``sources``: the worker's own report
+    is named as such wherever one run's came from it."""
+    for source in ("worker", "nvml", "rss"):
+        if source in sources:
+            return MEMORY_SOURCES[source]
+    return "CUDA peak" if profile == "cuda" else "RSS growth"
+
+
 def benchmark_tables(record: dict[str, Any], device: str) -> list[str]:
     """What a benchmark check measured: its thresholds, met or not, then every timed run."""
     criteria = []
@@ -191,7 +208,8 @@ def benchmark_tables(record: dict[str, Any], device: str) -> list[str]:
         need = f"{'at least' if c.get('at_least') else 'at most'} {c.get('limit', 0):g}x"
         criteria.append([escape(str(c.get("label", ""))), measured, spread, need,
                          "yes" if c.get("passed") else "**no**"])  # fmt: skip
-    memory = "CUDA peak (MB)" if record.get("profile") == "cuda" else "RSS growth (MB)"
+    timings = (record.get("timings") or {}).values()
+    memory = memory_label([t.get("peak_source") for t in timings], record.get("profile")) + " (MB)"
     runs = []
     for name, t in (record.get("timings") or {}).items():
         peak = t.get("peak_bytes")

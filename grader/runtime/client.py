@@ -24,7 +24,8 @@ import numpy as np
 import psutil
 
 from grader.runtime.client_output import OutputCollector, describe_error
-from grader.runtime.timing import cpu_snapshot, cpu_used, rss_peak
+from grader.runtime.gpu_memory import gpu_peak, nvml_usage
+from grader.runtime.timing import Sample, cpu_snapshot, cpu_used, rss_peak
 from grader.sandbox.mounts import mount_isolation, plan_for
 from grader.sandbox.processes import STARTED, become_subreaper, kill_tree, reap_orphans
 from grader.sandbox.sandbox import (
@@ -80,8 +81,15 @@ class Reply:
     arrays: dict[str, np.ndarray]
     output: str = ""
     seconds: float = 0.0  # wall time around the request, by the parent's clock
-    peak_bytes: int | None = None  # timed requests: CUDA peak, or the worker's RSS growth
+    peak_bytes: int | None = None  # timed requests: GPU memory, or the worker's RSS growth
+    peak_source: str | None = None  # where peak_bytes was read: "rss", "nvml" or "worker"
     cpu_seconds: float | None = None  # timed requests: CPU time the kernel charged the worker
+
+    def sample(self, per: int = 1) -> Sample:
+        """This timed request as one benchmark run, its times divided by ``per`` (per
+        generated token); peak memory as measured, with where it was read."""
+        cpu = None if self.cpu_seconds is None else self.cpu_seconds / per
+        return Sample(self.seconds / per, self.peak_bytes, cpu, self.peak_source)
 
 
 @dataclass
@@ -300,7 +308,11 @@ class WorkerClient:
         # the worker's tree is charged too (see cpu_snapshot).
         run_gid = self.sandbox.identity.gid if self.sandbox.identity.dropped else None
         sample_rss = timed and self.device != "cuda"
-        with rss_peak(pid) if sample_rss else contextlib.nullcontext() as rss:
+        sample_gpu = timed and self.device == "cuda"
+        with (
+            rss_peak(pid) if sample_rss else contextlib.nullcontext() as rss,
+            gpu_peak(pid, nvml_usage()) if sample_gpu else contextlib.nullcontext() as gpu,
+        ):
             cpu_before = cpu_snapshot(pid, run_gid) if timed else None
             start = time.perf_counter()
             self._send(message, arrays, what=what, key=key, limit=limit)  # timed or not:
@@ -312,12 +324,16 @@ class WorkerClient:
                 raise
             seconds = time.perf_counter() - start
             cpu = cpu_used(cpu_before, cpu_snapshot(pid, run_gid)) if timed else None
-        peak = reply.get("cuda_peak_bytes") if timed else None
-        if rss is not None and rss["start"]:
-            peak = max(0, rss["peak"] - rss["start"])
+        peak, source = reply.get("cuda_peak_bytes") if timed else None, "worker"
         if not isinstance(peak, int) or isinstance(peak, bool) or peak < 0:
             peak = None  # the worker's own report is data like any other: validated
-        return reply, out_arrays, {"seconds": seconds, "peak_bytes": peak, "cpu_seconds": cpu}
+        if rss is not None and rss["start"]:
+            peak, source = max(0, rss["peak"] - rss["start"]), "rss"
+        if gpu is not None and gpu["peak"] is not None:  # the driver's figure, not the worker's
+            peak, source = gpu["peak"], "nvml"
+        measured = {"seconds": seconds, "cpu_seconds": cpu, "peak_bytes": peak,
+                    "peak_source": source if peak is not None else None}  # fmt: skip
+        return reply, out_arrays, measured
 
     def _send(
         self, message: dict[str, Any], arrays: dict | None, *, what: str, key: str, limit: float

@@ -9,8 +9,10 @@ its reaped children and its live descendants). A submission cannot forge that
 figure downward, and a busy machine barely moves it: time spent waiting for a
 core is not CPU time. On CPU the verdicts are on CPU time; wall time is shown
 beside it. Peak memory is the worker's peak RSS growth, sampled by the parent,
-on CPU; on CUDA the worker reports ``torch.cuda.max_memory_allocated``, which
-a submission can forge, so it is shown and never judged.
+on CPU; on CUDA the GPU memory its processes hold, sampled by the parent through
+NVML (:mod:`grader.runtime.gpu_memory`), or where NVML cannot see the worker the
+worker's own ``torch.cuda.max_memory_allocated``, which a submission can forge.
+Peak memory is shown and never judged.
 
 Every verdict is a ratio of two variants measured in the same run (cached
 against cache-free, long against short), never an absolute time: a slower or
@@ -61,6 +63,7 @@ class Sample:
     seconds: float
     peak_bytes: int | None = None
     cpu_seconds: float | None = None
+    peak_source: str | None = None  # "rss", "nvml" (read by the grader) or "worker"
 
     def on(self, clock: str) -> float:
         """This run's seconds on ``clock``."""
@@ -105,6 +108,13 @@ class Timing:
         peaks = [s.peak_bytes for s in self.samples if s.peak_bytes is not None]
         return max(peaks) if peaks else None
 
+    @property
+    def peak_source(self) -> str | None:
+        """Where the runs' peaks were read; "worker" if any run's came from the worker
+        itself (its figure is the submission's to forge)."""
+        sources = {s.peak_source for s in self.samples if s.peak_bytes is not None}
+        return "worker" if "worker" in sources else next(iter(sorted(sources)), None)
+
     def summary(self) -> dict[str, Any]:
         return {
             "median_s": self.median,
@@ -113,6 +123,7 @@ class Timing:
             "cpu_median_s": self.cpu_median,
             "cpu_runs_s": self.cpu_seconds,
             "peak_bytes": self.peak_bytes,
+            "peak_source": self.peak_source,
         }
 
 

@@ -80,10 +80,13 @@ def _cuda() -> Any:
 
 
 def before_timed() -> None:
-    """Start a request with an idle GPU and fresh peak-memory statistics."""
+    """Start a request with an idle GPU, fresh peak-memory statistics, and PyTorch's
+    cached blocks handed back to the driver, so that the GPU memory the parent reads
+    through NVML during the request is what the request itself holds."""
     cuda = _cuda()
     if cuda is not None:
         cuda.synchronize()
+        cuda.empty_cache()
         cuda.reset_peak_memory_stats()
 
 

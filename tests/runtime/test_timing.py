@@ -363,6 +363,9 @@ class FakeCuda:
     def reset_peak_memory_stats(self) -> None:
         self.calls.append("reset")
 
+    def empty_cache(self) -> None:
+        self.calls.append("empty_cache")
+
     def max_memory_allocated(self) -> int:
         self.calls.append("peak")
         return 123_456
@@ -380,9 +383,11 @@ def test_worker_synchronises_cuda_around_a_timed_request(monkeypatch: pytest.Mon
     cuda = FakeCuda()
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
     main.before_timed()
-    assert cuda.calls == ["synchronize", "reset"]  # idle GPU, fresh statistics
+    # An idle GPU, the cached blocks handed back (NVML then reads this request's own
+    # memory), fresh statistics.
+    assert cuda.calls == ["synchronize", "empty_cache", "reset"]
     assert main.after_timed() == {"cuda_peak_bytes": 123_456}
-    assert cuda.calls[2:] == ["synchronize", "peak"]  # queued work finished before the reply
+    assert cuda.calls[3:] == ["synchronize", "peak"]  # queued work finished before the reply
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace())  # CPU-only torch
     assert main.after_timed() == {}
 

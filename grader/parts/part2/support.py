@@ -377,7 +377,7 @@ class Part2Base(Part2Diagnosis, GradedTestCase):
         lengths = reply.header.get("forward_lengths")
         if not isinstance(lengths, list) or not all(isinstance(n, int) for n in lengths):
             lengths = []
-        return tokens, lengths, Sample(reply.seconds, reply.peak_bytes, reply.cpu_seconds)
+        return tokens, lengths, reply.sample()
 
     def whole_sequence(self, tokens: Any, ids: np.ndarray, n: int, what: str) -> np.ndarray:
         """The prompt followed by the new tokens (B, T + n), from either reading of the

@@ -98,7 +98,7 @@ class Part3Timed(TimedPools, Part3Base):
                 f"it. Got: {str(texts)[:300]}\n"
                 + self.generation_cause(reply, want, BENCH_MAX_SEQ_LEN)
             )
-        return Sample(reply.seconds, reply.peak_bytes, reply.cpu_seconds)
+        return reply.sample()
 
     def work_probe(self) -> tuple[Ratio, dict[str, Timing]]:
         """CPU time of cached against cache-free greedy ``generate`` (``WORK_NEW`` tokens

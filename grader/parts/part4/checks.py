@@ -264,8 +264,7 @@ class Part4Checks(Part4Base):
                 f"did not return the reference's {ids.shape[1] + L} greedy tokens, so its time "
                 f"cannot count. Check 4.2 compares {fn} with the reference on other prompts."
             )
-        cpu = reply.cpu_seconds
-        return Sample(reply.seconds / L, reply.peak_bytes, None if cpu is None else cpu / L), reply
+        return reply.sample(per=L), reply
 
     def yardstick_workloads(self) -> dict[str, Workload]:
         """The reference's cached runs at the longest L of check 4.6, on its prompts."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from grader.core.points import POINTS, part_total
 from grader.core.thresholds import load_thresholds
 from grader.sandbox.sandbox import Limits
@@ -214,3 +216,33 @@ def test_a_cache_of_every_query_head_loses_3_1(tmp_path: Path) -> None:
                      graded.output("3.1"))  # fmt: skip
     lost = {t["number"] for t in graded.part_tests("part3") if t["score"] < t["max_score"]}
     assert lost == {"3.1"}
+
+
+def test_peak_memory_is_reported_once_per_batch_with_where_it_was_read(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """3.11's memory line names its source (the driver's figure, read by the grader, or the
+    worker's own) and is printed once per batch, not once per confirmation round."""
+    import types
+
+    from grader.core.thresholds import load_thresholds
+    from grader.parts.part3.checks import Part3Benchmark
+    from grader.runtime.timing import Sample, Timing
+
+    check = object.__new__(Part3Benchmark)
+    check.ctx = types.SimpleNamespace(device="cuda")
+    bench = load_thresholds("cuda")["part3"]
+
+    def timing(mib: int, source: str) -> Timing:
+        return Timing(tuple(Sample(0.1, mib * 2**20, None, source) for _ in range(3)))
+
+    nvml = {"batch 8, without the cache": timing(400, "nvml"),
+            "batch 8, with the cache": timing(300, "nvml")}  # fmt: skip
+    check.report_peak_memory(bench, 8, nvml)
+    worker = {"batch 8, without the cache": timing(400, "worker"),
+              "batch 8, with the cache": timing(300, "nvml")}  # fmt: skip
+    check.report_peak_memory(bench, 8, worker)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2
+    assert "read by the grader (NVML), not graded): 0.75x" in lines[0]
+    assert "reported by your process, not graded" in lines[1]  # one run's figure was its own
