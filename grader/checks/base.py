@@ -18,7 +18,7 @@ from gradescope_utils.autograder_utils.decorators import (
     weight,
 )
 
-from grader.core.feedback import memory_label
+from grader.core.feedback import GPU_HELD, memory_label
 from grader.core.points import part_of, points
 from grader.runtime.client import SubmissionError
 from grader.runtime.context import GradingContext, live_pools_key
@@ -364,6 +364,8 @@ class GradedTestCase(unittest.TestCase):
             )
             if t.peak_bytes is not None:
                 line += f", {memory} {t.peak_bytes / 2**20:.1f} MB"
+            if t.gpu_held_bytes is not None:
+                line += f", {GPU_HELD} {t.gpu_held_bytes / 2**20:.1f} MB"
             lines.append(line)
         lines += [f"  {c.describe()}" for c in record.criteria]
         if record.extra_rounds:

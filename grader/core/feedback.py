@@ -182,20 +182,23 @@ def try_next(test: TestResult, causes: list[str], cases: bool) -> str:
 
 
 #: Where a benchmark run's peak memory was read (``Sample.peak_source``), as a column name.
-MEMORY_SOURCES = {
-    "rss": "RSS growth",
-    "nvml": "GPU memory, read by the grader (NVML)",
-    "worker": "CUDA peak, reported by your process",
-}
+MEMORY_SOURCES = {"rss": "RSS growth", "worker": "CUDA peak, reported by your process"}
+#: The GPU memory the worker held, read by the grader through NVML (``gpu_held_bytes``).
+GPU_HELD = "GPU memory held, read by the grader (NVML)"
 
 
 def memory_label(sources: list[str | None], profile: str | None) -> str:
     """The name of the peak-memory figures read from ``sources``: the worker's own report
     is named as such wherever one run's came from it."""
-    for source in ("worker", "nvml", "rss"):
+    for source in ("worker", "rss"):
         if source in sources:
             return MEMORY_SOURCES[source]
-    return "CUDA peak" if profile == "cuda" else "RSS growth"
+    return MEMORY_SOURCES["worker" if profile == "cuda" else "rss"]
+
+
+def megabytes(n: Any) -> str:
+    """``n`` bytes in MB with one decimal; blank when not measured."""
+    return f"{n / 2**20:.1f}" if isinstance(n, (int, float)) else ""
 
 
 def benchmark_tables(record: dict[str, Any], device: str) -> list[str]:
@@ -210,19 +213,20 @@ def benchmark_tables(record: dict[str, Any], device: str) -> list[str]:
                          "yes" if c.get("passed") else "**no**"])  # fmt: skip
     timings = (record.get("timings") or {}).values()
     memory = memory_label([t.get("peak_source") for t in timings], record.get("profile")) + " (MB)"
+    held = any(t.get("gpu_held_bytes") is not None for t in timings)
     runs = []
     for name, t in (record.get("timings") or {}).items():
-        peak = t.get("peak_bytes")
         runs.append([escape(name), f"{t.get('median_s', 0) * 1000:.1f}",
                      f"{t.get('cpu_median_s', 0) * 1000:.1f}", str(len(t.get("runs_s", []))),
-                     f"{t.get('spread', 0):.0%}",
-                     "" if peak is None else f"{peak / 2**20:.1f}"])  # fmt: skip
+                     f"{t.get('spread', 0):.0%}", megabytes(t.get("peak_bytes")),
+                     *([megabytes(t.get("gpu_held_bytes"))] if held else [])])  # fmt: skip
     blocks = [f"Timed by the grader on **{escape(device)}**, "
               f"**{escape(str(record.get('profile', '')))}** threshold profile."]  # fmt: skip
     if criteria:
         blocks.append(table(["measure", "measured", "runs", "needed", "met"], criteria))
     if runs:
         header = ["run", "median (ms)", "CPU time (ms)", "runs", "spread", memory]
+        header += [f"{GPU_HELD} (MB)"] if held else []
         blocks.append(table(header, runs))
     if record.get("extra_rounds"):
         blocks.append(f"A first measurement missed a threshold, so {record['extra_rounds']} more "

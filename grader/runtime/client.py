@@ -81,15 +81,18 @@ class Reply:
     arrays: dict[str, np.ndarray]
     output: str = ""
     seconds: float = 0.0  # wall time around the request, by the parent's clock
-    peak_bytes: int | None = None  # timed requests: GPU memory, or the worker's RSS growth
-    peak_source: str | None = None  # where peak_bytes was read: "rss", "nvml" or "worker"
+    peak_bytes: int | None = None  # timed requests: the worker's RSS growth, or its CUDA peak
+    peak_source: str | None = None  # where peak_bytes was read: "rss" (the parent), "worker"
+    gpu_held_bytes: int | None = None  # timed requests on a GPU: what NVML saw the worker hold
     cpu_seconds: float | None = None  # timed requests: CPU time the kernel charged the worker
 
     def sample(self, per: int = 1) -> Sample:
         """This timed request as one benchmark run, its times divided by ``per`` (per
         generated token); peak memory as measured, with where it was read."""
         cpu = None if self.cpu_seconds is None else self.cpu_seconds / per
-        return Sample(self.seconds / per, self.peak_bytes, cpu, self.peak_source)
+        return Sample(
+            self.seconds / per, self.peak_bytes, cpu, self.peak_source, self.gpu_held_bytes
+        )
 
 
 @dataclass
@@ -329,10 +332,9 @@ class WorkerClient:
             peak = None  # the worker's own report is data like any other: validated
         if rss is not None and rss["start"]:
             peak, source = max(0, rss["peak"] - rss["start"]), "rss"
-        if gpu is not None and gpu["peak"] is not None:  # the driver's figure, not the worker's
-            peak, source = gpu["peak"], "nvml"
         measured = {"seconds": seconds, "cpu_seconds": cpu, "peak_bytes": peak,
-                    "peak_source": source if peak is not None else None}  # fmt: skip
+                    "peak_source": source if peak is not None else None,
+                    "gpu_held_bytes": gpu["peak"] if gpu is not None else None}  # fmt: skip
         return reply, out_arrays, measured
 
     def _send(

@@ -9,10 +9,10 @@ its reaped children and its live descendants). A submission cannot forge that
 figure downward, and a busy machine barely moves it: time spent waiting for a
 core is not CPU time. On CPU the verdicts are on CPU time; wall time is shown
 beside it. Peak memory is the worker's peak RSS growth, sampled by the parent,
-on CPU; on CUDA the GPU memory its processes hold, sampled by the parent through
-NVML (:mod:`grader.runtime.gpu_memory`), or where NVML cannot see the worker the
-worker's own ``torch.cuda.max_memory_allocated``, which a submission can forge.
-Peak memory is shown and never judged.
+on CPU; on CUDA the worker's own ``torch.cuda.max_memory_allocated`` (the course's
+figure, which a submission can forge) beside the GPU memory its processes held, sampled
+by the parent through NVML (:mod:`grader.runtime.gpu_memory`), which it cannot. Peak
+memory is shown and never judged.
 
 Every verdict is a ratio of two variants measured in the same run (cached
 against cache-free, long against short), never an absolute time: a slower or
@@ -63,7 +63,8 @@ class Sample:
     seconds: float
     peak_bytes: int | None = None
     cpu_seconds: float | None = None
-    peak_source: str | None = None  # "rss", "nvml" (read by the grader) or "worker"
+    peak_source: str | None = None  # "rss" (read by the grader) or "worker" (its own report)
+    gpu_held_bytes: int | None = None  # GPU memory the worker held, read by the grader (NVML)
 
     def on(self, clock: str) -> float:
         """This run's seconds on ``clock``."""
@@ -109,6 +110,11 @@ class Timing:
         return max(peaks) if peaks else None
 
     @property
+    def gpu_held_bytes(self) -> int | None:
+        held = [s.gpu_held_bytes for s in self.samples if s.gpu_held_bytes is not None]
+        return max(held) if held else None
+
+    @property
     def peak_source(self) -> str | None:
         """Where the runs' peaks were read; "worker" if any run's came from the worker
         itself (its figure is the submission's to forge)."""
@@ -124,6 +130,7 @@ class Timing:
             "cpu_runs_s": self.cpu_seconds,
             "peak_bytes": self.peak_bytes,
             "peak_source": self.peak_source,
+            "gpu_held_bytes": self.gpu_held_bytes,
         }
 
 

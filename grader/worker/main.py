@@ -92,12 +92,14 @@ def before_timed() -> None:
 
 def after_timed() -> dict[str, Any]:
     """Finish a request: wait for queued GPU work, so that the parent's clock covers
-    it, and report the request's CUDA peak memory."""
+    it, report the request's CUDA peak memory, and hand PyTorch's cached blocks back."""
     cuda = _cuda()
     if cuda is None:
         return {}
     cuda.synchronize()
-    return {"cuda_peak_bytes": int(cuda.max_memory_allocated())}
+    peak = int(cuda.max_memory_allocated())
+    cuda.empty_cache()  # before the reply: the next request's first NVML sample is its own
+    return {"cuda_peak_bytes": peak}
 
 
 # --------------------------------------------------------------------------- main

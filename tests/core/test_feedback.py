@@ -153,6 +153,20 @@ def test_a_benchmark_check_shows_its_measurements_as_tables() -> None:
     assert "median 40.0 ms" not in text  # the table replaces the printed lines
     assert "Check that the cached path feeds one token per step." in text
     assert "2 more rounds were timed" in text
+    assert "| RSS growth (MB) |" in text and "NVML" not in text  # nothing read on a GPU
+
+
+def test_a_gpu_benchmark_names_the_workers_figure_and_shows_the_graders_beside_it() -> None:
+    timing = {**BENCHMARK["timings"]["batch 8, with the cache"],
+              "peak_source": "worker", "gpu_held_bytes": 3 * 2**20}  # fmt: skip
+    record = {**BENCHMARK, "profile": "cuda", "timings": {"batch 8, with the cache": timing}}
+    test = failed("3.11 failed", "benchmark", number="3.11")
+    test.tags = ["part3", "benchmark"]
+    text = markdown_output(test, record, "cuda")
+    header = ("| run | median (ms) | CPU time (ms) | runs | spread | CUDA peak, reported by your "
+              "process (MB) | GPU memory held, read by the grader (NVML) (MB) |")  # fmt: skip
+    assert header in text
+    assert "| batch 8, with the cache | 40.0 | 39.0 | 3 | 5% | 2.0 | 3.0 |" in text
 
 
 def test_results_carry_the_format_at_the_top_and_per_check() -> None:
