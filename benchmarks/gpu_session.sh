@@ -17,8 +17,10 @@
 # until BUDGET is spent, it grades in rounds, side by side on the one GPU, the reference,
 # the disguised cache-free designs and the closer cache-free designs: the verdict
 # stability of the cuda profile, with every run's ratios (those `calibrate` proposes from).
-# A whole grading of the three benchmark checks takes about five minutes on an H100
-# (docs/measurements/2026-11-26-gpu-h100-graded.md): give BUDGET room for the rounds.
+# A whole grading of the three benchmark checks takes about five minutes on an H100, a
+# cache-free design's more than eight (docs/measurements/2026-11-26-gpu-h100-graded.md,
+# 2026-11-26-gpu-h100-part4.md): give BUDGET room for the rounds. A loan of 15 minutes
+# fits benchmarks/gpu_parts.sh better: one part per grading, each result kept.
 set -u
 OUT=${OUT:-results/gpu}
 BUDGET=${BUDGET:-420}
@@ -35,7 +37,7 @@ python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.versio
     | tee -a "$OUT/gpu.txt"
 
 start=$(date +%s)
-timeout -s ABRT 200 python3 -m grader grade solution --device cuda --tags benchmark \
+timeout -s ABRT $(( BUDGET / 2 )) python3 -m grader grade solution --device cuda --tags benchmark \
     --results "$OUT/reference.json" > "$OUT/reference.log" 2>&1
 rc=$?
 took=$(( $(date +%s) - start ))
