@@ -51,3 +51,30 @@ def test_make_bench_runs_every_benchmark() -> None:
         "-m pytest -m slow",
     ):
         assert step in proc.stdout, step
+
+
+def _ci_with_fake_make(tmp_path: Path, failing: str) -> tuple[int, list[str]]:
+    """.ci/run with a ``make`` that records its targets and fails on ``failing``."""
+    import os
+
+    log = tmp_path / "targets"
+    fake = tmp_path / "make"
+    fake.write_text(f'#!/bin/sh\necho "$1" >> {log}\n[ "$1" != "{failing}" ]\n')
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    proc = subprocess.run([str(ROOT / ".ci" / "run")], env=env, capture_output=True, timeout=60)
+    return proc.returncode, log.read_text().split() if log.exists() else []
+
+
+def test_ci_stops_at_a_failing_suite_and_then_runs_the_slurm_tests(tmp_path: Path) -> None:
+    import os
+    import shutil
+
+    code, targets = _ci_with_fake_make(tmp_path, failing="test")
+    assert code != 0 and targets == ["test"]  # a failing suite fails CI at once
+    (tmp_path / "targets").unlink()
+    code, targets = _ci_with_fake_make(tmp_path, failing="slurm-tests")
+    if os.getuid() == 0 and shutil.which("apt-get"):
+        assert code != 0 and targets == ["test", "slurm-tests"]  # CI's case: both run
+    else:
+        assert code == 0 and targets == ["test"]  # said, not run

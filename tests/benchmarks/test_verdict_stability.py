@@ -53,7 +53,7 @@ def test_paired_runs_start_every_submission_before_waiting_and_stop_at_the_deadl
         events.append(f"start {path.name}")
         return path.name, None
 
-    def finish(name, out):
+    def finish(name, out, device="cpu"):
         events.append(f"finish {name}")
         return run(stability, (name == "ref",) * 3, 1.0, False)
 

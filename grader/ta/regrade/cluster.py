@@ -25,6 +25,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -92,12 +93,14 @@ def grade_task(spec: TaskSpec) -> dict[str, Any]:
     submission with :func:`grader.ta.regrade.one.grade_one` and say where it ran."""
     from grader.ta.regrade.one import grade_one
 
-    started = time.monotonic()
+    started, began = time.monotonic(), time.time()
     status = grade_one(
         Path(spec.submission), Path(spec.results), parts=list(spec.parts),
         timeout_s=spec.timeout_s, python=spec.python, device=spec.device, tags=spec.tags,
     )  # fmt: skip
-    return {"status": status, "elapsed_s": round(time.monotonic() - started, 2), **where()}
+    elapsed = round(time.monotonic() - started, 2)
+    # When it ran, by the node's clock: a TA can see the array's parallelism in task.json.
+    return {"status": status, "elapsed_s": elapsed, "started_at": round(began, 2), **where()}
 
 
 def where() -> dict[str, str]:
@@ -239,12 +242,35 @@ def in_slurm_queue(job_ids: list[str]) -> set[str] | None:
                                                      for x in listed)}  # fmt: skip
 
 
+#: What slurmstepd writes into a task's stderr when it ends one ("*** JOB 12 ON node1
+#: CANCELLED AT 2026-11-26T10:00:00 DUE TO TIME LIMIT ***"), and what it means.
+SLURM_CAUSES = (
+    ("DUE TO TIME LIMIT", "it reached its time limit"),
+    ("DUE TO NODE FAILURE", "its node failed"),
+    ("DUE TO PREEMPTION", "it was preempted"),
+    ("CANCELLED AT", "it was cancelled"),
+)
+
+
+def slurm_cause(log: str) -> str | None:
+    """The cause Slurm wrote into a task's log when it ended the task, if it wrote one:
+    with accounting off, the only place that says which it was."""
+    for line in reversed(log.splitlines()):
+        if re.search(r"\*\*\* JOB \S+ ON \S+ CANCELLED AT", line):
+            return next(cause for marker, cause in SLURM_CAUSES if marker in line)
+    return None
+
+
 def gone_report(job: Any) -> str:
-    """Why a task that Slurm stopped listing gave no result."""
+    """Why a task that Slurm stopped listing gave no result: the cause Slurm wrote into
+    its log, or the causes it may have had."""
+    cause = slurm_cause(tail(Path(job.paths.stderr))) or (
+        "cancelled, preempted, or its node was lost; with accounting off, Slurm cannot say "
+        "which, and its log does not"
+    )
     return (
         f"Cluster task {job.job_id} did not finish: Slurm no longer lists it and it left no "
-        "result (cancelled, preempted, or its node was lost; with accounting off, Slurm "
-        "cannot say which). It is not this submission's result: the next run submits it "
+        f"result ({cause}). It is not this submission's result: the next run submits it "
         "again."
     )
 

@@ -7,7 +7,9 @@ set -eu
 if sinfo -h -o %a 2>/dev/null | grep -q up; then
     echo "slurm: already up"; exit 0
 fi
-command -v slurmctld >/dev/null || apt-get install -y -q slurm-wlm munge
+if ! command -v slurmctld >/dev/null; then
+    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge
+fi
 node=$(hostname -s)
 mkdir -p /etc/slurm /var/spool/slurmd /var/spool/slurmctld /var/log/slurm /run/munge
 cat > /etc/slurm/slurm.conf <<CONF

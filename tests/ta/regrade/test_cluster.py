@@ -367,3 +367,30 @@ def test_a_dead_tasks_fallback_names_the_device_auto_would_have_used() -> None:
     assert cluster.planned_device("auto", ClusterOptions(gpus_per_task=1)) == "cuda"
     assert cluster.planned_device("auto", ClusterOptions()) == "cpu"
     assert cluster.planned_device("cuda", ClusterOptions()) == "cuda"
+
+
+@pytest.mark.parametrize(
+    ("line", "cause"),
+    [
+        ("slurmstepd: error: *** JOB 41 ON node1 CANCELLED AT 2026-11-26T10:00:00 DUE TO TIME "
+         "LIMIT ***", "it reached its time limit"),
+        ("slurmstepd: error: *** JOB 41 ON node1 CANCELLED AT 2026-11-26T10:00:00 DUE TO NODE "
+         "FAILURE ***", "its node failed"),
+        ("slurmstepd: error: *** JOB 41 ON node1 CANCELLED AT 2026-11-26T10:00:00 DUE TO "
+         "PREEMPTION ***", "it was preempted"),
+        ("slurmstepd: error: *** JOB 41 ON node1 CANCELLED AT 2026-11-26T10:00:00 ***",
+         "it was cancelled"),
+        ("a student printed *** CANCELLED AT noon DUE TO TIME LIMIT", None),  # not Slurm's
+        ("", None),
+    ],
+)  # fmt: skip
+def test_a_gone_tasks_report_names_the_cause_slurm_wrote_in_its_log(
+    line: str, cause: str | None, tmp_path: Path
+) -> None:
+    """With accounting off, the end of the task's stderr is the only place that says why
+    Slurm ended it; a report names that cause, or says it cannot tell."""
+    job = _LostJob("77_0", tmp_path)
+    Path(job.paths.stderr).write_text(f"grading submission_1\n{line}\n")
+    assert cluster.slurm_cause(Path(job.paths.stderr).read_text()) == cause
+    report = cluster.gone_report(job)
+    assert (f"({cause})" in report) if cause else ("Slurm cannot say which" in report)
