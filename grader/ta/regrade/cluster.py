@@ -25,20 +25,28 @@ import argparse
 import json
 import math
 import os
-import re
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grader.ta.regrade.slurm_status import (
+    death_report,
+    gone_report,
+    in_slurm_queue,
+    pending_reasons,
+    tail,
+    waiting_note,
+)
+
 EXECUTORS = ("local", "slurm", "submitit-local")
 #: Time a task needs beyond its grading: node start-up, imports, CUDA initialisation.
 TASK_OVERHEAD_S = 300
-TAIL_LINES = 30
 #: A task Slurm no longer lists and submitit has not seen finish (with accounting off,
 #: submitit cannot learn that a cancelled task ended) is given up after this long.
 GONE_GRACE_S = 60.0
@@ -193,88 +201,6 @@ def make_executor(options: ClusterOptions, folder: Path, limit_s: float) -> Any:
     return executor
 
 
-def tail(path: Path, lines: int = TAIL_LINES) -> str:
-    """The last ``lines`` lines of a log file ('' if it is missing)."""
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
-
-
-def death_report(job: Any, exc: BaseException) -> str:
-    """Why a task gave no result: its id, Slurm's state for it and the exception's last
-    line (a task that raised), or that it was killed, then the end of its logs."""
-    lines = [x.strip() for x in str(exc).splitlines()]
-    if "----------------------" in lines:  # a FailedJobError quotes the task's traceback
-        trace = lines[lines.index("----------------------") + 1 :]
-        trace = (
-            trace[: trace.index("----------------------")]
-            if "----------------------" in trace
-            else trace
-        )
-        why = f"it raised {next((x for x in reversed(trace) if x), type(exc).__name__)}"
-    else:
-        why = "it ended without a result (killed: out of memory, node failure or a signal)"
-    parts = [f"Cluster task {job.job_id} did not finish (state {job.state}): {why}"]
-    for name, path in (("stderr", job.paths.stderr), ("stdout", job.paths.stdout)):
-        text = tail(Path(path))
-        if text:
-            parts.append(f"--- end of {name} ({path}) ---\n{text}")
-    return "\n".join(parts)
-
-
-def in_slurm_queue(job_ids: list[str]) -> set[str] | None:
-    """The ids among ``job_ids`` that Slurm still lists (pending, running or ending), from
-    ``squeue``, which works without accounting; None when squeue cannot answer."""
-    base = sorted({j.split("_")[0] for j in job_ids})
-    try:
-        out = subprocess.run(
-            ["squeue", "-h", "-o", "%i", "-j", ",".join(base)],
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if out.returncode != 0 and "Invalid job id" not in out.stderr:
-        return None
-    listed = {line.strip() for line in out.stdout.splitlines() if line.strip()}
-    # An array task is listed as "123_4", or inside "123_[4-9]" while it is still pending.
-    return {j for j in job_ids if j in listed or any(x.startswith(j.split("_")[0] + "_[")
-                                                     for x in listed)}  # fmt: skip
-
-
-#: What slurmstepd writes into a task's stderr when it ends one ("*** JOB 12 ON node1
-#: CANCELLED AT 2026-11-26T10:00:00 DUE TO TIME LIMIT ***"), and what it means.
-SLURM_CAUSES = (
-    ("DUE TO TIME LIMIT", "it reached its time limit"),
-    ("DUE TO NODE FAILURE", "its node failed"),
-    ("DUE TO PREEMPTION", "it was preempted"),
-    ("CANCELLED AT", "it was cancelled"),
-)
-
-
-def slurm_cause(log: str) -> str | None:
-    """The cause Slurm wrote into a task's log when it ended the task, if it wrote one:
-    with accounting off, the only place that says which it was."""
-    for line in reversed(log.splitlines()):
-        if re.search(r"\*\*\* JOB \S+ ON \S+ CANCELLED AT", line):
-            return next(cause for marker, cause in SLURM_CAUSES if marker in line)
-    return None
-
-
-def gone_report(job: Any) -> str:
-    """Why a task that Slurm stopped listing gave no result: the cause Slurm wrote into
-    its log, or the causes it may have had."""
-    cause = slurm_cause(tail(Path(job.paths.stderr))) or (
-        "cancelled, preempted, or its node was lost; with accounting off, Slurm cannot say "
-        "which, and its log does not"
-    )
-    return (
-        f"Cluster task {job.job_id} did not finish: Slurm no longer lists it and it left no "
-        f"result ({cause}). It is not this submission's result: the next run submits it "
-        "again."
-    )
-
-
 def _write_task(spec: TaskSpec, record: dict[str, Any]) -> None:
     path = Path(spec.results).parent / "task.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -287,13 +213,17 @@ def run_grading_tasks(
     *,
     out_dir: Path,
     queue: Callable[[list[str]], set[str] | None] | None = None,
+    reasons: Callable[[list[str]], dict[str, str]] | None = None,
 ) -> Iterator[tuple[TaskSpec, str, str]]:
     """Submit one task per spec and yield ``(spec, status, why_it_died)`` as each ends.
 
     A task that ends without a result is ``died``: a fallback results file holds
     :func:`death_report`, and ``task.json`` says ``died`` so that the next run submits it
     again. A task that Slurm stops listing without submitit seeing it finish (``queue``,
-    default ``squeue`` for the slurm executor) is ``died`` too, after ``GONE_GRACE_S``. If
+    default ``squeue`` for the slurm executor) is ``died`` too, after ``GONE_GRACE_S``.
+    Whenever the tasks Slurm holds back, or its reasons (``reasons``, default ``squeue``'s
+    for the slurm executor: a node down, a partition closed), change, one line says so on
+    stderr: a TA sees why a batch waits. If
     waiting is interrupted, every unfinished task is cancelled (its record stays
     ``submitted``, so the next run submits it again too)."""
     from grader.ta.regrade.one import write_fallback
@@ -310,6 +240,9 @@ def run_grading_tasks(
     base = {"executor": options.executor, "device": specs[0].device, "limit_s": limit_s}
     if queue is None and options.executor == "slurm":
         queue = in_slurm_queue
+    if reasons is None and options.executor == "slurm":
+        reasons = pending_reasons
+    said = ""  # the last waiting note printed
     unlisted: dict[Any, float] = {}  # job -> when Slurm was first seen not to list it
     try:
         while pending or running:
@@ -341,10 +274,24 @@ def run_grading_tasks(
                 _write_task(spec, record)
                 yield spec, str(info["status"]), ""
             if not finished and not gone:
+                said = say_waiting(reasons, running, said)
                 time.sleep(poll_s)
     finally:  # interrupted (or an error): nothing we submitted may keep running
         for job in running:
             job.cancel(check=False)
+
+
+def say_waiting(
+    reasons: Callable[[list[str]], dict[str, str]] | None, running: dict[Any, TaskSpec], said: str
+) -> str:
+    """Print why Slurm holds back tasks of ``running`` when that changed since ``said``;
+    return what is said now."""
+    if reasons is None or not running:
+        return said
+    note = waiting_note(reasons([str(job.job_id) for job in running]))
+    if note and note != said:
+        print(note, file=sys.stderr, flush=True)
+    return note
 
 
 def gone_jobs(

@@ -2,7 +2,8 @@
 # A working single-node Slurm cluster on this machine, for `make slurm-tests`: Debian's
 # slurm-wlm and munge, accounting off (Slurm's default, and the case submitit handles
 # worst), the node's real CPUs, one partition "debug". Needs root and apt. Idempotent:
-# a cluster already answering `sinfo` is left as it is.
+# a cluster already answering `sinfo` is left as it is. Its state lives in folders of its
+# own, so an earlier cluster's state on this machine cannot stop it.
 set -eu
 if sinfo -h -o %a 2>/dev/null | grep -q up; then
     echo "slurm: already up"; exit 0
@@ -11,7 +12,7 @@ if ! command -v slurmctld >/dev/null; then
     apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge
 fi
 node=$(hostname -s)
-mkdir -p /etc/slurm /var/spool/slurmd /var/spool/slurmctld /var/log/slurm /run/munge
+mkdir -p /etc/slurm /var/spool/kvgrader-slurmd /var/spool/kvgrader-slurmctld /var/log/slurm /run/munge
 cat > /etc/slurm/slurm.conf <<CONF
 ClusterName=kvgrader-test
 SlurmctldHost=$node
@@ -19,8 +20,8 @@ ProctrackType=proctrack/linuxproc
 ReturnToService=2
 SlurmctldPidFile=/run/slurmctld.pid
 SlurmdPidFile=/run/slurmd.pid
-SlurmdSpoolDir=/var/spool/slurmd
-StateSaveLocation=/var/spool/slurmctld
+SlurmdSpoolDir=/var/spool/kvgrader-slurmd
+StateSaveLocation=/var/spool/kvgrader-slurmctld
 SlurmUser=root
 TaskPlugin=task/none
 SelectType=select/cons_tres

@@ -349,48 +349,9 @@ def test_a_task_slurm_stops_listing_is_reported_and_submitted_again(
     assert batch.is_done(results) is None  # the next run submits it again
 
 
-def test_squeue_names_the_tasks_slurm_still_holds(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    squeue = tmp_path / "squeue"
-    squeue.write_text('#!/bin/sh\nprintf "77_0\\n78_[2-5]\\n"\n')
-    squeue.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-    assert cluster.in_slurm_queue(["77_0", "77_1", "78_3"]) == {"77_0", "78_3"}
-    squeue.write_text("#!/bin/sh\necho 'slurm_load_jobs error: Unable to contact' >&2\nexit 1\n")
-    assert cluster.in_slurm_queue(["77_0"]) is None  # no answer: keep waiting
-
-
 def test_a_dead_tasks_fallback_names_the_device_auto_would_have_used() -> None:
     """Found on a real Slurm: a task cancelled with ``--device auto`` left a fallback
     naming no profile. It names the one the node would have used: cuda with GPUs."""
     assert cluster.planned_device("auto", ClusterOptions(gpus_per_task=1)) == "cuda"
     assert cluster.planned_device("auto", ClusterOptions()) == "cpu"
     assert cluster.planned_device("cuda", ClusterOptions()) == "cuda"
-
-
-@pytest.mark.parametrize(
-    ("line", "cause"),
-    [
-        ("slurmstepd: error: *** JOB 41 ON node1 CANCELLED AT 2026-11-26T10:00:00 DUE TO TIME "
-         "LIMIT ***", "it reached its time limit"),
-        ("slurmstepd: error: *** JOB 41 ON node1 CANCELLED AT 2026-11-26T10:00:00 DUE TO NODE "
-         "FAILURE ***", "its node failed"),
-        ("slurmstepd: error: *** JOB 41 ON node1 CANCELLED AT 2026-11-26T10:00:00 DUE TO "
-         "PREEMPTION ***", "it was preempted"),
-        ("slurmstepd: error: *** JOB 41 ON node1 CANCELLED AT 2026-11-26T10:00:00 ***",
-         "it was cancelled"),
-        ("a student printed *** CANCELLED AT noon DUE TO TIME LIMIT", None),  # not Slurm's
-        ("", None),
-    ],
-)  # fmt: skip
-def test_a_gone_tasks_report_names_the_cause_slurm_wrote_in_its_log(
-    line: str, cause: str | None, tmp_path: Path
-) -> None:
-    """With accounting off, the end of the task's stderr is the only place that says why
-    Slurm ended it; a report names that cause, or says it cannot tell."""
-    job = _LostJob("77_0", tmp_path)
-    Path(job.paths.stderr).write_text(f"grading submission_1\n{line}\n")
-    assert cluster.slurm_cause(Path(job.paths.stderr).read_text()) == cause
-    report = cluster.gone_report(job)
-    assert (f"({cause})" in report) if cause else ("Slurm cannot say which" in report)

@@ -192,7 +192,7 @@ def test_a_task_killed_at_its_time_limit_is_retried_by_the_next_run(tmp_path: Pa
     started = time.monotonic()
     first = batch.main(**run, python=str(wrapper))  # type: ignore[arg-type]
     assert time.monotonic() - started < 400  # not waiting on accounting
-    assert next(r for r in first.rows if r.folder == "submission_1").status == "graded"
+    assert next(r for r in first.rows if r.submission_id == "submission_1").status == "graded"
     fallback = _ended_from_outside(out, first, "submission_2")
     assert "time limit" in fallback["output"]
     again = batch.main(**run)  # type: ignore[arg-type]
@@ -222,9 +222,12 @@ def _down_then_resume(marker: Path, events: list[str], down_s: float = 15.0) -> 
         events.append("resumed")
 
 
-def test_a_task_whose_node_goes_down_ends_with_a_result_or_is_retried(tmp_path: Path) -> None:
+def test_a_task_whose_node_goes_down_ends_with_a_result_or_is_retried(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The node of a running array task is set down mid-array. Slurm either requeues the
-    task (it runs again once the node is back, in the same batch) or ends it; either way
+    task (it waits, the batch says why, and it runs again once the node is back, in the
+    same batch) or ends it; either way
     the batch ends with a result or a status for every submission, never an unending
     wait, and at most one more run leaves every submission graded."""
     entries = [Entry(f"submission_{i}", "solution") for i in (1, 2, 3)]
@@ -243,6 +246,8 @@ def test_a_task_whose_node_goes_down_ends_with_a_result_or_is_retried(tmp_path: 
     finally:
         watcher.join()
     assert events == ["down", "resumed"], "the task never started"
+    if any(r.status == "graded" for r in first.rows):  # requeued: it waited, and said why
+        assert "waiting in Slurm's queue" in capsys.readouterr().err
     for row in first.rows:  # every submission: a result, or a status saying why not
         assert row.status in ("graded", "died", "interrupted"), first.rows
         results = out / "results" / row.submission_id / "results.json"
