@@ -15,14 +15,8 @@ BUDGET=${BUDGET:-540}
 WORK=$(mktemp -d)
 mkdir -p "$OUT"
 began=$(date +%s)
-if [ -d .whl ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl \
-        && export PYTHONPATH=/tmp/site
-fi
-export PYTHONUNBUFFERED=1 KVGRADER_PROGRESS=1 PYTHONFAULTHANDLER=1
-{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
-  nproc; } > "$WORK/gpu.txt" 2>&1
+GPU_INFO="$WORK/gpu.txt"
+. benchmarks/gpu_env.sh
 python3 - "$WORK" <<'PY' > "$WORK/submissions.txt" 2>&1
 import sys
 from grader.ta.calibrate import cache_free_submission
@@ -34,6 +28,7 @@ PY
 left() { echo $(( BUDGET - ($(date +%s) - began) )); }
 grade() {  # name submission part seconds [extra args]
     name=$1 sub=$2 part=$3 secs=$4; shift 4
+    if [ "$secs" -le 0 ]; then echo "$name not started: BUDGET spent" >> "$WORK/steps.txt"; return; fi
     s=$(date +%s)
     timeout -s ABRT "$secs" python3 -m grader grade "$sub" --device cuda --results "$WORK/$name.json" \
         ${part:+--parts $part} "$@" > "$WORK/$name.log" 2>&1

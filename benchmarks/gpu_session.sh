@@ -26,15 +26,9 @@ OUT=${OUT:-results/gpu}
 BUDGET=${BUDGET:-420}
 mkdir -p "$OUT"
 began=$(date +%s)
-if [ -d .whl ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl \
-        && export PYTHONPATH=/tmp/site
-fi
-# Each check's verdict and time as it ends; a stack dump of the grader if a step times out.
-export PYTHONUNBUFFERED=1 KVGRADER_PROGRESS=1 PYTHONFAULTHANDLER=1
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
-python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" \
-    | tee -a "$OUT/gpu.txt"
+GPU_INFO="$OUT/gpu.txt"
+. benchmarks/gpu_env.sh
+cat "$OUT/gpu.txt"
 
 start=$(date +%s)
 timeout -s ABRT $(( BUDGET / 2 )) python3 -m grader grade solution --device cuda --tags benchmark \

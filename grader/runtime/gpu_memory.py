@@ -14,11 +14,12 @@ that briefly.
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
 import psutil
+
+from grader.runtime.timing import sampled
 
 #: GPU memory in bytes per process id, summed over every GPU of the machine.
 Usage = Callable[[], Mapping[int, int]]
@@ -76,33 +77,21 @@ def gpu_peak(
     if read is None:
         yield stats
         return
-    pids = process_tree(pid)
+    pids, taken = process_tree(pid), 0
 
-    def take() -> None:
+    def take() -> bool:
+        nonlocal pids, taken
+        taken += 1
+        if taken % 50 == 0:  # a process the worker started since
+            pids = process_tree(pid)
         try:
             held = tree_bytes(read(), pids)
         except Exception:  # NVML errors mid-run: this sample is lost, not the grading
-            return
+            return True
         if held is not None:
             stats["peak"] = held if stats["peak"] is None else max(stats["peak"], held)
-
-    done = threading.Event()
-
-    def sample() -> None:
-        nonlocal pids
-        taken = 0
-        while not done.wait(interval_s):
-            take()
-            taken += 1
-            if taken % 50 == 0:  # a process the worker started since
-                pids = process_tree(pid)
+        return True
 
     take()
-    thread = threading.Thread(target=sample, daemon=True)
-    thread.start()
-    try:
+    with sampled(take, interval_s):
         yield stats
-    finally:
-        done.set()
-        thread.join()
-        take()

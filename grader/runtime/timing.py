@@ -359,6 +359,26 @@ def cpu_used(before: dict[int, float] | None, after: dict[int, float] | None) ->
 
 
 @contextmanager
+def sampled(take: Callable[[], bool], interval_s: float) -> Iterator[None]:
+    """Call ``take`` every ``interval_s`` in a thread while the body runs (until it returns
+    False), and once more after the body: the samplers of peak memory."""
+    done = threading.Event()
+
+    def loop() -> None:
+        while not done.wait(interval_s) and take():
+            pass
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        take()
+
+
+@contextmanager
 def rss_peak(pid: int, interval_s: float = 0.005) -> Iterator[dict[str, int]]:
     """Sample the RSS of process ``pid`` in a thread while the body runs; the dict holds
     ``start`` and ``peak`` in bytes (both 0 if the process cannot be read).
@@ -374,21 +394,13 @@ def rss_peak(pid: int, interval_s: float = 0.005) -> Iterator[dict[str, int]]:
         yield {"start": 0, "peak": 0}
         return
     stats = {"start": start, "peak": start}
-    done = threading.Event()
 
-    def sample() -> None:
-        while not done.wait(interval_s):
-            try:
-                stats["peak"] = max(stats["peak"], process.memory_info().rss)
-            except psutil.Error:
-                return
-
-    thread = threading.Thread(target=sample, daemon=True)
-    thread.start()
-    try:
-        yield stats
-    finally:
-        done.set()
-        thread.join()
-        with contextlib.suppress(psutil.Error):
+    def take() -> bool:
+        try:
             stats["peak"] = max(stats["peak"], process.memory_info().rss)
+        except psutil.Error:
+            return False
+        return True
+
+    with sampled(take, interval_s):
+        yield stats
