@@ -4,11 +4,13 @@ The worker could report its own peak (``torch.cuda.max_memory_allocated``), but 
 submission runs in that process: it can patch the function or reset the counter
 mid-request. NVML's per-process accounting is the driver's, out of the submission's
 reach, so on a GPU the parent samples the memory the worker's processes hold while a
-timed request runs. It counts all the process holds (its CUDA context, PyTorch's cached
-blocks), so it reads higher than PyTorch's own figure; the worker empties PyTorch's cache
-before every request, so a request's peak is its own. A sample every few milliseconds can
-miss an allocation held for less than that: a submission can hide only memory it holds
-that briefly.
+timed request runs, and shows it beside the worker's own figure. It counts all the
+process holds: its CUDA context, and PyTorch's cached blocks, which the worker keeps
+from one request to the next (handing them back would add allocations to every timed
+run), so it is the most the process has held so far rather than one request's own, and
+reads far higher than PyTorch's figure. A sample every few milliseconds can miss an
+allocation held for less than that: a submission can hide only memory it holds that
+briefly.
 """
 
 from __future__ import annotations

@@ -80,26 +80,22 @@ def _cuda() -> Any:
 
 
 def before_timed() -> None:
-    """Start a request with an idle GPU, fresh peak-memory statistics, and PyTorch's
-    cached blocks handed back to the driver, so that the GPU memory the parent reads
-    through NVML during the request is what the request itself holds."""
+    """Start a request with an idle GPU and fresh peak-memory statistics. PyTorch keeps
+    its cached blocks: handing them back would add allocations to every timed run."""
     cuda = _cuda()
     if cuda is not None:
         cuda.synchronize()
-        cuda.empty_cache()
         cuda.reset_peak_memory_stats()
 
 
 def after_timed() -> dict[str, Any]:
     """Finish a request: wait for queued GPU work, so that the parent's clock covers
-    it, report the request's CUDA peak memory, and hand PyTorch's cached blocks back."""
+    it, and report the request's CUDA peak memory."""
     cuda = _cuda()
     if cuda is None:
         return {}
     cuda.synchronize()
-    peak = int(cuda.max_memory_allocated())
-    cuda.empty_cache()  # before the reply: the next request's first NVML sample is its own
-    return {"cuda_peak_bytes": peak}
+    return {"cuda_peak_bytes": int(cuda.max_memory_allocated())}
 
 
 # --------------------------------------------------------------------------- main

@@ -363,7 +363,7 @@ class FakeCuda:
     def reset_peak_memory_stats(self) -> None:
         self.calls.append("reset")
 
-    def empty_cache(self) -> None:
+    def empty_cache(self) -> None:  # must not be called: see the test below
         self.calls.append("empty_cache")
 
     def max_memory_allocated(self) -> int:
@@ -383,13 +383,11 @@ def test_worker_synchronises_cuda_around_a_timed_request(monkeypatch: pytest.Mon
     cuda = FakeCuda()
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
     main.before_timed()
-    # An idle GPU, the cached blocks handed back (NVML then reads this request's own
-    # memory), fresh statistics.
-    assert cuda.calls == ["synchronize", "empty_cache", "reset"]
+    assert cuda.calls == ["synchronize", "reset"]  # idle GPU, fresh statistics
     assert main.after_timed() == {"cuda_peak_bytes": 123_456}
-    # Queued work finished before the reply, and the cached blocks handed back before it:
-    # the parent's first NVML sample of the next request is that request's own.
-    assert cuda.calls[3:] == ["synchronize", "peak", "empty_cache"]
+    # Queued work finished before the reply; PyTorch's cached blocks are kept (handing
+    # them back would put allocations inside every timed run).
+    assert cuda.calls[2:] == ["synchronize", "peak"]
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace())  # CPU-only torch
     assert main.after_timed() == {}
 
