@@ -186,13 +186,15 @@ def selfcheck_module():
 @pytest.mark.parametrize(
     ("argv", "folder", "options"),
     [
-        ([], "assignment", []),
-        (["mine", "--parts", "4"], "mine", ["--parts", "part4"]),
-        (["--parts=2,part3"], "assignment", ["--parts", "part2,part3"]),
-        (["mine", "--device", "cpu"], "mine", ["--device", "cpu"]),
+        ([], "assignment", ["--device", "cpu"]),
+        (["mine", "--parts", "4"], "mine", ["--parts", "part4", "--device", "cpu"]),
+        (["--parts=2,part3"], "assignment", ["--parts", "part2,part3", "--device", "cpu"]),
+        (["mine", "--device", "cuda"], "mine", ["--device", "cuda"]),
     ],
 )
 def test_selfcheck_reads_parts_by_number_or_tag(argv, folder, options) -> None:
+    """Parts by number or tag; the device is Gradescope's (cpu) unless the student asks
+    for the GPU benchmarks, also on a machine with a GPU."""
     got_folder, got_options, _, error = selfcheck_module().student_arguments(argv)
     assert (got_folder, got_options, error) == (folder, options, "")
 
