@@ -46,6 +46,13 @@ def test_a_gradings_budget_comes_from_its_device_profile(
     assert cuda.grading_timeout_s > Limits().grading_timeout_s  # the shipped cuda profile
     assert cuda.cpu_seconds >= cuda.grading_timeout_s
     assert regrade_timeout_s("cuda") == cuda.grading_timeout_s + SETUP_ALLOWANCE_S
+    # A cluster batch left at "auto" waits as long as its GPU nodes' gradings may take.
+    from grader.ta.regrade.batch import default_timeout_s
+    from grader.ta.regrade.cluster import ClusterOptions
+
+    assert default_timeout_s("auto", ClusterOptions(gpus_per_task=1)) == regrade_timeout_s("cuda")
+    assert default_timeout_s("auto", ClusterOptions()) == regrade_timeout_s("cpu")
+    assert default_timeout_s("cuda", None) == regrade_timeout_s("cuda")
 
     text = thresholds_text().replace("[cpu.part2]", "[cpu]\ngrading_budget_s = 4321\n\n[cpu.part2]")
     (tmp_path / "thresholds.toml").write_text(text)

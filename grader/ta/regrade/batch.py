@@ -25,7 +25,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import closing
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 import yaml
 from tqdm import tqdm
@@ -35,6 +35,7 @@ from grader.core.results import fallback_results
 from grader.core.thresholds import resolve_device
 from grader.grading.runner import limits_for
 from grader.ta.regrade.class_report import write_class_report
+from grader.ta.regrade.cluster import ClusterOptions, planned_device
 from grader.ta.regrade.one import allow_running, grade_one, load_valid, stop_running
 from grader.ta.regrade.report import (
     STATUSES,
@@ -49,9 +50,6 @@ from grader.ta.regrade.report import (
     pass_rates,
     write_outputs,
 )
-
-if TYPE_CHECKING:
-    from grader.ta.regrade.cluster import ClusterOptions
 
 __all__ = [
     "STATUSES", "BatchSummary", "CheckRate", "ExportError", "Row", "Submitter", "grade_one",
@@ -152,6 +150,12 @@ def regrade_timeout_s(device: str) -> float:
     return limits_for(resolve_device(device)).grading_timeout_s + SETUP_ALLOWANCE_S
 
 
+def default_timeout_s(device: str, cluster: ClusterOptions | None) -> float:
+    """A submission's regrade timeout when none is given: for ``device``, or for "auto" on
+    a cluster, the device its nodes resolve it to (cuda where tasks get GPUs)."""
+    return regrade_timeout_s(planned_device(device, cluster) if cluster else device)
+
+
 def main(
     *,
     export_dir: Path,
@@ -172,7 +176,8 @@ def main(
     submission is one submitit array task (:func:`grader.ta.regrade.cluster.run_grading_tasks`).
     ``device`` and ``tags`` are passed to every ``grade`` (e.g. ``cuda`` and ``benchmark``)."""
     started = time.monotonic()
-    timeout_s = timeout_s if timeout_s is not None else regrade_timeout_s(device)
+    if timeout_s is None:
+        timeout_s = default_timeout_s(device, cluster)
     export_dir, out_dir = Path(export_dir).resolve(), Path(out_dir).resolve()
     parts = parse_parts(",".join(parts or []))
     metadata, folders = read_export(export_dir, out_dir)
