@@ -38,8 +38,7 @@ from typing import Any
 from grader.ta.regrade.slurm_status import (
     death_report,
     gone_report,
-    in_slurm_queue,
-    pending_reasons,
+    slurm_queue,
     tail,
     waiting_note,
 )
@@ -212,19 +211,18 @@ def run_grading_tasks(
     options: ClusterOptions,
     *,
     out_dir: Path,
-    queue: Callable[[list[str]], set[str] | None] | None = None,
-    reasons: Callable[[list[str]], dict[str, str]] | None = None,
+    queue: Callable[[list[str]], dict[str, str] | None] | None = None,
 ) -> Iterator[tuple[TaskSpec, str, str]]:
     """Submit one task per spec and yield ``(spec, status, why_it_died)`` as each ends.
 
     A task that ends without a result is ``died``: a fallback results file holds
     :func:`death_report`, and ``task.json`` says ``died`` so that the next run submits it
-    again. A task that Slurm stops listing without submitit seeing it finish (``queue``,
-    default ``squeue`` for the slurm executor) is ``died`` too, after ``GONE_GRACE_S``.
-    Whenever the tasks Slurm holds back, or its reasons (``reasons``, default ``squeue``'s
-    for the slurm executor: a node down, a partition closed), change, one line says so on
-    stderr: a TA sees why a batch waits. If
-    waiting is interrupted, every unfinished task is cancelled (its record stays
+    again. ``queue`` (default :func:`slurm_queue` for the slurm executor) says which tasks
+    Slurm still lists and why it holds back the pending ones. A task that Slurm stops
+    listing without submitit seeing it finish is ``died`` too, after ``GONE_GRACE_S``.
+    Whenever the tasks held back, or the reasons (a node down, a partition closed),
+    change, one line says so on stderr: a TA sees why a batch waits. If waiting is
+    interrupted, every unfinished task is cancelled (its record stays
     ``submitted``, so the next run submits it again too)."""
     from grader.ta.regrade.one import write_fallback
 
@@ -239,9 +237,7 @@ def run_grading_tasks(
     pending, running = list(specs), {}
     base = {"executor": options.executor, "device": specs[0].device, "limit_s": limit_s}
     if queue is None and options.executor == "slurm":
-        queue = in_slurm_queue
-    if reasons is None and options.executor == "slurm":
-        reasons = pending_reasons
+        queue = slurm_queue
     said = ""  # the last waiting note printed
     unlisted: dict[Any, float] = {}  # job -> when Slurm was first seen not to list it
     try:
@@ -253,7 +249,9 @@ def run_grading_tasks(
                     running[job] = spec
                     _write_task(spec, {**base, "job_id": job.job_id, "state": "submitted"})
             finished = [job for job in running if job.done()]
-            gone = gone_jobs(running, finished, queue, unlisted)
+            waiting = [job for job in running if job not in finished]
+            listed = queue([str(job.job_id) for job in waiting]) if queue and waiting else None
+            gone = gone_jobs(waiting, listed, unlisted)
             for job in finished + gone:
                 spec = running.pop(job)
                 logs = {"stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr)}
@@ -274,36 +272,27 @@ def run_grading_tasks(
                 _write_task(spec, record)
                 yield spec, str(info["status"]), ""
             if not finished and not gone:
-                said = say_waiting(reasons, running, said)
+                said = say_waiting(listed, said)
                 time.sleep(poll_s)
     finally:  # interrupted (or an error): nothing we submitted may keep running
         for job in running:
             job.cancel(check=False)
 
 
-def say_waiting(
-    reasons: Callable[[list[str]], dict[str, str]] | None, running: dict[Any, TaskSpec], said: str
-) -> str:
-    """Print why Slurm holds back tasks of ``running`` when that changed since ``said``;
-    return what is said now."""
-    if reasons is None or not running:
-        return said
-    note = waiting_note(reasons([str(job.job_id) for job in running]))
+def say_waiting(listed: dict[str, str] | None, said: str) -> str:
+    """Print why Slurm holds back tasks (``listed``, from the queue) when that changed
+    since ``said``; return what is said now."""
+    note = waiting_note(listed or {})
     if note and note != said:
         print(note, file=sys.stderr, flush=True)
     return note
 
 
 def gone_jobs(
-    running: dict[Any, TaskSpec],
-    finished: list[Any],
-    queue: Callable[[list[str]], set[str] | None] | None,
-    unlisted: dict[Any, float],
+    waiting: list[Any], listed: dict[str, str] | None, unlisted: dict[Any, float]
 ) -> list[Any]:
-    """The running jobs that Slurm has not listed for ``GONE_GRACE_S`` (time for a result
-    file to show on a shared file system) and that did not finish."""
-    waiting = [job for job in running if job not in finished]
-    listed = queue([str(job.job_id) for job in waiting]) if queue and waiting else None
+    """The unfinished jobs that Slurm has not listed for ``GONE_GRACE_S`` (time for a
+    result file to show on a shared file system); none while the queue cannot answer."""
     if listed is None:
         return []
     now = time.monotonic()

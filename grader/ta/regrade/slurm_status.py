@@ -67,47 +67,34 @@ def death_report(job: Any, exc: BaseException) -> str:
     return "\n".join(parts)
 
 
-def in_slurm_queue(job_ids: list[str]) -> set[str] | None:
-    """The ids among ``job_ids`` that Slurm still lists (pending, running or ending), from
-    ``squeue``, which works without accounting; None when squeue cannot answer."""
+def slurm_queue(job_ids: list[str]) -> dict[str, str] | None:
+    """The ids among ``job_ids`` that Slurm still lists (pending, running or ending), each
+    with why Slurm holds it back while it is pending (its ``%r``: "Resources",
+    "ReqNodeNotAvail, UnavailableNodes:node3"; '' once it runs), from one ``squeue`` call,
+    which works without accounting; None when squeue cannot answer."""
     base = sorted({j.split("_")[0] for j in job_ids})
     try:
-        out = subprocess.run(
-            ["squeue", "-h", "-o", "%i", "-j", ",".join(base)],
+        out = subprocess.run(  # -r: one line per array task, pending ones too
+            ["squeue", "-h", "-r", "-o", "%i|%T|%r", "-j", ",".join(base)],
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
     except (OSError, subprocess.TimeoutExpired):
         return None
     if out.returncode != 0 and "Invalid job id" not in out.stderr:
         return None
-    listed = {line.strip() for line in out.stdout.splitlines() if line.strip()}
-    # An array task is listed as "123_4", or inside "123_[4-9]" while it is still pending.
-    return {j for j in job_ids if j in listed or any(x.startswith(j.split("_")[0] + "_[")
-                                                     for x in listed)}  # fmt: skip
-
-
-def pending_reasons(job_ids: list[str]) -> dict[str, str]:
-    """Why Slurm still holds back each of ``job_ids`` that is pending (its ``%r``: e.g.
-    "Resources", "ReqNodeNotAvail, UnavailableNodes:node3"), from ``squeue``; {} when
-    squeue cannot answer."""
-    base = sorted({j.split("_")[0] for j in job_ids})
-    try:
-        out = subprocess.run(
-            ["squeue", "-h", "-r", "-t", "PD", "-o", "%i|%r", "-j", ",".join(base)],
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
-    wanted, reasons = set(job_ids), {}
+    listed = {}
     for line in out.stdout.splitlines():
-        job, _, reason = line.partition("|")
-        if job.strip() in wanted:
-            reasons[job.strip()] = reason.strip() or "unknown"
-    return reasons
+        job, _, rest = line.partition("|")
+        state, _, reason = rest.partition("|")
+        if job.strip():
+            listed[job.strip()] = (reason.strip() or "unknown") if state == "PENDING" else ""
+    return {j: listed[j] for j in job_ids if j in listed}
 
 
-def waiting_note(reasons: dict[str, str]) -> str:
-    """One line for a TA on the tasks Slurm holds back, grouped by reason; '' if none."""
+def waiting_note(listed: dict[str, str]) -> str:
+    """One line for a TA on the tasks Slurm holds back (those of ``listed``, as
+    :func:`slurm_queue` gives it, with a reason), grouped by reason; '' if none."""
+    reasons = {job: reason for job, reason in listed.items() if reason}
     if not reasons:
         return ""
     by_reason: dict[str, list[str]] = {}

@@ -333,10 +333,10 @@ def test_a_task_slurm_stops_listing_is_reported_and_submitted_again(
     results = tmp_path / "results" / "submission_1" / "results.json"
     spec = TaskSpec("submission_1", str(tmp_path), str(results), ["part1"], 60, sys.executable,
                     device="cuda")  # fmt: skip
-    listings = iter([{"77_0"}, set()])  # listed at the first look, gone at the second
+    listings = iter([{"77_0": ""}, {}])  # listed at the first look, gone at the second
     options = ClusterOptions(executor="slurm", poll_s=0.01)
     ended = list(cluster.run_grading_tasks(
-        [spec], options, out_dir=tmp_path, queue=lambda ids: next(listings, set())
+        [spec], options, out_dir=tmp_path, queue=lambda ids: next(listings, {})
     ))  # fmt: skip
     assert [(s.folder, status) for s, status, _ in ended] == [("submission_1", "died")]
     assert "Slurm no longer lists it" in ended[0][2] and jobs[0].cancelled

@@ -35,30 +35,32 @@ def _squeue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str) -> Non
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
 
 
-def test_squeue_names_the_tasks_slurm_still_holds(
+def test_one_squeue_call_names_the_tasks_slurm_still_holds_and_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _squeue(tmp_path, monkeypatch, '#!/bin/sh\nprintf "77_0\\n78_[2-5]\\n"\n')
-    assert slurm_status.in_slurm_queue(["77_0", "77_1", "78_3"]) == {"77_0", "78_3"}
-    _squeue(tmp_path, monkeypatch, "#!/bin/sh\necho 'slurm_load_jobs error' >&2\nexit 1\n")
-    assert slurm_status.in_slurm_queue(["77_0"]) is None  # no answer: keep waiting
-
-
-def test_pending_tasks_are_named_with_slurms_reason(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``squeue -r -t PD``: one line per pending array task, with its reason; tasks of other
-    jobs are left out, and no answer is no reason."""
-    _squeue(tmp_path, monkeypatch, '#!/bin/sh\nprintf "77_1|ReqNodeNotAvail, '
-            'UnavailableNodes:n3\\n77_2|Resources\\n99_0|Priority\\n"\n')  # fmt: skip
-    reasons = slurm_status.pending_reasons(["77_0", "77_1", "77_2"])
-    assert reasons == {"77_1": "ReqNodeNotAvail, UnavailableNodes:n3", "77_2": "Resources"}
-    note = slurm_status.waiting_note({**reasons, "77_3": "Resources"})
+    """``squeue -r``: one line per array task, pending ones too, with its state and reason.
+    A running task is listed without a reason, a pending one with Slurm's; tasks of other
+    jobs are left out; no answer is None (keep waiting), an id Slurm no longer knows is
+    simply not listed."""
+    queue = tmp_path / "queue.txt"
+    queue.write_text(
+        "77_0|RUNNING|None\n77_1|PENDING|ReqNodeNotAvail, UnavailableNodes:n3\n"
+        "77_2|PENDING|Resources\n78_3|PENDING|Resources\n99_0|PENDING|Priority\n"
+    )
+    only_with_r = f'case " $* " in *" -r "*) cat {queue};; *) exit 1;; esac'
+    _squeue(tmp_path, monkeypatch, f"#!/bin/sh\n{only_with_r}\n")
+    listed = slurm_status.slurm_queue(["77_0", "77_1", "77_2", "77_4", "78_3"])
+    assert listed == {"77_0": "", "77_1": "ReqNodeNotAvail, UnavailableNodes:n3",
+                      "77_2": "Resources", "78_3": "Resources"}  # fmt: skip
+    note = slurm_status.waiting_note(listed)
     assert note == ("3 task(s) waiting in Slurm's queue: ReqNodeNotAvail, UnavailableNodes:n3 "
-                    "(77_1); Resources (77_2, 77_3)")  # fmt: skip
-    assert slurm_status.waiting_note({}) == ""
-    _squeue(tmp_path, monkeypatch, "#!/bin/sh\nexit 1\n")
-    assert slurm_status.pending_reasons(["77_1"]) == {}
+                    "(77_1); Resources (77_2, 78_3)")  # fmt: skip
+    assert slurm_status.waiting_note({"77_0": ""}) == ""  # running: nothing to say
+    _squeue(tmp_path, monkeypatch, "#!/bin/sh\necho 'slurm_load_jobs error' >&2\nexit 1\n")
+    assert slurm_status.slurm_queue(["77_0"]) is None  # no answer: keep waiting
+    gone = "slurm_load_jobs error: Invalid job id specified"
+    _squeue(tmp_path, monkeypatch, f"#!/bin/sh\necho '{gone}' >&2\nexit 1\n")
+    assert slurm_status.slurm_queue(["77_0"]) == {}  # ended: Slurm lists none of them
 
 
 def test_a_waiting_batch_says_why_once_per_change(
@@ -72,12 +74,11 @@ def test_a_waiting_batch_says_why_once_per_change(
     monkeypatch.setattr(cluster, "GONE_GRACE_S", 0.0)
     spec = TaskSpec("submission_1", str(tmp_path), str(tmp_path / "r" / "results.json"),
                     ["part1"], 60, sys.executable, device="cuda")  # fmt: skip
-    listed = iter([{"77_0"}] * 4)  # listed for four looks, then gone
-    held = iter(["ReqNodeNotAvail", "ReqNodeNotAvail", "Resources", "Resources"])
+    held = ["ReqNodeNotAvail", "ReqNodeNotAvail", "Resources", "Resources"]
+    looks = iter([{"77_0": reason} for reason in held])  # listed for four looks, then gone
     ended = list(cluster.run_grading_tasks(
         [spec], ClusterOptions(executor="slurm", poll_s=0.01), out_dir=tmp_path,
-        queue=lambda ids: next(listed, set()),
-        reasons=lambda ids: {"77_0": r} if (r := next(held, "")) else {},
+        queue=lambda ids: next(looks, {}),
     ))  # fmt: skip
     assert [status for _, status, _ in ended] == ["died"]
     said = [line for line in capsys.readouterr().err.splitlines() if "Slurm's queue" in line]
