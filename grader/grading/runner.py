@@ -140,14 +140,14 @@ class Grading:
 
     def hand_over(self, device: str) -> None:
         """The submission copied into the sandbox, given to the worker account, and the
-        context the checks reach it through."""
+        context the checks reach it through, on ``device`` ("cpu" or "cuda", resolved)."""
         assert self.sandbox is not None
         self.copied = copy_submission(self.submission, self.sandbox.submission_dir)
         self.sandbox.hand_over()
         self.ctx = GradingContext(
             sandbox=self.sandbox,
             limits=self.limits,
-            device=resolve_device(device),
+            device=device,
             bases={p: locate(self.sandbox.submission_dir, PARTS[p].main_file) for p in self.parts},
             cases_root=self.cases_root,
             # One thread: on a shared or fractional CPU (Gradescope gives 1/2 a core)
