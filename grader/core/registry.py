@@ -30,6 +30,9 @@ class Part:
     title: str
     main_file: str  # the file the submission must contain, relative to its folder
     checks_module: str  # module holding the part's unittest.TestCase classes
+    # What its adapter imports before the student's code (``module`` or
+    # ``module:name,...``), loaded once by a fork server that starts its workers.
+    preload: tuple[str, ...] = ()
 
 
 PARTS: dict[str, Part] = {
@@ -39,10 +42,21 @@ PARTS: dict[str, Part] = {
         "Tiny transformer with a KV cache",
         "transformer_skeleton.py",
         "grader.parts.part2.checks",
+        preload=("torch",),
     ),
-    "part3": Part("part3", "KV caching in Llama 3", "llama/model.py", "grader.parts.part3.checks"),
+    "part3": Part(
+        "part3",
+        "KV caching in Llama 3",
+        "llama/model.py",
+        "grader.parts.part3.checks",
+        preload=("torch",),
+    ),
     "part4": Part(
-        "part4", "KV-cache lab (distilgpt2 shape)", "kv_lab.py", "grader.parts.part4.checks"
+        "part4",
+        "KV-cache lab (distilgpt2 shape)",
+        "kv_lab.py",
+        "grader.parts.part4.checks",
+        preload=("torch", "transformers:GPT2Config,GPT2LMHeadModel,DynamicCache"),
     ),
 }
 

@@ -10,7 +10,6 @@ run records a warning.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import functools
 import os
@@ -28,6 +27,7 @@ from pathlib import Path
 import psutil
 
 from grader.core.paths import CACHE_PATTERNS, PARTS_SOURCE, WORKER_SOURCE
+from grader.sandbox.confine import Confinement, confine, unshare_network
 from grader.sandbox.identity import (  # noqa: F401  (re-exported: the sandbox's accounts)
     FALLBACK_USER,
     LOCK_DIR,
@@ -39,7 +39,6 @@ from grader.sandbox.identity import (  # noqa: F401  (re-exported: the sandbox's
     resolve_identity,
 )
 from grader.sandbox.mounts import MountPlan
-from grader.sandbox.mounts import apply as apply_mounts
 from grader.sandbox.processes import kill_matching
 
 KIB, MIB, GIB = 2**10, 2**20, 2**30
@@ -75,23 +74,8 @@ def protect_hidden(folder: Path, identity: WorkerIdentity) -> None:
         folder.chmod(0o700)
 
 
-CLONE_NEWNET = 0x40000000
-PR_SET_NO_NEW_PRIVS = 38
 #: World-writable places a worker can fill outside its sandbox; swept after each run.
 SHARED_TEMP = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
-
-
-def _no_new_privileges() -> int:
-    """From now on no exec can gain privileges (setuid ``sg``, ``su``, file capabilities),
-    so the worker can never leave its run's group id; 0 or an errno."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    return 0 if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 else ctypes.get_errno()
-
-
-def _unshare_network() -> int:
-    """Move the calling process into a new, empty network namespace; 0 or an errno."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    return 0 if libc.unshare(CLONE_NEWNET) == 0 else ctypes.get_errno()
 
 
 @functools.cache
@@ -105,7 +89,7 @@ def network_isolation() -> str:
         return "the grader is not root"
     pid = os.fork()
     if pid == 0:  # the probe: a child that tries, and reports by its exit status
-        os._exit(min(_unshare_network(), 255))
+        os._exit(min(unshare_network(), 255))
     _, status = os.waitpid(pid, 0)
     code = os.waitstatus_to_exitcode(status)
     return "" if code == 0 else f"unshare(CLONE_NEWNET) failed: {os.strerror(code)}"
@@ -116,6 +100,29 @@ def memory_limit(device: str) -> int:
     return resource.RLIMIT_DATA if device == "cuda" else resource.RLIMIT_AS
 
 
+def confinement(
+    limits: Limits,
+    identity: WorkerIdentity,
+    isolate_network: bool = False,
+    mounts: MountPlan | None = None,
+    device: str = "cpu",
+) -> Confinement:
+    """What a worker's process applies to itself before it runs the submission: resource
+    limits, a network namespace and a private view of the file system (as root, when
+    asked), no new privileges, then the drop to the worker user (see :func:`confine`)."""
+    return Confinement(
+        memory_resource=memory_limit(device),
+        memory_bytes=limits.memory_bytes,
+        max_file_bytes=limits.max_file_bytes,
+        cpu_seconds=limits.cpu_seconds,
+        max_processes=limits.max_processes if identity.dropped else None,
+        isolate_network=isolate_network,
+        mounts=mounts,
+        uid=identity.uid if identity.dropped else None,
+        gid=identity.gid if identity.dropped else None,
+    )
+
+
 def limit_setter(
     limits: Limits,
     identity: WorkerIdentity,
@@ -123,40 +130,11 @@ def limit_setter(
     mounts: MountPlan | None = None,
     device: str = "cpu",
 ) -> Callable[[], None]:
-    """A ``preexec_fn``, run in the child before the worker starts: resource limits, a
-    network namespace and a private view of the file system (as root, when asked), no
-    new privileges, then the drop to the worker user.
-
-    The drop happens here rather than through Popen's ``user=``, because making
-    the namespaces needs root and must come first.
-    """
-
-    def apply() -> None:
-        memory = memory_limit(device)
-        resource.setrlimit(memory, (limits.memory_bytes, limits.memory_bytes))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.max_file_bytes, limits.max_file_bytes))
-        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if identity.dropped:
-            # Counts every process and thread of the worker user, so it only
-            # makes sense for a dedicated account.
-            resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_processes, limits.max_processes))
-        if isolate_network and _unshare_network() != 0:
-            os._exit(97)  # never run student code with a network we promised to remove
-        if mounts is not None:
-            try:
-                apply_mounts(mounts)
-            except OSError:
-                os._exit(96)  # nor with the checkout we promised to hide
-        if _no_new_privileges() != 0:
-            os._exit(98)
-        if identity.dropped:
-            os.setgroups([])
-            os.setgid(identity.gid)
-            os.setuid(identity.uid)
-        os.umask(0o077)
-
-    return apply
+    """A ``preexec_fn`` that confines the child before it starts the worker (see
+    :func:`confinement`). The drop happens there rather than through Popen's ``user=``,
+    because making the namespaces needs root and must come first."""
+    spec = confinement(limits, identity, isolate_network, mounts, device)
+    return lambda: confine(spec)
 
 
 def fresh_gid() -> int:

@@ -1,0 +1,96 @@
+"""What a worker's process does to itself before any student code runs: resource limits,
+a network namespace and a private view of the files (as root, when asked), no new
+privileges, then the drop to the worker account.
+
+Plain data and the standard library only: the same steps run in ``subprocess``'s child
+before ``exec`` (:func:`grader.sandbox.sandbox.limit_setter`) and in a child of the fork
+server (:mod:`grader.sandbox.forkserver_main`), which receives a :class:`Confinement` as
+JSON and must not load the rest of the grader.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from grader.sandbox.mounts import MountPlan
+from grader.sandbox.mounts import apply as apply_mounts
+
+CLONE_NEWNET = 0x40000000
+PR_SET_NO_NEW_PRIVS = 38
+#: Exit statuses of a worker that could not be confined (the client names them).
+NO_MOUNTS, NO_NETWORK_NAMESPACE, NO_PRIVILEGE_LOCK = 96, 97, 98
+
+
+def unshare_network() -> int:
+    """Move the calling process into a new, empty network namespace; 0 or an errno."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    return 0 if libc.unshare(CLONE_NEWNET) == 0 else ctypes.get_errno()
+
+
+def no_new_privileges() -> int:
+    """From now on no exec can gain privileges (setuid ``sg``, ``su``, file capabilities),
+    so the worker can never leave its run's group id; 0 or an errno."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    return 0 if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 else ctypes.get_errno()
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """Everything :func:`confine` applies, as plain values."""
+
+    memory_resource: int  # RLIMIT_AS on a CPU, RLIMIT_DATA on a GPU (see Limits.memory_bytes)
+    memory_bytes: int
+    max_file_bytes: int
+    cpu_seconds: int
+    max_processes: int | None  # RLIMIT_NPROC, only for a dedicated worker account
+    isolate_network: bool
+    mounts: MountPlan | None
+    uid: int | None  # the worker account to drop to; None keeps the caller's
+    gid: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Confinement:
+        mounts = data.get("mounts")
+        if mounts is not None:
+            mounts = MountPlan(
+                hide=tuple(mounts["hide"]),
+                keep=tuple(mounts["keep"]),
+                scratch=tuple(tuple(s) for s in mounts["scratch"]),
+            )
+        return cls(**{**data, "mounts": mounts})
+
+
+def confine(spec: Confinement) -> None:
+    """Apply ``spec`` to the calling process, in that order: the namespaces need root, so
+    the drop comes last. A step that fails ends the process with a status of its own
+    rather than let student code run with a network or files it was promised not to have.
+    """
+    resource.setrlimit(spec.memory_resource, (spec.memory_bytes, spec.memory_bytes))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (spec.max_file_bytes, spec.max_file_bytes))
+    resource.setrlimit(resource.RLIMIT_CPU, (spec.cpu_seconds, spec.cpu_seconds))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if spec.max_processes is not None:
+        # Counts every process and thread of the worker user, so it only makes sense
+        # for a dedicated account.
+        resource.setrlimit(resource.RLIMIT_NPROC, (spec.max_processes, spec.max_processes))
+    if spec.isolate_network and unshare_network() != 0:
+        os._exit(NO_NETWORK_NAMESPACE)
+    if spec.mounts is not None:
+        try:
+            apply_mounts(spec.mounts)
+        except OSError:
+            os._exit(NO_MOUNTS)
+    if no_new_privileges() != 0:
+        os._exit(NO_PRIVILEGE_LOCK)
+    if spec.uid is not None and spec.gid is not None:
+        os.setgroups([])
+        os.setgid(spec.gid)
+        os.setuid(spec.uid)
+    os.umask(0o077)

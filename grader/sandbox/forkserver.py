@@ -1,0 +1,259 @@
+"""Starting workers from a fork server: the parent's side (see :mod:`forkserver_main`).
+
+A :class:`ForkServer` is a child of the grader that has imported a part's libraries once;
+:meth:`ForkServer.spawn` gives a :class:`ForkedWorker`, the part of ``subprocess.Popen``
+the worker client uses (``pid``, ``stdout``, ``wait``, ``poll``). At most one server
+lives at a time in a grader (each holds its own torch, and Gradescope's container is
+small); a server that cannot start or stops answering is dropped, and the caller starts
+its worker with ``subprocess`` as before. ``KVGRADER_FORKSERVER=0`` turns it off.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grader.sandbox.confine import Confinement
+from grader.sandbox.processes import STARTED
+
+#: The folder that holds the ``grader`` package: the server runs ``-m`` from there.
+PACKAGE_PARENT = Path(__file__).resolve().parents[2]
+SWITCH = "KVGRADER_FORKSERVER"
+MAX_MESSAGE = 1 << 20
+
+
+class ForkServerError(RuntimeError):
+    """The server did not start or stopped answering: start the worker another way."""
+
+
+@dataclass
+class ForkedWorker:
+    """A worker forked by a :class:`ForkServer`, seen through ``Popen``'s interface."""
+
+    pid: int
+    stdout: Any  # the read end of its output pipe (a binary file)
+    server: ForkServer
+    returncode: int | None = None
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Its exit status as ``Popen.wait`` gives it; ``subprocess.TimeoutExpired``
+        after ``timeout`` seconds."""
+        if self.returncode is None:
+            self.returncode = self.server.wait(self.pid, timeout)
+        return self.returncode
+
+    def poll(self) -> int | None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return self.wait(0)
+        return None
+
+
+@dataclass
+class ForkServer:
+    """One server process and the socket to it."""
+
+    preload: tuple[str, ...]
+    env: dict[str, str]
+    proc: subprocess.Popen | None = None
+    control: socket.socket | None = None
+    exited: dict[int, int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    next_id: int = 0
+
+    def start(self, timeout: float) -> None:
+        """Start the server and wait until it has imported its libraries."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        command = [sys.executable, "-E", "-s", "-u", "-B", "-m", "grader.sandbox.forkserver_main"]
+        command += ["--control-fd", str(theirs.fileno())]
+        command += [f"--preload={spec}" for spec in self.preload]
+        try:
+            self.proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),),
+                cwd=PACKAGE_PARENT,
+                env=self.env,
+                start_new_session=True,
+            )
+        finally:
+            theirs.close()
+        STARTED.add(self.proc.pid)  # never an orphan whose CPU time is a worker's
+        self.control = ours
+        ready = self._receive(timeout, lambda m: "ready" in m)
+        if ready is None:
+            raise ForkServerError(f"the server did not start in {timeout:g} s")
+        if ready["threads"] != 1:  # forking a threaded process is not safe
+            self.close()
+            raise ForkServerError(f"the server runs {ready['threads']} threads")
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None and self.control is not None
+
+    def spawn(
+        self,
+        *,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str,
+        confinement: Confinement,
+        pass_fds: tuple[int, int],
+        timeout: float = 10.0,
+    ) -> ForkedWorker:
+        """Fork a worker that runs ``argv`` (its ``main.py`` and arguments, where
+        ``{in_fd}`` and ``{out_fd}`` name the two descriptors of ``pass_fds``)."""
+        read_output, write_output = os.pipe()
+        try:
+            with self.lock:
+                self.next_id += 1
+                request = {
+                    "id": self.next_id,
+                    "argv": argv,
+                    "env": env,
+                    "cwd": cwd,
+                    "confinement": confinement.to_json(),
+                }
+                assert self.control is not None
+                try:
+                    socket.send_fds(
+                        self.control, [json.dumps(request).encode()], [write_output, *pass_fds]
+                    )
+                except OSError as exc:
+                    raise ForkServerError(f"the server is gone: {exc}") from None
+                wanted = self.next_id
+                reply = self._receive(timeout, lambda m: m.get("spawned") == wanted)
+                if reply is None:
+                    raise ForkServerError(f"the server did not fork in {timeout:g} s")
+        except BaseException:
+            os.close(read_output)
+            raise
+        finally:
+            os.close(write_output)
+        return ForkedWorker(reply["pid"], os.fdopen(read_output, "rb"), self)
+
+    def wait(self, pid: int, timeout: float | None) -> int:
+        """The exit status of worker ``pid`` once it has ended."""
+        with self.lock:
+            if pid in self.exited:
+                return self.exited.pop(pid)
+            try:
+                if self._receive(timeout, lambda m: m.get("exited") == pid) is None:
+                    raise subprocess.TimeoutExpired(f"worker {pid}", timeout or 0)
+            except ForkServerError:
+                return self._wait_orphan(pid, timeout)
+            return self.exited.pop(pid)
+
+    def _wait_orphan(self, pid: int, timeout: float | None) -> int:
+        """The server died: its workers are this process's now (it is their subreaper)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                done, status = os.waitpid(pid, 0 if deadline is None else os.WNOHANG)
+            except ChildProcessError:
+                return -9  # reaped elsewhere: it was killed
+            if done:
+                return os.waitstatus_to_exitcode(status)
+            if time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(str(pid), timeout or 0)
+            time.sleep(0.01)
+
+    def _receive(self, timeout: float | None, wanted: Any) -> dict[str, Any] | None:
+        """Read messages until one that ``wanted`` accepts (exit reports are kept); None
+        after ``timeout`` seconds."""
+        assert self.control is not None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            readable, _, _ = select.select([self.control], [], [], left)
+            if not readable:
+                return None
+            try:
+                data = self.control.recv(MAX_MESSAGE)
+            except OSError as exc:
+                raise ForkServerError(f"the server is gone: {exc}") from None
+            if not data:
+                raise ForkServerError("the server is gone")
+            message = json.loads(data)
+            if "exited" in message:
+                self.exited[message["exited"]] = message["code"]
+            if wanted(message):
+                return message
+
+    def close(self) -> None:
+        """Stop the server (its workers are stopped by their clients)."""
+        if self.control is not None:
+            self.control.close()
+            self.control = None
+        if self.proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=5)
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            STARTED.discard(self.proc.pid)
+            self.proc = None
+
+
+_SERVERS: dict[tuple[str, ...], ForkServer] = {}
+_REFUSED: set[tuple[str, ...]] = set()  # servers that failed to start: not tried again
+
+
+#: A worker's variables that name its own sandbox: the server has none, and each child
+#: gets its own.
+PER_SANDBOX = {"HOME": "/nonexistent", "TMPDIR": "/tmp", "MPLCONFIGDIR": "/tmp"}
+
+
+def server_for(preload: tuple[str, ...], env: dict[str, str], timeout: float) -> ForkServer | None:
+    """The live server that preloads ``preload`` in the workers' environment ``env``
+    (the libraries read thread counts as they load), started if needed; None where
+    there is nothing to preload, the switch is off, or it cannot start."""
+    if not preload or os.environ.get(SWITCH, "1") == "0":
+        return None
+    env = {**env, **{k: v for k, v in PER_SANDBOX.items() if k in env}}
+    key = (*preload, *(f"{k}={v}" for k, v in sorted(env.items())))
+    if key in _REFUSED:
+        return None
+    server = _SERVERS.get(key)
+    if server is not None and server.alive:
+        return server
+    close_all()
+    server = ForkServer(preload, env)
+    try:
+        server.start(timeout)
+    except (ForkServerError, subprocess.TimeoutExpired, OSError):
+        server.close()
+        _REFUSED.add(key)
+        return None
+    _SERVERS[key] = server
+    return server
+
+
+def drop(server: ForkServer) -> None:
+    """Stop using ``server`` (it failed a request)."""
+    for key, known in list(_SERVERS.items()):
+        if known is server:
+            del _SERVERS[key]
+    server.close()
+
+
+def close_all() -> None:
+    """Stop every server of this process."""
+    for server in list(_SERVERS.values()):
+        server.close()
+    _SERVERS.clear()
+
+
+atexit.register(close_all)

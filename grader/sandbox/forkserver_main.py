@@ -1,0 +1,185 @@
+"""The fork server's own process: trusted, it imports the libraries every worker of a part
+imports (torch) once, then forks one worker per request from that state.
+
+A worker started by ``exec`` pays a new interpreter and a torch import (one to three CPU
+seconds) each time; a forked one starts in milliseconds. Each child becomes exactly
+what ``subprocess`` would have started: its descriptors (``/dev/null``, the output
+pipe, the request channel) and nothing else, a session of its own, its folder, the
+sandbox's environment, the same :func:`~grader.sandbox.confine.confine` (limits,
+namespaces, no new privileges, the drop to the worker account), then the worker's
+``main.py`` run as ``__main__``, which exits the way an interpreter does.
+
+The parent (:mod:`grader.sandbox.forkserver`) talks to this process over a Unix
+``SOCK_SEQPACKET`` socket, one JSON object per message:
+
+* from the server: ``{"ready": pid, "threads": n}`` once the libraries are imported;
+  ``{"spawned": id, "pid": pid}`` for each request; ``{"exited": pid, "code": c}`` when
+  a worker ends (``c`` as ``subprocess`` reports it: negative for a signal);
+* to the server: ``{"id", "argv", "env", "cwd", "confinement"}`` with three descriptors
+  (output, requests in, replies out). ``argv`` may name ``{in_fd}`` and ``{out_fd}``.
+
+Only the standard library and the modules it preloads are imported here, so a worker
+holds nothing of the grader but this module and :mod:`grader.sandbox.confine`, which
+are unloaded before the submission runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import importlib
+import json
+import os
+import runpy
+import select
+import signal
+import socket
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from grader.sandbox.confine import Confinement, confine
+
+PR_SET_DUMPABLE = 4
+MAX_MESSAGE = 1 << 20
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a forked child runs once it is confined."""
+
+    main: str  # the worker's main.py
+    argv: list[str]
+
+
+def preload(specs: list[str]) -> None:
+    """Import each ``module`` or ``module:name,name`` (names read from it, for packages
+    that load their members lazily, as transformers does)."""
+    for spec in specs:
+        module, _, names = spec.partition(":")
+        loaded = importlib.import_module(module)
+        for name in filter(None, names.split(",")):
+            getattr(loaded, name)
+
+
+def send(control: socket.socket, message: dict[str, Any]) -> None:
+    control.send(json.dumps(message).encode())
+
+
+def reap(control: socket.socket) -> None:
+    """Report every child that has ended."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        send(control, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+
+
+def serve(control: socket.socket) -> Job | None:
+    """Fork a worker per request until the parent closes the socket (None); in each
+    child, return its job once it is confined."""
+    wake_r, wake_w = os.pipe()
+    for fd in (wake_r, wake_w):
+        os.set_blocking(fd, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(wake_w)
+    send(control, {"ready": os.getpid(), "threads": len(os.listdir("/proc/self/task"))})
+    while True:
+        readable, _, _ = select.select([control, wake_r], [], [])
+        if wake_r in readable:
+            with contextlib.suppress(BlockingIOError):
+                os.read(wake_r, 4096)
+            reap(control)
+        if control not in readable:
+            continue
+        data, fds, _, _ = socket.recv_fds(control, MAX_MESSAGE, 3)
+        if not data:
+            return None
+        request = json.loads(data)
+        pid = os.fork()
+        if pid == 0:
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            for fd in (wake_r, wake_w, control.fileno()):
+                os.close(fd)
+            return become_worker(request, fds)
+        for fd in fds:
+            os.close(fd)
+        send(control, {"spawned": request["id"], "pid": pid})
+
+
+def keep_only(fds: list[int]) -> None:
+    """Close every descriptor but 0, 1, 2 and ``fds``."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2 and fd not in fds:
+            with contextlib.suppress(OSError):  # the listing's own descriptor
+                os.close(fd)
+
+
+def become_worker(request: dict[str, Any], fds: list[int]) -> Job:
+    """In the forked child: the descriptors, session, folder, environment and
+    confinement ``subprocess`` would have given it."""
+    output, in_fd, out_fd = fds
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(output, 1)
+    os.dup2(output, 2)
+    keep_only([in_fd, out_fd])
+    for fd in (in_fd, out_fd):
+        os.set_inheritable(fd, True)
+    os.setsid()
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    reset_process_state()
+    spec = Confinement.from_json(request["confinement"])
+    confine(spec)
+    if spec.uid is not None:
+        # Changing uid made the process undumpable, which exec would have undone: its
+        # /proc files stay the worker account's, as a started worker's are.
+        ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+    named = {"{in_fd}": str(in_fd), "{out_fd}": str(out_fd)}
+    argv = [named.get(a, a) for a in request["argv"]]
+    return Job(main=argv[0], argv=argv)
+
+
+def reset_process_state() -> None:
+    """What a new interpreter would not share with its siblings: the temporary folder
+    (read from the new environment) and numpy's global random state."""
+    tempfile = sys.modules.get("tempfile")
+    if tempfile is not None:
+        tempfile.tempdir = None
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()
+
+
+def run_worker(job: Job) -> None:
+    """Run the worker's ``main.py`` as ``__main__``, as ``python main.py ...`` would."""
+    for name in [n for n in sys.modules if n == "grader" or n.startswith("grader.")]:
+        del sys.modules[name]
+    sys.argv = job.argv
+    sys.path[0] = os.path.dirname(job.main)
+    runpy.run_path(job.main, run_name="__main__")
+
+
+def main(argv: list[str] | None = None) -> Job | None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--control-fd", type=int, required=True)
+    parser.add_argument("--preload", action="append", default=[])
+    args = parser.parse_args(argv)
+    control = socket.socket(fileno=args.control_fd)
+    preload(args.preload)
+    return serve(control)
+
+
+if __name__ == "__main__":
+    _job = main()
+    if _job is None:
+        sys.exit(0)
+    run_worker(_job)
