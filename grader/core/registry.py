@@ -36,7 +36,13 @@ class Part:
 
 
 PARTS: dict[str, Part] = {
-    "part1": Part("part1", "KV-cache calculator", "question1.py", "grader.parts.part1.checks"),
+    "part1": Part(
+        "part1",
+        "KV-cache calculator",
+        "question1.py",
+        "grader.parts.part1.checks",
+        preload=("numpy",),
+    ),
     "part2": Part(
         "part2",
         "Tiny transformer with a KV cache",

@@ -27,8 +27,14 @@ from grader.core.registry import PARTS
 from grader.runtime.client_output import OutputCollector, describe_error
 from grader.runtime.gpu_memory import gpu_peak, nvml_usage
 from grader.runtime.timing import Sample, cpu_snapshot, cpu_used, rss_peak
-from grader.sandbox.confine import Confinement, confine
-from grader.sandbox.forkserver import ForkedWorker, ForkServerError, drop, server_for
+from grader.sandbox.confine import Confinement
+from grader.sandbox.forkserver import (
+    ForkedWorker,
+    ForkServerError,
+    drop,
+    server_for,
+    start_interpreter,
+)
 from grader.sandbox.mounts import mount_isolation, plan_for
 from grader.sandbox.processes import STARTED, become_subreaper, kill_tree, reap_orphans
 from grader.sandbox.sandbox import (
@@ -169,24 +175,12 @@ class WorkerClient:
 
     def _started(self, spec: Confinement, req_r: int, resp_w: int) -> subprocess.Popen:
         """A new interpreter for the worker."""
-        command = [
-            sys.executable,
-            "-E",  # ignore PYTHON* variables (so -u and -B are spelled out)
-            "-s",
-            "-u",  # unbuffered: what the worker prints is attributed to the right request
-            "-B",
-            *self._arguments(str(req_r), str(resp_w)),
-        ]
-        return subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            pass_fds=(req_r, resp_w),
-            cwd=self.submission_dir,
+        return start_interpreter(
+            self._arguments(str(req_r), str(resp_w)),
             env=self.sandbox.environment(self.device, self.threads),
-            start_new_session=True,
-            preexec_fn=lambda: confine(spec),
+            cwd=self.submission_dir,
+            confinement=spec,
+            pass_fds=(req_r, resp_w),
         )
 
     def _forked(self, spec: Confinement, fds: tuple[int, int]) -> ForkedWorker | None:
@@ -195,7 +189,12 @@ class WorkerClient:
         if self.device != "cpu" or self.part not in PARTS:
             return None
         env = self.sandbox.environment(self.device, self.threads)
-        server = server_for(PARTS[self.part].preload, env, self.limits.startup_timeout_s)
+        try:
+            server = server_for(PARTS[self.part].preload, env, self.limits.startup_timeout_s)
+        except ForkServerError as exc:  # slower, and said where TAs look
+            if f"{exc}" not in self.sandbox.warnings:
+                self.sandbox.warnings.append(f"{exc}")
+            return None
         if server is None:
             return None
         try:

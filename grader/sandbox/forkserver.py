@@ -24,12 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grader.sandbox.confine import Confinement
+from grader.sandbox.confine import Confinement, confine
 from grader.sandbox.processes import STARTED
 
 #: The folder that holds the ``grader`` package: the server runs ``-m`` from there.
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 SWITCH = "KVGRADER_FORKSERVER"
+#: The server's module, run as ``python -m`` (so a zip of the grading path must hold it).
+SERVER_MODULE = "grader.sandbox.forkserver_main"
 MAX_MESSAGE = 1 << 20
 
 
@@ -74,7 +76,7 @@ class ForkServer:
     def start(self, timeout: float) -> None:
         """Start the server and wait until it has imported its libraries."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        command = [sys.executable, "-E", "-s", "-u", "-B", "-m", "grader.sandbox.forkserver_main"]
+        command = [sys.executable, "-E", "-s", "-u", "-B", "-m", SERVER_MODULE]
         command += ["--control-fd", str(theirs.fileno())]
         command += [f"--preload={spec}" for spec in self.preload]
         try:
@@ -92,12 +94,17 @@ class ForkServer:
             theirs.close()
         STARTED.add(self.proc.pid)  # never an orphan whose CPU time is a worker's
         self.control = ours
-        ready = self._receive(timeout, lambda m: "ready" in m)
+        try:
+            ready = self._receive(timeout, lambda m: "ready" in m)
+        except ForkServerError:
+            raise ForkServerError(
+                f"it exited with status {self.proc.wait(timeout=5)} while it started"
+            ) from None
         if ready is None:
-            raise ForkServerError(f"the server did not start in {timeout:g} s")
+            raise ForkServerError(f"it did not start in {timeout:g} s")
         if ready["threads"] != 1:  # forking a threaded process is not safe
             self.close()
-            raise ForkServerError(f"the server runs {ready['threads']} threads")
+            raise ForkServerError(f"it runs {ready['threads']} threads, and forking them is unsafe")
 
     @property
     def alive(self) -> bool:
@@ -207,25 +214,55 @@ class ForkServer:
             self.proc = None
 
 
-_SERVERS: dict[tuple[str, ...], ForkServer] = {}
-_REFUSED: set[tuple[str, ...]] = set()  # servers that failed to start: not tried again
+def start_interpreter(
+    argv: list[str],
+    *,
+    env: dict[str, str],
+    cwd: str,
+    confinement: Confinement,
+    pass_fds: tuple[int, int],
+) -> subprocess.Popen:
+    """A worker started as a new interpreter running ``argv`` (its ``main.py`` and
+    arguments), confined before it runs: the way without a fork server."""
+    command = [
+        sys.executable,
+        "-E",  # ignore PYTHON* variables (so -u and -B are spelled out)
+        "-s",
+        "-u",  # unbuffered: what the worker prints is attributed to the right request
+        "-B",
+        *argv,
+    ]
+    return subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        pass_fds=pass_fds,
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+        preexec_fn=lambda: confine(confinement),
+    )
 
 
 #: A worker's variables that name its own sandbox: the server has none, and each child
 #: gets its own.
 PER_SANDBOX = {"HOME": "/nonexistent", "TMPDIR": "/tmp", "MPLCONFIGDIR": "/tmp"}
+_SERVERS: dict[tuple[str, ...], ForkServer] = {}
+_REFUSED: dict[tuple[str, ...], str] = {}  # servers that failed to start, and why
 
 
 def server_for(preload: tuple[str, ...], env: dict[str, str], timeout: float) -> ForkServer | None:
     """The live server that preloads ``preload`` in the workers' environment ``env``
     (the libraries read thread counts as they load), started if needed; None where
-    there is nothing to preload, the switch is off, or it cannot start."""
+    there is nothing to preload or the switch is off. Raises :class:`ForkServerError`,
+    saying why, where it cannot start (once tried, it is not tried again)."""
     if not preload or os.environ.get(SWITCH, "1") == "0":
         return None
     env = {**env, **{k: v for k, v in PER_SANDBOX.items() if k in env}}
     key = (*preload, *(f"{k}={v}" for k, v in sorted(env.items())))
     if key in _REFUSED:
-        return None
+        raise ForkServerError(_REFUSED[key])
     server = _SERVERS.get(key)
     if server is not None and server.alive:
         return server
@@ -233,10 +270,10 @@ def server_for(preload: tuple[str, ...], env: dict[str, str], timeout: float) ->
     server = ForkServer(preload, env)
     try:
         server.start(timeout)
-    except (ForkServerError, subprocess.TimeoutExpired, OSError):
+    except (ForkServerError, subprocess.TimeoutExpired, OSError) as exc:
         server.close()
-        _REFUSED.add(key)
-        return None
+        _REFUSED[key] = f"the fork server preloading {', '.join(preload)} did not start: {exc}"
+        raise ForkServerError(_REFUSED[key]) from None
     _SERVERS[key] = server
     return server
 

@@ -42,6 +42,7 @@ from grader.core.paths import (
 )
 from grader.core.registry import PARTS
 from grader.grading.selfcheck_report import REFERENCE_FILE
+from grader.sandbox.forkserver import SERVER_MODULE
 
 FIXED_TIME = (2024, 1, 1, 0, 0, 0)
 #: Where a grading starts: the zips' entry point (``python -m grader.grading``, run by
@@ -77,12 +78,12 @@ def _module_file(module: str) -> Path:
 
 def grading_modules() -> list[str]:
     """Every grader module a grading can import: the import closure (import-linter's graph,
-    imports inside functions included) of the entry point, the parts' check modules and
-    the worker side, with the packages that hold them."""
+    imports inside functions included) of the entry point, the parts' check modules, the
+    worker side and the fork server (run as ``-m``), with the packages that hold them."""
     graph = grimp.build_graph("grader", cache_dir=None)
     worker_side = {m for m in graph.modules if m.startswith("grader.worker")}
     worker_side |= {f"grader.parts.{p}.adapter" for p in PARTS}
-    todo = [GRADING_ENTRY, *(p.checks_module for p in PARTS.values()), *worker_side]
+    todo = [GRADING_ENTRY, SERVER_MODULE, *(p.checks_module for p in PARTS.values()), *worker_side]
     seen: set[str] = set()
     while todo:
         module = todo.pop()

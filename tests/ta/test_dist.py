@@ -273,6 +273,8 @@ def test_run_local_grades_like_gradescope(autograder_zip: Path, image_venv: Path
     try:
         assert results.score == TOTAL
         assert (tree / "run_autograder").is_file()  # Gradescope's copy was the one run
+        warnings = results.extra_data["sandbox_warnings"]
+        assert not [w for w in warnings if "fork server" in w]  # its workers were forked
         if os.geteuid() == 0:  # hidden cases readable by root only
             assert (tree / "source" / "test_cases" / "hidden").stat().st_mode & 0o077 == 0
     finally:

@@ -1,0 +1,50 @@
+"""A grading starts its workers from a fork server, and grades exactly as it does with
+workers started as new interpreters (``KVGRADER_FORKSERVER=0``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from grader.core.registry import PARTS
+from grader.sandbox import forkserver
+from grader.sandbox.forkserver import ForkServer
+from tests.conftest import SOLUTION, run_grade
+
+
+def test_a_grading_forks_its_workers_and_grades_as_started_workers_do(
+    tmp_path: Path, monkeypatch
+) -> None:
+    spawned = []
+    spawn = ForkServer.spawn
+
+    def counted(self, **kwargs):
+        spawned.append(kwargs["argv"])
+        return spawn(self, **kwargs)
+
+    monkeypatch.setattr(ForkServer, "spawn", counted)
+    forkserver.close_all()
+    forked = run_grade(SOLUTION, tmp_path / "forked", parts=["part1"])
+    assert spawned and all(argv[0].endswith("main.py") for argv in spawned)
+    monkeypatch.setenv(forkserver.SWITCH, "0")
+    forkserver.close_all()
+    before = len(spawned)
+    started = run_grade(SOLUTION, tmp_path / "started", parts=["part1"])
+    assert len(spawned) == before
+    assert forked.results.score == started.results.score == started.results.max_score
+
+    def shown(graded):
+        return [(t.get("number"), t["score"], t.get("output")) for t in graded.data["tests"]]
+
+    assert shown(forked) == shown(started)
+
+
+def test_without_its_fork_server_a_grading_starts_workers_and_tells_the_staff(
+    tmp_path: Path, monkeypatch
+) -> None:
+    broken = dataclasses.replace(PARTS["part1"], preload=("no_such_module_anywhere",))
+    monkeypatch.setitem(PARTS, "part1", broken)
+    graded = run_grade(SOLUTION, tmp_path / "out", parts=["part1"])
+    assert graded.results.score == graded.results.max_score
+    (warning,) = [w for w in graded.data["extra_data"]["sandbox_warnings"] if "fork" in w]
+    assert "no_such_module_anywhere did not start: it exited with status 1" in warning

@@ -1,0 +1,236 @@
+"""A worker forked by the fork server is the process ``subprocess`` would have started:
+same account, limits, namespaces, descriptors, session, folder, environment and exit
+statuses; and a server that fails leaves the grader starting workers the old way."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from grader.core.paths import PROJECT_ROOT
+from grader.sandbox import forkserver
+from grader.sandbox.confine import Confinement
+from grader.sandbox.forkserver import ForkServer, server_for, start_interpreter
+from grader.sandbox.mounts import mount_isolation, plan_for
+from grader.sandbox.sandbox import Limits, Sandbox, confinement, network_isolation
+
+#: Reports what the process it runs in looks like, as JSON on its ``--out-fd``.
+PROBE = r"""
+import ctypes, json, os, resource, signal, sys, tempfile
+
+args = sys.argv[1:]
+in_fd, out_fd = int(args[args.index("--in-fd") + 1]), int(args[args.index("--out-fd") + 1])
+fds = sorted(int(f) for f in os.listdir("/proc/self/fd"))
+fds = [f for f in fds if os.path.exists(f"/proc/self/fd/{f}")]  # not the listing's own
+status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
+mask = os.umask(0); os.umask(mask)
+facts = {
+    "name": __name__,
+    "argv": [a for a in args if a not in (str(in_fd), str(out_fd))],
+    "path0": sys.path[0],
+    "uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups(),
+    "session_leader": os.getsid(0) == os.getpid(),
+    "cwd": os.getcwd(),
+    "env": dict(os.environ),
+    "tempdir": tempfile.gettempdir(),
+    "other_fds": [f for f in fds if f not in (0, 1, 2, in_fd, out_fd)],
+    "stdin": os.readlink("/proc/self/fd/0"),
+    "stdout_is_stderr": os.readlink("/proc/self/fd/1") == os.readlink("/proc/self/fd/2"),
+    "limits": {n: resource.getrlimit(getattr(resource, n)) for n in
+               ("RLIMIT_AS", "RLIMIT_DATA", "RLIMIT_FSIZE", "RLIMIT_CPU", "RLIMIT_CORE",
+                "RLIMIT_NPROC")},
+    "net": os.readlink("/proc/self/ns/net"), "mnt": os.readlink("/proc/self/ns/mnt"),
+    "no_new_privs": status["NoNewPrivs"].strip(),
+    "dumpable": ctypes.CDLL(None).prctl(3, 0, 0, 0, 0),
+    "umask": mask,
+    "grader_modules": sorted(m for m in sys.modules if m.split(".")[0] == "grader"),
+    "sigchld_default": signal.getsignal(signal.SIGCHLD) == signal.SIG_DFL,
+    "sigint_python": signal.getsignal(signal.SIGINT) is signal.default_int_handler,
+    "unbuffered": sys.stdout.write_through,
+}
+os.write(out_fd, json.dumps(facts).encode())
+print("to stdout"); print("to stderr", file=sys.stderr)
+"""
+
+
+#: Exits with the status it is given, or sleeps until it is killed.
+EXIT = """import sys, time
+if sys.argv[-1] == "sleep":
+    time.sleep(60)
+sys.exit(int(sys.argv[-1]))
+"""
+
+
+@pytest.fixture
+def box() -> Iterator[Sandbox]:
+    sandbox = Sandbox.create()
+    (sandbox.worker_dir / "probe.py").write_text(PROBE)
+    (sandbox.worker_dir / "exit.py").write_text(EXIT)
+    sandbox.hand_over()
+    yield sandbox
+    sandbox.cleanup()
+
+
+@pytest.fixture
+def server(box: Sandbox) -> Iterator[ForkServer]:
+    running = ForkServer(("json",), {**box.environment("cpu", 1), "HOME": "/nonexistent"})
+    running.start(timeout=60)
+    yield running
+    running.close()
+
+
+def spec_for(box: Sandbox) -> Confinement:
+    """The confinement a grading gives its worker here: the checkout hidden where a
+    private view can be built, the network removed where a namespace can be made."""
+    mounts = None
+    if box.identity.dropped and not mount_isolation():
+        mounts = plan_for(box.root, [PROJECT_ROOT], [Path(sys.prefix), Path(sys.base_prefix)])
+    return confinement(Limits(), box.identity, not network_isolation(), mounts)
+
+
+def run_probe(box: Sandbox, server: ForkServer | None) -> tuple[dict, bytes]:
+    """The probe's facts and its captured output, forked by ``server`` or started."""
+    req_r, req_w = os.pipe()
+    resp_r, resp_w = os.pipe()
+    probe = str(box.worker_dir / "probe.py")
+    launch = {"env": box.environment("cpu", 1), "cwd": str(box.submission_dir)}
+    spec = spec_for(box)
+    try:
+        if server is None:
+            argv = [probe, "--in-fd", str(req_r), "--out-fd", str(resp_w), "--tag", "x"]
+            proc = start_interpreter(argv, confinement=spec, pass_fds=(req_r, resp_w), **launch)
+        else:
+            argv = [probe, "--in-fd", "{in_fd}", "--out-fd", "{out_fd}", "--tag", "x"]
+            proc = server.spawn(argv=argv, confinement=spec, pass_fds=(req_r, resp_w), **launch)
+    finally:
+        os.close(req_r)
+        os.close(resp_w)
+    assert proc.wait(timeout=60) == 0
+    facts = json.loads(os.read(resp_r, 1 << 20))
+    for space in ("net", "mnt"):  # each worker gets a namespace of its own, or the grader's
+        facts[space] = facts[space] != os.readlink(f"/proc/self/ns/{space}")
+    output = proc.stdout.read()
+    for fd in (req_w, resp_r):
+        os.close(fd)
+    proc.stdout.close()
+    return facts, output
+
+
+def test_a_forked_worker_is_the_process_subprocess_would_start(box, server) -> None:
+    forked, forked_output = run_probe(box, server)
+    started, started_output = run_probe(box, None)
+    assert forked == started
+    assert forked_output == started_output == b"to stdout\nto stderr\n"
+    # and what both are, where this machine allows it
+    assert forked["name"] == "__main__" and forked["argv"] == ["--in-fd", "--out-fd", "--tag", "x"]
+    assert forked["grader_modules"] == [] and forked["other_fds"] == []
+    assert forked["cwd"] == str(box.submission_dir) and forked["stdin"] == "/dev/null"
+    assert forked["limits"]["RLIMIT_AS"][0] == Limits().memory_bytes
+    assert forked["no_new_privs"] == "1" and forked["session_leader"]
+    assert forked["env"] == box.environment("cpu", 1)
+    if box.identity.dropped:
+        assert forked["uid"] == box.identity.uid and forked["gid"] == box.identity.gid
+        assert forked["dumpable"] == 1
+    if not network_isolation():
+        assert forked["net"]  # a network namespace of its own
+    if box.identity.dropped and not mount_isolation():
+        assert forked["mnt"]
+
+
+def test_the_worker_is_forked_from_the_server(box, server) -> None:
+    req_r, req_w = os.pipe()
+    argv = [str(box.worker_dir / "exit.py"), "sleep"]
+    worker = server.spawn(
+        argv=argv,
+        env=box.environment("cpu", 1),
+        cwd=str(box.submission_dir),
+        confinement=spec_for(box),
+        pass_fds=(req_r, req_w),
+    )
+    try:
+        assert psutil.Process(worker.pid).ppid() == server.proc.pid
+        with pytest.raises(subprocess.TimeoutExpired):
+            worker.wait(timeout=0.2)
+        assert worker.poll() is None
+    finally:
+        os.kill(worker.pid, signal.SIGKILL)
+    assert worker.wait(timeout=30) == -signal.SIGKILL
+    for fd in (req_r, req_w):
+        os.close(fd)
+
+
+@pytest.mark.parametrize(("arg", "code"), [("3", 3), ("0", 0)])
+def test_exit_statuses_are_reported_as_subprocess_reports_them(box, server, arg, code) -> None:
+    req_r, req_w = os.pipe()
+    worker = server.spawn(
+        argv=[str(box.worker_dir / "exit.py"), arg],
+        env=box.environment("cpu", 1),
+        cwd=str(box.submission_dir),
+        confinement=spec_for(box),
+        pass_fds=(req_r, req_w),
+    )
+    assert worker.wait(timeout=30) == code
+    for fd in (req_r, req_w):
+        os.close(fd)
+
+
+def test_a_worker_outlives_its_server_and_is_still_waited_for(box, server) -> None:
+    """The server dies mid-grading: its worker is the grader's (its subreaper), and its
+    exit status is read directly."""
+    from grader.sandbox.processes import become_subreaper
+
+    assert become_subreaper()
+    req_r, req_w = os.pipe()
+    worker = server.spawn(
+        argv=[str(box.worker_dir / "exit.py"), "sleep"],
+        env=box.environment("cpu", 1),
+        cwd=str(box.submission_dir),
+        confinement=spec_for(box),
+        pass_fds=(req_r, req_w),
+    )
+    server.proc.kill()
+    server.proc.wait()
+    deadline = time.monotonic() + 10
+    while psutil.Process(worker.pid).ppid() != os.getpid() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.kill(worker.pid, signal.SIGKILL)
+    assert worker.wait(timeout=30) == -signal.SIGKILL
+    for fd in (req_r, req_w):
+        os.close(fd)
+
+
+def test_a_server_that_cannot_start_says_why_and_is_not_tried_again(monkeypatch) -> None:
+    forkserver.close_all()
+    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+    for _ in range(2):
+        with pytest.raises(forkserver.ForkServerError, match="exited with status 1"):
+            server_for(("no_such_module_anywhere",), env, timeout=60)
+    monkeypatch.setenv(forkserver.SWITCH, "0")
+    assert server_for(("json",), env, timeout=60) is None
+    monkeypatch.setenv(forkserver.SWITCH, "1")
+    assert server_for((), env, timeout=60) is None
+    used = server_for(("json",), env, timeout=60)
+    assert used is not None and used.alive
+    assert server_for(("json",), env, timeout=60) is used  # one server, kept
+    other = server_for(("json", "csv"), env, timeout=60)
+    assert other is not used and not used.alive  # one at a time
+    forkserver.close_all()
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="OpenBLAS starts no thread on one core")
+def test_a_server_with_threads_is_refused() -> None:
+    """Forking a threaded process can deadlock the child: numpy's OpenBLAS starts a
+    thread pool when told it may use two threads."""
+    server = ForkServer(("numpy",), {"OMP_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2"})
+    with pytest.raises(forkserver.ForkServerError, match="threads"):
+        server.start(timeout=60)
+    assert not server.alive
