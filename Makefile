@@ -2,6 +2,7 @@
 #
 #   make grade [SUBMISSION=dir]   grade a submission (default: the reference solution)
 #   make test                     the project's own test suite (no slow benchmarks)
+#   make mutant-tests             the suite's mutation runs: every library mistake graded
 #   make lint                     ruff lint + format check, import-linter's layer contracts
 #   make lock                     regenerate requirements/{image,dev}.txt with uv (TORCH_WHEELS=dir: local wheels)
 #   make regen / make check-cases regenerate test cases / verify they match solution/
@@ -49,7 +50,7 @@ LOCK_TARGET  := --python-version 3.11 --python-platform x86_64-manylinux_2_35 --
 LOCK_SOURCES := $(if $(TORCH_WHEELS),--find-links $(TORCH_WHEELS),--extra-index-url $(TORCH_INDEX) --index-strategy unsafe-best-match)
 
 .PHONY: grade test lint format regen check-cases venv clean dist bench calibrate stability mbu budget slow-tests lock \
-	run-local mutants mutation batch slurm-tests
+	run-local mutants mutation batch slurm-tests mutant-tests
 
 venv: $(STAMP)
 
@@ -73,8 +74,14 @@ grade: $(STAMP)
 # TEST_JOBS pytest-xdist workers (auto: one per core; 0: no workers); modules with
 # expensive fixtures stay on one worker (--dist loadgroup, their xdist_group mark).
 test: $(STAMP)
-	@$(PY) -m pytest -m "not slow and not slurm" -q -n $(TEST_JOBS) --dist loadgroup $(PYTEST_ARGS); status=$$?; \
+	@$(PY) -m pytest -m "not slow and not slurm and not mutants" -q -n $(TEST_JOBS) --dist loadgroup $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$status
+
+# The mutation runs of the suite: every library mistake caught and named, every correct
+# variant at full marks, every triaged survivor losing its check's points.
+mutant-tests: $(STAMP)
+	@$(PY) -m pytest -m mutants -q -n $(TEST_JOBS) --dist loadgroup $(PYTEST_ARGS); status=$$?; \
+	if [ $$status -eq 5 ]; then echo "pytest collected no mutant tests" >&2; exit 1; fi; exit $$status
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

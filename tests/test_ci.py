@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 from tests.conftest import ROOT
@@ -66,15 +67,42 @@ def _ci_with_fake_make(tmp_path: Path, failing: str) -> tuple[int, list[str]]:
     return proc.returncode, log.read_text().split() if log.exists() else []
 
 
-def test_ci_stops_at_a_failing_suite_and_then_runs_the_slurm_tests(tmp_path: Path) -> None:
+def test_ci_stops_at_a_failing_suite_then_runs_the_mutant_and_slurm_tests(tmp_path: Path) -> None:
     import os
     import shutil
 
     code, targets = _ci_with_fake_make(tmp_path, failing="test")
     assert code != 0 and targets == ["test"]  # a failing suite fails CI at once
     (tmp_path / "targets").unlink()
+    code, targets = _ci_with_fake_make(tmp_path, failing="mutant-tests")
+    assert code != 0 and targets == ["test", "mutant-tests"]  # the mutation runs count too
+    (tmp_path / "targets").unlink()
     code, targets = _ci_with_fake_make(tmp_path, failing="slurm-tests")
     if os.getuid() == 0 and shutil.which("apt-get"):
-        assert code != 0 and targets == ["test", "slurm-tests"]  # CI's case: both run
+        assert code != 0 and targets == ["test", "mutant-tests", "slurm-tests"]  # CI's case
     else:
-        assert code == 0 and targets == ["test"]  # said, not run
+        assert code == 0 and targets == ["test", "mutant-tests"]  # said, not run
+
+
+def test_the_mutation_runs_leave_make_test_for_a_target_of_their_own() -> None:
+    """Every library mutant, correct variant and triaged survivor is collected by
+    ``make mutant-tests`` (which CI runs) and by no ``make test``."""
+    from tests.ta.test_mutants import MUTANTS, VARIANTS
+    from tests.ta.test_mutation import KILLED
+
+    files = ["tests/ta/test_mutants.py", "tests/ta/test_mutation.py"]
+
+    def collected(marks: str) -> int:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", marks, *files],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        return sum("::" in line for line in proc.stdout.splitlines())
+
+    assert collected("mutants") == len(MUTANTS) + len(VARIANTS) + len(KILLED)
+    dry = subprocess.run(["make", "-n", "test", "mutant-tests"], cwd=ROOT, capture_output=True)
+    assert b'-m "not slow and not slurm and not mutants"' in dry.stdout
+    assert b"-m pytest -m mutants" in dry.stdout

@@ -40,6 +40,7 @@ def test_a_stale_edit_is_refused() -> None:
         mutant.apply("nothing to mutate here")
 
 
+@pytest.mark.mutants
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: f"{m.part}-{m.name}")
 def test_every_mutant_is_caught_and_named(mutant) -> None:
     """Graded without the timed benchmarks first (they cost most of the time); a mutant
@@ -52,6 +53,7 @@ def test_every_mutant_is_caught_and_named(mutant) -> None:
     assert verdict.named, f"{mutant.name}: the feedback does not name {mutant.diagnoses}"
 
 
+@pytest.mark.mutants
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda m: f"{m.part}-{m.name}")
 def test_every_correct_variant_keeps_full_marks(variant) -> None:
     (verdict,) = run_mutants([variant.part], names=[variant.name], benchmarks=False)

@@ -205,6 +205,7 @@ def test_the_triage_holds_killed_entries_that_name_their_checks() -> None:
     assert all(e.check_numbers for e in KILLED), [e.check for e in KILLED if not e.check_numbers]
 
 
+@pytest.mark.mutants
 @pytest.mark.parametrize("entry", KILLED, ids=lambda e: f"{e.part}-{e.function}-{e.new[:40]}")
 def test_every_survivor_triaged_as_killed_loses_points(tmp_path: Path, entry) -> None:
     """The check named by each "killed" entry really catches it: the mutated line put back
