@@ -190,7 +190,7 @@ class WorkerClient:
             return None
         env = self.sandbox.environment(self.device, self.threads)
         try:
-            server = server_for(PARTS[self.part].preload, env, self.limits.startup_timeout_s)
+            server = server_for(PARTS[self.part].preload, env)
         except ForkServerError as exc:  # slower, and said where TAs look
             if f"{exc}" not in self.sandbox.warnings:
                 self.sandbox.warnings.append(f"{exc}")

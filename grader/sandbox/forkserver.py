@@ -18,6 +18,7 @@ import select
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,6 +31,10 @@ from grader.sandbox.processes import STARTED
 #: The folder that holds the ``grader`` package: the server runs ``-m`` from there.
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 SWITCH = "KVGRADER_FORKSERVER"
+#: How long a server may take to import its libraries (trusted code: no student's
+#: import timeout applies, but a machine busy enough to exceed this had better start
+#: its workers the old way).
+START_TIMEOUT_S = 120.0
 #: The server's module, run as ``python -m`` (so a zip of the grading path must hold it).
 SERVER_MODULE = "grader.sandbox.forkserver_main"
 MAX_MESSAGE = 1 << 20
@@ -69,13 +74,15 @@ class ForkServer:
     env: dict[str, str]
     proc: subprocess.Popen | None = None
     control: socket.socket | None = None
+    errors: Any = None  # the server's stderr (a temporary file)
     exited: dict[int, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     next_id: int = 0
 
-    def start(self, timeout: float) -> None:
+    def start(self, timeout: float = START_TIMEOUT_S) -> None:
         """Start the server and wait until it has imported its libraries."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        errors = tempfile.TemporaryFile()  # noqa: SIM115  (kept while the server lives)
         command = [sys.executable, "-E", "-s", "-u", "-B", "-m", SERVER_MODULE]
         command += ["--control-fd", str(theirs.fileno())]
         command += [f"--preload={spec}" for spec in self.preload]
@@ -84,7 +91,7 @@ class ForkServer:
                 command,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+                stderr=errors,
                 pass_fds=(theirs.fileno(),),
                 cwd=PACKAGE_PARENT,
                 env=self.env,
@@ -92,13 +99,17 @@ class ForkServer:
             )
         finally:
             theirs.close()
+        self.errors = errors
         STARTED.add(self.proc.pid)  # never an orphan whose CPU time is a worker's
         self.control = ours
         try:
             ready = self._receive(timeout, lambda m: "ready" in m)
         except ForkServerError:
+            code = self.proc.wait(timeout=5)
+            self.errors.seek(0)
+            lines = self.errors.read().decode(errors="replace").strip().splitlines()
             raise ForkServerError(
-                f"it exited with status {self.proc.wait(timeout=5)} while it started"
+                f"it exited with status {code} while it started ({lines[-1] if lines else ''})"
             ) from None
         if ready is None:
             raise ForkServerError(f"it did not start in {timeout:g} s")
@@ -156,6 +167,8 @@ class ForkServer:
         with self.lock:
             if pid in self.exited:
                 return self.exited.pop(pid)
+            if self.control is None:  # closed by this process: see _wait_orphan
+                return self._wait_orphan(pid, timeout)
             try:
                 if self._receive(timeout, lambda m: m.get("exited") == pid) is None:
                     raise subprocess.TimeoutExpired(f"worker {pid}", timeout or 0)
@@ -164,7 +177,8 @@ class ForkServer:
             return self.exited.pop(pid)
 
     def _wait_orphan(self, pid: int, timeout: float | None) -> int:
-        """The server died: its workers are this process's now (it is their subreaper)."""
+        """The server is gone (it died, or this process closed it): its workers are this
+        process's children now (it is their subreaper)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
@@ -212,6 +226,9 @@ class ForkServer:
                 self.proc.wait()
             STARTED.discard(self.proc.pid)
             self.proc = None
+        if self.errors is not None:
+            self.errors.close()
+            self.errors = None
 
 
 def start_interpreter(
@@ -252,7 +269,9 @@ _SERVERS: dict[tuple[str, ...], ForkServer] = {}
 _REFUSED: dict[tuple[str, ...], str] = {}  # servers that failed to start, and why
 
 
-def server_for(preload: tuple[str, ...], env: dict[str, str], timeout: float) -> ForkServer | None:
+def server_for(
+    preload: tuple[str, ...], env: dict[str, str], timeout: float = START_TIMEOUT_S
+) -> ForkServer | None:
     """The live server that preloads ``preload`` in the workers' environment ``env``
     (the libraries read thread counts as they load), started if needed; None where
     there is nothing to preload or the switch is off. Raises :class:`ForkServerError`,

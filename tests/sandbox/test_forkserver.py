@@ -212,7 +212,7 @@ def test_a_server_that_cannot_start_says_why_and_is_not_tried_again(monkeypatch)
     forkserver.close_all()
     env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
     for _ in range(2):
-        with pytest.raises(forkserver.ForkServerError, match="exited with status 1"):
+        with pytest.raises(forkserver.ForkServerError, match=r"status 1 .*No module named"):
             server_for(("no_such_module_anywhere",), env, timeout=60)
     monkeypatch.setenv(forkserver.SWITCH, "0")
     assert server_for(("json",), env, timeout=60) is None
@@ -234,3 +234,27 @@ def test_a_server_with_threads_is_refused() -> None:
     with pytest.raises(forkserver.ForkServerError, match="threads"):
         server.start(timeout=60)
     assert not server.alive
+
+
+def test_a_worker_of_a_server_this_process_closed_is_still_waited_for(box, server) -> None:
+    """A grader moving to another part's server closes the old one; a worker of it that
+    is still running is waited for directly."""
+    from grader.sandbox.processes import become_subreaper
+
+    assert become_subreaper()
+    req_r, req_w = os.pipe()
+    worker = server.spawn(
+        argv=[str(box.worker_dir / "exit.py"), "sleep"],
+        env=box.environment("cpu", 1),
+        cwd=str(box.submission_dir),
+        confinement=spec_for(box),
+        pass_fds=(req_r, req_w),
+    )
+    server.close()
+    assert psutil.Process(worker.pid).ppid() == os.getpid()
+    with pytest.raises(subprocess.TimeoutExpired):
+        worker.wait(timeout=0.1)
+    os.kill(worker.pid, signal.SIGKILL)
+    assert worker.wait(timeout=30) == -signal.SIGKILL
+    for fd in (req_r, req_w):
+        os.close(fd)
