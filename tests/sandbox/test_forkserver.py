@@ -19,7 +19,7 @@ import pytest
 from grader.core.paths import PROJECT_ROOT
 from grader.sandbox import forkserver
 from grader.sandbox.confine import Confinement
-from grader.sandbox.forkserver import ForkServer, server_for, start_interpreter
+from grader.sandbox.forkserver import ForkedWorker, ForkServer, server_for, start_interpreter
 from grader.sandbox.mounts import mount_isolation, plan_for
 from grader.sandbox.sandbox import Limits, Sandbox, confinement, network_isolation
 
@@ -125,6 +125,22 @@ def run_probe(box: Sandbox, server: ForkServer | None) -> tuple[dict, bytes]:
     return facts, output
 
 
+def spawn_exit(box: Sandbox, server: ForkServer, arg: str) -> ForkedWorker:
+    """``exit.py ARG`` forked by ``server`` (its channel's pipes are closed here)."""
+    req_r, req_w = os.pipe()
+    try:
+        return server.spawn(
+            argv=[str(box.worker_dir / "exit.py"), arg],
+            env=box.environment("cpu", 1),
+            cwd=str(box.submission_dir),
+            confinement=spec_for(box),
+            pass_fds=(req_r, req_w),
+        )
+    finally:
+        os.close(req_r)
+        os.close(req_w)
+
+
 def test_a_forked_worker_is_the_process_subprocess_would_start(box, server) -> None:
     forked, forked_output = run_probe(box, server)
     started, started_output = run_probe(box, None)
@@ -147,15 +163,7 @@ def test_a_forked_worker_is_the_process_subprocess_would_start(box, server) -> N
 
 
 def test_the_worker_is_forked_from_the_server(box, server) -> None:
-    req_r, req_w = os.pipe()
-    argv = [str(box.worker_dir / "exit.py"), "sleep"]
-    worker = server.spawn(
-        argv=argv,
-        env=box.environment("cpu", 1),
-        cwd=str(box.submission_dir),
-        confinement=spec_for(box),
-        pass_fds=(req_r, req_w),
-    )
+    worker = spawn_exit(box, server, "sleep")
     try:
         assert psutil.Process(worker.pid).ppid() == server.proc.pid
         with pytest.raises(subprocess.TimeoutExpired):
@@ -164,23 +172,12 @@ def test_the_worker_is_forked_from_the_server(box, server) -> None:
     finally:
         os.kill(worker.pid, signal.SIGKILL)
     assert worker.wait(timeout=30) == -signal.SIGKILL
-    for fd in (req_r, req_w):
-        os.close(fd)
 
 
 @pytest.mark.parametrize(("arg", "code"), [("3", 3), ("0", 0)])
 def test_exit_statuses_are_reported_as_subprocess_reports_them(box, server, arg, code) -> None:
-    req_r, req_w = os.pipe()
-    worker = server.spawn(
-        argv=[str(box.worker_dir / "exit.py"), arg],
-        env=box.environment("cpu", 1),
-        cwd=str(box.submission_dir),
-        confinement=spec_for(box),
-        pass_fds=(req_r, req_w),
-    )
+    worker = spawn_exit(box, server, arg)
     assert worker.wait(timeout=30) == code
-    for fd in (req_r, req_w):
-        os.close(fd)
 
 
 def test_a_worker_outlives_its_server_and_is_still_waited_for(box, server) -> None:
@@ -189,14 +186,7 @@ def test_a_worker_outlives_its_server_and_is_still_waited_for(box, server) -> No
     from grader.sandbox.processes import become_subreaper
 
     assert become_subreaper()
-    req_r, req_w = os.pipe()
-    worker = server.spawn(
-        argv=[str(box.worker_dir / "exit.py"), "sleep"],
-        env=box.environment("cpu", 1),
-        cwd=str(box.submission_dir),
-        confinement=spec_for(box),
-        pass_fds=(req_r, req_w),
-    )
+    worker = spawn_exit(box, server, "sleep")
     server.proc.kill()
     server.proc.wait()
     deadline = time.monotonic() + 10
@@ -204,8 +194,6 @@ def test_a_worker_outlives_its_server_and_is_still_waited_for(box, server) -> No
         time.sleep(0.01)
     os.kill(worker.pid, signal.SIGKILL)
     assert worker.wait(timeout=30) == -signal.SIGKILL
-    for fd in (req_r, req_w):
-        os.close(fd)
 
 
 def test_a_server_that_cannot_start_says_why_and_is_not_tried_again(monkeypatch) -> None:
@@ -242,19 +230,10 @@ def test_a_worker_of_a_server_this_process_closed_is_still_waited_for(box, serve
     from grader.sandbox.processes import become_subreaper
 
     assert become_subreaper()
-    req_r, req_w = os.pipe()
-    worker = server.spawn(
-        argv=[str(box.worker_dir / "exit.py"), "sleep"],
-        env=box.environment("cpu", 1),
-        cwd=str(box.submission_dir),
-        confinement=spec_for(box),
-        pass_fds=(req_r, req_w),
-    )
+    worker = spawn_exit(box, server, "sleep")
     server.close()
     assert psutil.Process(worker.pid).ppid() == os.getpid()
     with pytest.raises(subprocess.TimeoutExpired):
         worker.wait(timeout=0.1)
     os.kill(worker.pid, signal.SIGKILL)
     assert worker.wait(timeout=30) == -signal.SIGKILL
-    for fd in (req_r, req_w):
-        os.close(fd)

@@ -208,3 +208,22 @@ def test_accounts_that_cannot_run_python_are_named_not_called_busy(
     identity = claim_identity(name, size=1)
     assert f"({name}) cannot run" in identity.warning
     assert "in use" not in identity.warning
+
+
+def test_without_prctl_only_a_root_grader_refuses_to_start_a_worker(monkeypatch) -> None:
+    """macOS has no prctl: a student's self-check (not root) still starts its worker; a
+    root grader there would not run student code without the privilege lock."""
+    import ctypes
+    import errno
+
+    from grader.sandbox import confine
+
+    class NoPrctl:  # a C library without prctl, as macOS's
+        def __init__(self, *args, **kwargs) -> None:
+            pass
+
+    monkeypatch.setattr(ctypes, "CDLL", NoPrctl)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert confine.no_new_privileges() == 0
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert confine.no_new_privileges() == errno.ENOSYS
