@@ -71,16 +71,19 @@ grade: $(STAMP)
 	$(PY) -m grader grade $(SUBMISSION) --results $(RESULTS) $(if $(PARTS),--parts $(PARTS),) --table
 
 # pytest exits 5 when it collected no tests: that is a failure, not a pass.
+# One torch thread per test process: pytest-xdist already runs one per core, and more
+# threads than cores spin against each other (the graded workers use one too).
+TEST_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 # TEST_JOBS pytest-xdist workers (auto: one per core; 0: no workers); modules with
 # expensive fixtures stay on one worker (--dist loadgroup, their xdist_group mark).
 test: $(STAMP)
-	@$(PY) -m pytest -m "not slow and not slurm and not mutants" -q -n $(TEST_JOBS) --dist loadgroup $(PYTEST_ARGS); status=$$?; \
+	@$(TEST_ENV) $(PY) -m pytest -m "not slow and not slurm and not mutants" -q -n $(TEST_JOBS) --dist loadgroup $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$status
 
 # The mutation runs of the suite: every library mistake caught and named, every correct
 # variant at full marks, every triaged survivor losing its check's points.
 mutant-tests: $(STAMP)
-	@$(PY) -m pytest -m mutants -q -n $(TEST_JOBS) --dist loadgroup $(PYTEST_ARGS); status=$$?; \
+	@$(TEST_ENV) $(PY) -m pytest -m mutants -q -n $(TEST_JOBS) --dist loadgroup $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no mutant tests" >&2; exit 1; fi; exit $$status
 
 lint: $(STAMP)
