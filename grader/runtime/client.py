@@ -14,35 +14,23 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, NoReturn
 
 import numpy as np
 import psutil
 
-from grader.core.registry import PARTS
 from grader.runtime.client_output import OutputCollector, describe_error
 from grader.runtime.gpu_memory import gpu_peak, nvml_usage
+from grader.runtime.launch import Launch, launch
 from grader.runtime.timing import Sample, cpu_snapshot, cpu_used, rss_peak
-from grader.sandbox.confine import Confinement
-from grader.sandbox.forkserver import (
-    ForkedWorker,
-    ForkServerError,
-    drop,
-    server_for,
-    start_interpreter,
-)
-from grader.sandbox.mounts import mount_isolation, plan_for
+from grader.sandbox.forkserver import ForkedWorker
 from grader.sandbox.processes import STARTED, become_subreaper, kill_tree, reap_orphans
 from grader.sandbox.sandbox import (
     Limits,
     Sandbox,
-    confinement,
     kill_user_processes,
-    network_isolation,
 )
 from grader.worker.protocol import (
     ProtocolError,
@@ -141,15 +129,11 @@ class WorkerClient:
         become_subreaper()
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
-        identity = self.sandbox.identity
-        isolate = self.limits.isolate_network and not network_isolation()
-        mounts = None
-        if identity.dropped and self.sandbox.hidden and not mount_isolation():
-            interpreter = [Path(sys.prefix), Path(sys.base_prefix)]
-            mounts = plan_for(self.sandbox.root, self.sandbox.hidden, interpreter)
-        spec = confinement(self.limits, identity, isolate, mounts, self.device)
+        job = Launch(
+            self.part, self.submission_dir, self.sandbox, self.limits, self.device, self.threads
+        )
         try:
-            self._proc = self._forked(spec, (req_r, resp_w)) or self._started(spec, req_r, resp_w)
+            self._proc = launch(job, req_r, resp_w)
         finally:
             os.close(req_r)
             os.close(resp_w)
@@ -159,55 +143,6 @@ class WorkerClient:
         self._to_worker, self._from_worker = req_w, resp_r
         self._output = OutputCollector(self._proc.stdout.fileno(), self.limits.max_output_bytes)
         self._output.start()
-
-    def _arguments(self, in_fd: str, out_fd: str) -> list[str]:
-        return [
-            str(self.sandbox.worker_dir / "main.py"),
-            "--part",
-            self.part,
-            "--submission",
-            self.submission_dir,
-            "--in-fd",
-            in_fd,
-            "--out-fd",
-            out_fd,
-        ]
-
-    def _started(self, spec: Confinement, req_r: int, resp_w: int) -> subprocess.Popen:
-        """A new interpreter for the worker."""
-        return start_interpreter(
-            self._arguments(str(req_r), str(resp_w)),
-            env=self.sandbox.environment(self.device, self.threads),
-            cwd=self.submission_dir,
-            confinement=spec,
-            pass_fds=(req_r, resp_w),
-        )
-
-    def _forked(self, spec: Confinement, fds: tuple[int, int]) -> ForkedWorker | None:
-        """The worker forked from the part's fork server (on a CPU, where its part
-        preloads libraries), or None: then it is started as a new interpreter."""
-        if self.device != "cpu" or self.part not in PARTS:
-            return None
-        env = self.sandbox.environment(self.device, self.threads)
-        try:
-            server = server_for(PARTS[self.part].preload, env)
-        except ForkServerError as exc:  # slower, and said where TAs look
-            if f"{exc}" not in self.sandbox.warnings:
-                self.sandbox.warnings.append(f"{exc}")
-            return None
-        if server is None:
-            return None
-        try:
-            return server.spawn(
-                argv=self._arguments("{in_fd}", "{out_fd}"),
-                env=env,
-                cwd=self.submission_dir,
-                confinement=spec,
-                pass_fds=fds,
-            )
-        except ForkServerError:
-            drop(server)
-            return None
 
     def _await_import(self) -> None:
         """The worker's first message: whether the submission imported."""

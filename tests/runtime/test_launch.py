@@ -1,5 +1,6 @@
-"""A grading starts its workers from a fork server, and grades exactly as it does with
-workers started as new interpreters (``KVGRADER_FORKSERVER=0``)."""
+"""A grading starts its workers (``grader/runtime/launch.py``) from a fork server, and
+grades exactly as it does with workers started as new interpreters
+(``KVGRADER_FORKSERVER=0``); a server that fails is dropped and named."""
 
 from __future__ import annotations
 
@@ -48,3 +49,18 @@ def test_without_its_fork_server_a_grading_starts_workers_and_tells_the_staff(
     assert graded.results.score == graded.results.max_score
     (warning,) = [w for w in graded.data["extra_data"]["sandbox_warnings"] if "fork" in w]
     assert "no_such_module_anywhere did not start: it exited with status 1" in warning
+
+
+def test_a_server_that_stops_answering_is_dropped_and_the_staff_told(
+    tmp_path: Path, monkeypatch
+) -> None:
+    def refuse(self, **kwargs):
+        raise forkserver.ForkServerError("no reply")
+
+    monkeypatch.setattr(ForkServer, "spawn", refuse)
+    forkserver.close_all()
+    graded = run_grade(SOLUTION, tmp_path / "out", parts=["part1"])
+    assert graded.results.score == graded.results.max_score  # started the old way
+    (warning,) = [w for w in graded.data["extra_data"]["sandbox_warnings"] if "fork" in w]
+    assert warning == "the fork server stopped answering: no reply"
+    assert not forkserver._SERVERS  # dropped: the next worker tries a new one

@@ -1,0 +1,92 @@
+"""How a worker's process comes to be: forked from its part's fork server where one can
+serve it, else started as a new interpreter; confined the same way either way.
+
+The parent's side only. :func:`launch` returns a process with ``Popen``'s ``pid``,
+``stdout``, ``wait`` and ``poll``; the worker client does the rest.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from grader.core.registry import PARTS
+from grader.sandbox.confine import Confinement
+from grader.sandbox.forkserver import ForkedWorker, ForkServerError, drop, server_for
+from grader.sandbox.forkserver import start_interpreter as started
+from grader.sandbox.mounts import mount_isolation, plan_for
+from grader.sandbox.sandbox import Limits, Sandbox, confinement, network_isolation
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One worker to start: its part, the folder it imports from, and where it runs."""
+
+    part: str
+    submission_dir: str
+    sandbox: Sandbox
+    limits: Limits
+    device: str
+    threads: int
+
+    def arguments(self, in_fd: str, out_fd: str) -> list[str]:
+        """The worker's ``main.py`` and its arguments."""
+        return [
+            str(self.sandbox.worker_dir / "main.py"),
+            *("--part", self.part, "--submission", self.submission_dir),
+            *("--in-fd", in_fd, "--out-fd", out_fd),
+        ]
+
+    def confinement(self) -> Confinement:
+        """The limits, namespaces and account of this grading's workers."""
+        identity = self.sandbox.identity
+        isolate = self.limits.isolate_network and not network_isolation()
+        mounts = None
+        if identity.dropped and self.sandbox.hidden and not mount_isolation():
+            interpreter = [Path(sys.prefix), Path(sys.base_prefix)]
+            mounts = plan_for(self.sandbox.root, self.sandbox.hidden, interpreter)
+        return confinement(self.limits, identity, isolate, mounts, self.device)
+
+
+def launch(job: Launch, req_r: int, resp_w: int) -> subprocess.Popen | ForkedWorker:
+    """The worker's process, reading requests from ``req_r`` and replying on ``resp_w``."""
+    spec = job.confinement()
+    env = job.sandbox.environment(job.device, job.threads)
+    forked = _forked(job, spec, env, (req_r, resp_w))
+    if forked is not None:
+        return forked
+    argv = job.arguments(str(req_r), str(resp_w))
+    return started(
+        argv, env=env, cwd=job.submission_dir, confinement=spec, pass_fds=(req_r, resp_w)
+    )
+
+
+def _forked(
+    job: Launch, spec: Confinement, env: dict[str, str], fds: tuple[int, int]
+) -> ForkedWorker | None:
+    """The worker forked from its part's fork server, or None where there is none (a
+    GPU, a part that preloads nothing, the switch off) or it failed; a failure is said
+    in the run's warnings, where TAs look: the grading is the same, only slower."""
+    if job.device != "cpu" or job.part not in PARTS:
+        return None
+    try:
+        server = server_for(PARTS[job.part].preload, env)
+        if server is None:
+            return None
+        try:
+            return server.spawn(
+                argv=job.arguments("{in_fd}", "{out_fd}"),
+                env=env,
+                cwd=job.submission_dir,
+                confinement=spec,
+                pass_fds=fds,
+            )
+        except ForkServerError as exc:
+            drop(server)
+            raise ForkServerError(f"the fork server stopped answering: {exc}") from None
+    except ForkServerError as exc:
+        if f"{exc}" not in job.sandbox.warnings:
+            job.sandbox.warnings.append(f"{exc}")
+        return None
