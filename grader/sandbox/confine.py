@@ -3,7 +3,7 @@ a network namespace and a private view of the files (as root, when asked), no ne
 privileges, then the drop to the worker account.
 
 Plain data and the standard library only: the same steps run in ``subprocess``'s child
-before ``exec`` (:func:`grader.sandbox.sandbox.limit_setter`) and in a child of the fork
+before ``exec`` (:func:`grader.sandbox.forkserver.start_interpreter`) and in a child of the fork
 server (:mod:`grader.sandbox.forkserver_main`), which receives a :class:`Confinement` as
 JSON and must not load the rest of the grader.
 """

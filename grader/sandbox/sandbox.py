@@ -20,14 +20,13 @@ import subprocess
 import tempfile
 import threading
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
 from grader.core.paths import CACHE_PATTERNS, PARTS_SOURCE, WORKER_SOURCE
-from grader.sandbox.confine import Confinement, confine, unshare_network
+from grader.sandbox.confine import Confinement, unshare_network
 from grader.sandbox.identity import (  # noqa: F401  (re-exported: the sandbox's accounts)
     FALLBACK_USER,
     LOCK_DIR,
@@ -109,7 +108,9 @@ def confinement(
 ) -> Confinement:
     """What a worker's process applies to itself before it runs the submission: resource
     limits, a network namespace and a private view of the file system (as root, when
-    asked), no new privileges, then the drop to the worker user (see :func:`confine`)."""
+    asked), no new privileges, then the drop to the worker user (see :func:`confine`; a
+    started worker applies it as its ``preexec_fn``, rather than through Popen's
+    ``user=``, because making the namespaces needs root and must come first)."""
     return Confinement(
         memory_resource=memory_limit(device),
         memory_bytes=limits.memory_bytes,
@@ -121,20 +122,6 @@ def confinement(
         uid=identity.uid if identity.dropped else None,
         gid=identity.gid if identity.dropped else None,
     )
-
-
-def limit_setter(
-    limits: Limits,
-    identity: WorkerIdentity,
-    isolate_network: bool = False,
-    mounts: MountPlan | None = None,
-    device: str = "cpu",
-) -> Callable[[], None]:
-    """A ``preexec_fn`` that confines the child before it starts the worker (see
-    :func:`confinement`). The drop happens there rather than through Popen's ``user=``,
-    because making the namespaces needs root and must come first."""
-    spec = confinement(limits, identity, isolate_network, mounts, device)
-    return lambda: confine(spec)
 
 
 def fresh_gid() -> int:

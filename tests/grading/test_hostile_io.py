@@ -27,10 +27,11 @@ from grader.checks.images import problem_with_png
 from grader.core.results import reserve_results, validate_results, write_results
 from grader.grading.runner import grade
 from grader.runtime.client import SubmissionError, WorkerClient
+from grader.sandbox.confine import confine
 from grader.sandbox.sandbox import (
     Limits,
     Sandbox,
-    limit_setter,
+    confinement,
     remove_stray_files,
     remove_tree,
     resolve_identity,
@@ -218,9 +219,10 @@ def test_a_small_png_claiming_a_huge_canvas_is_not_decoded(tmp_path: Path) -> No
 
 def test_the_worker_can_never_gain_privileges() -> None:
     """No new privileges: ``sg`` (setuid root) cannot hand the worker another group."""
+    spec = confinement(Limits(), resolve_identity())
     proc = subprocess.run(
         ["grep", "NoNewPrivs", "/proc/self/status"],
-        preexec_fn=limit_setter(Limits(), resolve_identity()),
+        preexec_fn=lambda: confine(spec),
         capture_output=True,
         text=True,
         timeout=30,

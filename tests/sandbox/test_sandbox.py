@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from grader.core.paths import GRADESCOPE_FILES, WORKER_ACCOUNTS_SCRIPT
+from grader.sandbox.confine import confine
 from grader.sandbox.identity import claim_identity
 from grader.sandbox.sandbox import (
     Limits,
     Sandbox,
-    limit_setter,
+    confinement,
     resolve_identity,
 )
 from tests.conftest import in_param_count, refused
@@ -131,9 +132,10 @@ def test_gradings_side_by_side_get_their_own_worker_account(tmp_path: Path) -> N
 
 def _limits_of_worker(device: str) -> dict[str, str]:
     """The soft limits a worker started for ``device`` runs under, from /proc."""
+    spec = confinement(Limits(), resolve_identity(), device=device)
     proc = subprocess.run(
         ["cat", "/proc/self/limits"],
-        preexec_fn=limit_setter(Limits(), resolve_identity(), device=device),
+        preexec_fn=lambda: confine(spec),
         capture_output=True,
         text=True,
         timeout=30,
@@ -170,10 +172,10 @@ def test_a_data_limited_worker_cannot_allocate_past_its_limit() -> None:
         "try:\n    mmap.mmap(-1, 1 << 30, flags=mmap.MAP_PRIVATE)\n"
         "except OSError:\n    print('refused')"
     )
-    limits = Limits(memory_bytes=256 * 1024 * 1024)
+    spec = confinement(Limits(memory_bytes=256 * 1024 * 1024), resolve_identity(), device="cuda")
     proc = subprocess.run(
         [sys.executable, "-c", code],
-        preexec_fn=limit_setter(limits, resolve_identity(), device="cuda"),
+        preexec_fn=lambda: confine(spec),
         capture_output=True,
         text=True,
         timeout=60,
@@ -216,7 +218,7 @@ def test_without_prctl_only_a_root_grader_refuses_to_start_a_worker(monkeypatch)
     import ctypes
     import errno
 
-    from grader.sandbox import confine
+    from grader.sandbox import confine as confine_module
 
     class NoPrctl:  # a C library without prctl, as macOS's
         def __init__(self, *args, **kwargs) -> None:
@@ -224,6 +226,6 @@ def test_without_prctl_only_a_root_grader_refuses_to_start_a_worker(monkeypatch)
 
     monkeypatch.setattr(ctypes, "CDLL", NoPrctl)
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    assert confine.no_new_privileges() == 0
+    assert confine_module.no_new_privileges() == 0
     monkeypatch.setattr(os, "geteuid", lambda: 0)
-    assert confine.no_new_privileges() == errno.ENOSYS
+    assert confine_module.no_new_privileges() == errno.ENOSYS
