@@ -25,6 +25,7 @@ from grader.runtime.client_output import OutputCollector, describe_error
 from grader.runtime.gpu_memory import gpu_peak, nvml_usage
 from grader.runtime.launch import Launch, launch
 from grader.runtime.timing import Sample, cpu_snapshot, cpu_used, rss_peak
+from grader.sandbox.confine import NO_MOUNTS, NO_NETWORK_NAMESPACE, NO_PRIVILEGE_LOCK
 from grader.sandbox.forkserver import ForkedWorker
 from grader.sandbox.processes import STARTED, become_subreaper, kill_tree, reap_orphans
 from grader.sandbox.sandbox import (
@@ -383,7 +384,7 @@ class WorkerClient:
                 kind="timeout",
                 output=output,
             )
-        if code in (96, 97, 98):
+        if code in (NO_MOUNTS, NO_NETWORK_NAMESPACE, NO_PRIVILEGE_LOCK):
             raise SubmissionError(
                 f"{label}: the grader could not isolate the worker (network, files or "
                 "privileges); "

@@ -14,10 +14,16 @@ from pathlib import Path
 
 from grader.core.registry import PARTS
 from grader.sandbox.confine import Confinement
-from grader.sandbox.forkserver import ForkedWorker, ForkServerError, drop, server_for
+from grader.sandbox.forkserver import ForkedWorker, ForkServerError, server_for
 from grader.sandbox.forkserver import start_interpreter as started
 from grader.sandbox.mounts import mount_isolation, plan_for
-from grader.sandbox.sandbox import Limits, Sandbox, confinement, network_isolation
+from grader.sandbox.sandbox import (
+    Limits,
+    Sandbox,
+    confinement,
+    network_isolation,
+    worker_environment,
+)
 
 
 @dataclass(frozen=True)
@@ -72,20 +78,18 @@ def _forked(
     if job.device != "cpu" or job.part not in PARTS:
         return None
     try:
-        server = server_for(PARTS[job.part].preload, env)
+        server = server_for(
+            PARTS[job.part].preload, worker_environment(None, job.device, job.threads)
+        )
         if server is None:
             return None
-        try:
-            return server.spawn(
-                argv=job.arguments("{in_fd}", "{out_fd}"),
-                env=env,
-                cwd=job.submission_dir,
-                confinement=spec,
-                pass_fds=fds,
-            )
-        except ForkServerError as exc:
-            drop(server)
-            raise ForkServerError(f"the fork server stopped answering: {exc}") from None
+        return server.spawn(
+            argv=job.arguments("{in_fd}", "{out_fd}"),
+            env=env,
+            cwd=job.submission_dir,
+            confinement=spec,
+            pass_fds=fds,
+        )
     except ForkServerError as exc:
         if f"{exc}" not in job.sandbox.warnings:
             job.sandbox.warnings.append(f"{exc}")

@@ -22,14 +22,13 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from grader.core.paths import PACKAGE
 from grader.sandbox.confine import Confinement, confine
+from grader.sandbox.forkserver_main import MAX_MESSAGE
 from grader.sandbox.processes import STARTED
 
-#: The folder that holds the ``grader`` package: the server runs ``-m`` from there.
-PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 SWITCH = "KVGRADER_FORKSERVER"
 #: How long a server may take to import its libraries (trusted code: no student's
 #: import timeout applies, but a machine busy enough to exceed this had better start
@@ -37,7 +36,6 @@ SWITCH = "KVGRADER_FORKSERVER"
 START_TIMEOUT_S = 120.0
 #: The server's module, run as ``python -m`` (so a zip of the grading path must hold it).
 SERVER_MODULE = "grader.sandbox.forkserver_main"
-MAX_MESSAGE = 1 << 20
 
 
 class ForkServerError(RuntimeError):
@@ -93,7 +91,7 @@ class ForkServer:
                 stdout=subprocess.DEVNULL,
                 stderr=errors,
                 pass_fds=(theirs.fileno(),),
-                cwd=PACKAGE_PARENT,
+                cwd=PACKAGE.parent,  # where ``-m`` finds the ``grader`` package
                 env=self.env,
                 start_new_session=True,
             )
@@ -132,7 +130,8 @@ class ForkServer:
         timeout: float = 10.0,
     ) -> ForkedWorker:
         """Fork a worker that runs ``argv`` (its ``main.py`` and arguments, where
-        ``{in_fd}`` and ``{out_fd}`` name the two descriptors of ``pass_fds``)."""
+        ``{in_fd}`` and ``{out_fd}`` name the two descriptors of ``pass_fds``). A server
+        that fails to is dropped, and :class:`ForkServerError` says so."""
         read_output, write_output = os.pipe()
         try:
             with self.lock:
@@ -155,6 +154,10 @@ class ForkServer:
                 reply = self._receive(timeout, lambda m: m.get("spawned") == wanted)
                 if reply is None:
                     raise ForkServerError(f"the server did not fork in {timeout:g} s")
+        except ForkServerError as exc:
+            os.close(read_output)
+            drop(self)
+            raise ForkServerError(f"the fork server stopped answering: {exc}") from None
         except BaseException:
             os.close(read_output)
             raise
@@ -262,9 +265,6 @@ def start_interpreter(
     )
 
 
-#: A worker's variables that name its own sandbox: the server has none, and each child
-#: gets its own.
-PER_SANDBOX = {"HOME": "/nonexistent", "TMPDIR": "/tmp", "MPLCONFIGDIR": "/tmp"}
 _SERVERS: dict[tuple[str, ...], ForkServer] = {}
 _REFUSED: dict[tuple[str, ...], str] = {}  # servers that failed to start, and why
 
@@ -272,13 +272,12 @@ _REFUSED: dict[tuple[str, ...], str] = {}  # servers that failed to start, and w
 def server_for(
     preload: tuple[str, ...], env: dict[str, str], timeout: float = START_TIMEOUT_S
 ) -> ForkServer | None:
-    """The live server that preloads ``preload`` in the workers' environment ``env``
-    (the libraries read thread counts as they load), started if needed; None where
+    """The live server that preloads ``preload`` in the environment ``env`` (a worker's
+    without a sandbox: the libraries read thread counts as they load), started if needed; None where
     there is nothing to preload or the switch is off. Raises :class:`ForkServerError`,
     saying why, where it cannot start (once tried, it is not tried again)."""
     if not preload or os.environ.get(SWITCH, "1") == "0":
         return None
-    env = {**env, **{k: v for k, v in PER_SANDBOX.items() if k in env}}
     key = (*preload, *(f"{k}={v}" for k, v in sorted(env.items())))
     if key in _REFUSED:
         raise ForkServerError(_REFUSED[key])
@@ -298,7 +297,7 @@ def server_for(
 
 
 def drop(server: ForkServer) -> None:
-    """Stop using ``server`` (it failed a request)."""
+    """Stop using ``server`` (it failed a request): the next worker starts a new one."""
     for key, known in list(_SERVERS.items()):
         if known is server:
             del _SERVERS[key]

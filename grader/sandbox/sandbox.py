@@ -124,6 +124,27 @@ def confinement(
     )
 
 
+def worker_environment(root: Path | None, device: str, threads: int) -> dict[str, str]:
+    """A worker's whole environment, its home and temporary folder in sandbox ``root``;
+    with no root (a fork server's, which has no sandbox) they point nowhere useful, and
+    each forked worker gets its own sandbox's."""
+    home, tmp = (root / "home", root / "tmp") if root is not None else ("/nonexistent", "/tmp")
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(home),
+        "TMPDIR": str(tmp),
+        "MPLCONFIGDIR": str(tmp),
+        "MPLBACKEND": "Agg",
+        "LANG": "C.UTF-8",
+        "PYTHONIOENCODING": "utf-8",
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "KVGRADER_DEVICE": device,
+    }
+
+
 def fresh_gid() -> int:
     """A group id no running process has: this grading run's tag.
 
@@ -242,20 +263,7 @@ class Sandbox:
 
     def environment(self, device: str, threads: int) -> dict[str, str]:
         """The worker's whole environment: nothing of the parent's leaks through."""
-        return {
-            "PATH": "/usr/local/bin:/usr/bin:/bin",
-            "HOME": str(self.root / "home"),
-            "TMPDIR": str(self.root / "tmp"),
-            "MPLCONFIGDIR": str(self.root / "tmp"),
-            "MPLBACKEND": "Agg",
-            "LANG": "C.UTF-8",
-            "PYTHONIOENCODING": "utf-8",
-            "OMP_NUM_THREADS": str(threads),
-            "MKL_NUM_THREADS": str(threads),
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "KVGRADER_DEVICE": device,
-        }
+        return worker_environment(self.root, device, threads)
 
     def cleanup(self) -> None:
         """Remove the sandbox and whatever the worker user left in the shared temp folders."""
