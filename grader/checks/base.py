@@ -370,8 +370,8 @@ class GradedTestCase(unittest.TestCase):
         lines += [f"  {c.describe()}" for c in record.criteria]
         if record.extra_rounds:
             lines.append(
-                f"  A first measurement missed a threshold, so {record.extra_rounds} more rounds "
-                "were timed; the verdicts above are on all rounds."
+                f"  A first measurement missed a threshold, so its runs were timed "
+                f"{record.extra_rounds} more times; the verdicts above are on all runs."
             )
         print("\n".join(lines))
         if not record.passed:

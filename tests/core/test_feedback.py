@@ -152,7 +152,7 @@ def test_a_benchmark_check_shows_its_measurements_as_tables() -> None:
     assert "| batch 8, with the cache | 40.0 | 39.0 | 3 | 5% | 2.0 |" in text
     assert "median 40.0 ms" not in text  # the table replaces the printed lines
     assert "Check that the cached path feeds one token per step." in text
-    assert "2 more rounds were timed" in text
+    assert "its runs were timed 2 more times" in text
     assert "| RSS growth (MB) |" in text and "NVML" not in text  # nothing read on a GPU
 
 

@@ -159,10 +159,11 @@ def test_measure_keeps_a_real_miss_and_can_be_switched_off() -> None:
 
 def test_record_adds_measurements_and_reports_extra_rounds() -> None:
     record = BenchmarkRecord("3.11", "cpu")
-    for name, extra in (("batch 1", 6), ("batch 8", 0)):
+    for name, extra in (("batch 1", 6), ("batch 8", 0), ("batch 16", 6)):
         c = Criterion(name, name, Ratio(3.0, 2.0, 4.0), 2.0, True)
         record.add(Measurement({name: timing(1.0)}, [c], extra))
-    assert list(record.timings) == ["batch 1", "batch 8"] and len(record.criteria) == 2
+    assert list(record.timings) == ["batch 1", "batch 8", "batch 16"] and len(record.criteria) == 3
+    # rounds added to each missed run, as its run count shows: not summed over batch sizes
     assert json.loads(json.dumps(record.summary()))["extra_rounds"] == 6
 
 
