@@ -229,8 +229,9 @@ def benchmark_tables(record: dict[str, Any], device: str) -> list[str]:
         header += [f"{GPU_HELD} (MB)"] if held else []
         blocks.append(table(header, runs))
     if record.get("extra_rounds"):
-        blocks.append("A first measurement missed a threshold, so its runs were timed "
-                      f"{record['extra_rounds']} more times; the verdicts are on all runs.")  # fmt: skip
+        extra = record["extra_rounds"]
+        blocks.append(f"A first measurement missed a threshold, so its runs were timed {extra} "
+                      "more times; the verdicts are on all runs.")  # fmt: skip
     return blocks
 
 
