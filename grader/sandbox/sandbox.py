@@ -124,12 +124,26 @@ def confinement(
     )
 
 
+#: What the grader's own environment may hand the worker: which GPUs this grading was given
+#: (a Slurm task's ``CUDA_VISIBLE_DEVICES``; without it every grading on a node of several
+#: GPUs would run on the first) and how PyTorch's CUDA allocator is set up, a TA's choice.
+PASSED_FROM_GRADER = (
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "PYTORCH_ALLOC_CONF",
+)
+
+
 def worker_environment(root: Path | None, device: str, threads: int) -> dict[str, str]:
     """A worker's whole environment, its home and temporary folder in sandbox ``root``;
     with no root (a fork server's, which has no sandbox) they point nowhere useful, and
-    each forked worker gets its own sandbox's."""
+    each forked worker gets its own sandbox's. Of the grader's environment only
+    ``PASSED_FROM_GRADER`` goes through, where it is set."""
     home, tmp = (root / "home", root / "tmp") if root is not None else ("/nonexistent", "/tmp")
+    passed = {name: os.environ[name] for name in PASSED_FROM_GRADER if name in os.environ}
     return {
+        **passed,
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": str(home),
         "TMPDIR": str(tmp),
@@ -262,7 +276,7 @@ class Sandbox:
             top.chmod(0o700)  # no other account (another grading's worker) may look in
 
     def environment(self, device: str, threads: int) -> dict[str, str]:
-        """The worker's whole environment: nothing of the parent's leaks through."""
+        """The worker's whole environment: of the parent's, only the GPU selection."""
         return worker_environment(self.root, device, threads)
 
     def cleanup(self) -> None:
