@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.core.points import POINTS, bonus_total, part_total
+from grader.core.points import POINTS, part_total
 from grader.core.registry import PARTS
 from grader.sandbox.sandbox import Limits
 from tests.conftest import (
@@ -212,11 +212,16 @@ def test_missing_file_is_a_clear_message(tmp_path: Path) -> None:
     assert "question1.py was not found" in graded.data["output"]
 
 
-def test_files_uploaded_inside_folders_are_found(tmp_path: Path) -> None:
+def test_files_uploaded_inside_folders_are_found(tmp_path: Path, solution_graded) -> None:
+    # Every part finds its files one folder down, as the reference's own folder scores them
+    # (the benchmark checks find theirs the same way; the shared grading times them).
     nested = tmp_path / "sub" / "assignment"
     shutil.copytree(SOLUTION, nested)
-    graded = run_grade(tmp_path / "sub", tmp_path / "out")
-    assert graded.data["score"] == sum(part_total(p) + bonus_total(p) for p in PARTS)
+    graded = run_grade(tmp_path / "sub", tmp_path / "out", skip_tags=frozenset({"benchmark"}))
+    scores = {t["number"]: t["score"] for t in graded.data["tests"]}
+    assert {number.split(".")[0] for number in scores} == {p[-1] for p in PARTS}
+    assert scores == {number: solution_graded.score(number) for number in scores}
+    assert all(graded.test(number)["status"] == "passed" for number in scores)
 
 
 def test_results_are_written_even_if_the_grader_crashes(tmp_path: Path, monkeypatch) -> None:
