@@ -34,6 +34,8 @@ SWITCH = "KVGRADER_FORKSERVER"
 #: import timeout applies, but a machine busy enough to exceed this had better start
 #: its workers the old way).
 START_TIMEOUT_S = 120.0
+#: How long a live server may take to fork one worker before it is dropped as hung.
+FORK_TIMEOUT_S = 10.0
 #: The server's module, run as ``python -m`` (so a zip of the grading path must hold it).
 SERVER_MODULE = "grader.sandbox.forkserver_main"
 
@@ -127,11 +129,13 @@ class ForkServer:
         cwd: str,
         confinement: Confinement,
         pass_fds: tuple[int, int],
-        timeout: float = 10.0,
+        timeout: float | None = None,
     ) -> ForkedWorker:
         """Fork a worker that runs ``argv`` (its ``main.py`` and arguments, where
         ``{in_fd}`` and ``{out_fd}`` name the two descriptors of ``pass_fds``). A server
-        that fails to is dropped, and :class:`ForkServerError` says so."""
+        that fails to within ``timeout`` (``FORK_TIMEOUT_S``) is dropped, and
+        :class:`ForkServerError` says so."""
+        timeout = FORK_TIMEOUT_S if timeout is None else timeout
         read_output, write_output = os.pipe()
         try:
             with self.lock:

@@ -9,6 +9,8 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
+
 from grader.core.registry import PARTS
 from grader.sandbox import forkserver
 from grader.sandbox.forkserver import ForkServer
@@ -53,9 +55,12 @@ def test_without_its_fork_server_a_grading_starts_workers_and_tells_the_staff(
     assert "no_such_module_anywhere did not start: it exited with status 1" in warning
 
 
-def test_a_server_that_stops_answering_is_dropped_and_the_staff_told(tmp_path: Path) -> None:
+def test_a_server_that_stops_answering_is_dropped_and_the_staff_told(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A server that hangs (stopped here with SIGSTOP) does not fork within its time:
     the grading starts its workers the old way, says why, and drops the server."""
+    monkeypatch.setattr(forkserver, "FORK_TIMEOUT_S", 2.0)  # its time, shortened here
     forkserver.close_all()
     run_grade(SOLUTION, tmp_path / "first", parts=["part1"])  # its server starts, and stays
     (server,) = forkserver._SERVERS.values()
@@ -63,5 +68,5 @@ def test_a_server_that_stops_answering_is_dropped_and_the_staff_told(tmp_path: P
     graded = run_grade(SOLUTION, tmp_path / "out", parts=["part1"])
     assert graded.results.score == graded.results.max_score  # started the old way
     (warning,) = [w for w in graded.data["extra_data"]["sandbox_warnings"] if "fork" in w]
-    assert warning == "the fork server stopped answering: the server did not fork in 10 s"
+    assert warning == "the fork server stopped answering: the server did not fork in 2 s"
     assert not forkserver._SERVERS and server.proc is None  # dropped, and stopped
