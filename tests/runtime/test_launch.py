@@ -14,7 +14,7 @@ import pytest
 from grader.core.registry import PARTS
 from grader.sandbox import forkserver
 from grader.sandbox.forkserver import ForkServer
-from tests.conftest import SOLUTION, run_grade
+from tests.conftest import FAST_LIMITS, SOLUTION, in_param_count, patched_solution, run_grade
 
 
 def test_a_grading_forks_its_workers_and_grades_as_started_workers_do(
@@ -70,3 +70,16 @@ def test_a_server_that_stops_answering_is_dropped_and_the_staff_told(
     (warning,) = [w for w in graded.data["extra_data"]["sandbox_warnings"] if "fork" in w]
     assert warning == "the fork server stopped answering: the server did not fork in 2 s"
     assert not forkserver._SERVERS and server.proc is None  # dropped, and stopped
+
+
+@pytest.mark.parametrize("forked", ["1", "0"])
+def test_a_workers_gpu_selection_is_the_graders(tmp_path: Path, monkeypatch, forked: str) -> None:
+    # Through a whole grading, with the worker forked from the fork server or started anew.
+    monkeypatch.setenv(forkserver.SWITCH, forked)
+    code = "    assert __import__('os').environ.get('CUDA_VISIBLE_DEVICES') == '3', 'not passed'"
+    submission = patched_solution(tmp_path / "sub", "question1.py", [in_param_count(code)])
+    for visible, passes in (("3", True), ("5", False)):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+        graded = run_grade(submission, tmp_path / visible, parts=["part1"], limits=FAST_LIMITS)
+        assert (graded.score("1.1") > 0) is passes, graded.output("1.1")
+    assert "not passed" in graded.output("1.1")
