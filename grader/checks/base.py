@@ -18,7 +18,7 @@ from gradescope_utils.autograder_utils.decorators import (
     weight,
 )
 
-from grader.core.feedback import GPU_HELD, memory_label
+from grader.core.feedback import GPU_HELD, confirmed, memory_label
 from grader.core.points import part_of, points
 from grader.runtime.client import SubmissionError
 from grader.runtime.context import GradingContext, live_pools_key
@@ -369,10 +369,7 @@ class GradedTestCase(unittest.TestCase):
             lines.append(line)
         lines += [f"  {c.describe()}" for c in record.criteria]
         if record.extra_rounds:
-            lines.append(
-                f"  A first measurement missed a threshold, so its runs were timed "
-                f"{record.extra_rounds} more times; the verdicts above are on all runs."
-            )
+            lines.append(f"  {confirmed(record.extra_rounds)}")
         print("\n".join(lines))
         if not record.passed:
             missed = "; ".join(c.describe() for c in record.failures())

@@ -229,10 +229,17 @@ def benchmark_tables(record: dict[str, Any], device: str) -> list[str]:
         header += [f"{GPU_HELD} (MB)"] if held else []
         blocks.append(table(header, runs))
     if record.get("extra_rounds"):
-        extra = record["extra_rounds"]
-        blocks.append(f"A first measurement missed a threshold, so its runs were timed {extra} "
-                      "more times; the verdicts are on all runs.")  # fmt: skip
+        blocks.append(confirmed(record["extra_rounds"]))
     return blocks
+
+
+def confirmed(extra_rounds: int) -> str:
+    """What a benchmark's feedback says when a miss made it time ``extra_rounds`` more
+    rounds of each measurement that missed (the console's words and the Markdown's)."""
+    return (
+        f"A first measurement missed a threshold, so its runs were timed {extra_rounds} "
+        "more times; the verdicts are on all runs."
+    )
 
 
 def benchmark_words(output: str) -> list[str]:

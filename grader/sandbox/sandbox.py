@@ -276,7 +276,7 @@ class Sandbox:
             top.chmod(0o700)  # no other account (another grading's worker) may look in
 
     def environment(self, device: str, threads: int) -> dict[str, str]:
-        """The worker's whole environment: of the parent's, only the GPU selection."""
+        """The worker's whole environment: of the parent's, only ``PASSED_FROM_GRADER``."""
         return worker_environment(self.root, device, threads)
 
     def cleanup(self) -> None:
