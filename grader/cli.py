@@ -169,11 +169,24 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from grader.ta.calibrate import main, main_on_cluster
+    from grader.ta.calibrate import main, main_from_results, main_on_cluster
     from grader.ta.regrade.cluster import ClusterError, options_from_args
 
     cluster = options_from_args(args)
     json_out = Path(args.json) if args.json else None
+    if args.reference_results or args.baseline_results:  # pool gradings made before
+        try:
+            if not args.reference_results or cluster is not None:
+                raise ValueError("results files need --reference-results and no --executor")
+            main_from_results(
+                reference=[Path(p) for p in args.reference_results],
+                baseline=[Path(p) for p in args.baseline_results or []],
+                parts=parse_parts(args.parts), margin=args.margin, json_out=json_out,
+            )  # fmt: skip
+            return 0
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     run = dict(device=args.device, parts=parse_parts(args.parts), runs=args.runs)
     if cluster is None:
         main(**run, margin=args.margin, json_out=json_out)
@@ -236,6 +249,14 @@ def add_calibrate(sub: argparse._SubParsersAction) -> None:
         "--margin", type=float, default=1.5, help="margin where no baseline is told apart"
     )
     ca.add_argument("--json", default="", help="also write the measurements to this file")
+    ca.add_argument(
+        "--reference-results", nargs="+", metavar="JSON",
+        help="grade nothing: pool these results files of the reference's gradings",
+    )  # fmt: skip
+    ca.add_argument(
+        "--baseline-results", nargs="+", metavar="JSON",
+        help="with --reference-results: results files of cache-free designs' gradings",
+    )  # fmt: skip
     add_cluster_options(ca, array=False)
     ca.set_defaults(func=cmd_calibrate)
 

@@ -158,3 +158,34 @@ def test_every_profiles_benchmark_weights_fit_one_request_and_the_worker() -> No
         for weights in (sum(sizes), sum(sizes3)):
             assert weights < MAX_REQUEST_BYTES
             assert 2 * weights < Limits().memory_bytes  # the arrays and the model built
+
+
+def gpu_gradings_on_record() -> list[tuple[str, dict]]:
+    """Every graded benchmark record of the cuda profile kept under docs/measurements/,
+    with its file's name (which says whose submission it graded)."""
+    found = []
+    for path in sorted((ROOT / "docs" / "measurements").glob("*gpu*/*.json")):
+        extra = json.loads(path.read_text()).get("extra_data") or {}
+        if extra.get("benchmark_profile") == "cuda":
+            found += [(path.name, r) for r in (extra.get("benchmarks") or {}).values()]
+    return found
+
+
+def test_the_cuda_profile_keeps_every_gpu_verdict_on_record() -> None:
+    """Each reference grading on a GPU must pass under today's values, and each cache-free
+    design's must fail: a new value that one of them contradicts needs new measurements."""
+    from grader.ta.calibrate import current_limit
+
+    limits = load_thresholds("cuda")
+    records = gpu_gradings_on_record()
+    assert len(records) >= 20
+    assert all(
+        any(who in name for name, _ in records) for who in ("reference", "cache_free", "closer")
+    )
+    for name, record in records:
+        met = [
+            (c["ratio"]["median"] >= limit) if c["at_least"] else (c["ratio"]["median"] <= limit)
+            for c in record["criteria"]
+            if (limit := current_limit(limits, c["key"])) is not None
+        ]
+        assert met and all(met) == ("reference" in name), (name, record["check"])
