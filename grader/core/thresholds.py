@@ -25,6 +25,15 @@ def parse_thresholds(text: str) -> dict[str, Any]:
         resources.files("grader.core").joinpath("schemas/thresholds.schema.json").read_text()
     )
     jsonschema.validate(data, schema)
+    for profile, tables in data.items():
+        part3 = tables.get("part3") if isinstance(tables, dict) else None
+        if part3:  # each speedup names a timed batch size; at least one is judged
+            judged, timed = set(part3["min_speedup"]), {str(b) for b in part3["batch_sizes"]}
+            if not judged or not judged <= timed:
+                raise jsonschema.ValidationError(
+                    f"[{profile}.part3] min_speedup must judge some of batch_sizes "
+                    f"{sorted(timed, key=int)}, not {sorted(judged)}"
+                )
     return data
 
 

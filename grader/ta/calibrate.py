@@ -278,14 +278,15 @@ def current_limit(limits: dict[str, Any], key: str) -> float | None:
 
 def pool_gradings(
     reference: list[dict[str, Any]], baseline: list[dict[str, Any]]
-) -> tuple[str, dict[str, Observation]]:
+) -> tuple[str, dict[str, Observation], list[str]]:
     """Each grading's benchmark medians on its side, so that gradings made apart (short
     loans of a GPU, other sessions, a cluster's jobs) add up to one calibration.
 
     All of them must have been judged with one threshold profile, as ratios of another
     profile's workloads do not compare. A grading without a benchmark verdict (cut short,
     or a crash) adds nothing. The "now" column is the profile's value in the thresholds
-    file today, whatever the gradings were judged against.
+    file today, whatever the gradings were judged against; a criterion the profile no
+    longer sets is left out and named (the third value returned).
     """
     profiles = {g["extra_data"].get("benchmark_profile") or "" for g in reference + baseline}
     if len(profiles) != 1 or "" in profiles:
@@ -302,10 +303,12 @@ def pool_gradings(
     from grader.core.thresholds import load_thresholds
 
     limits = load_thresholds(profile)
+    unjudged = [key for key in observations if current_limit(limits, key) is None]
+    for key in unjudged:
+        del observations[key]
     for obs in observations.values():
-        now = current_limit(limits, obs.key)
-        obs.limit = obs.limit if now is None else now
-    return profile, observations
+        obs.limit = current_limit(limits, obs.key) or obs.limit
+    return profile, observations, unjudged
 
 
 def main_from_results(
@@ -318,7 +321,10 @@ def main_from_results(
 ) -> dict[str, Proposal]:
     """Propose thresholds from the results files of gradings already made (``grade
     --tags benchmark`` of the reference and of cache-free designs), grading nothing."""
-    profile, observations = pool_gradings(read_gradings(reference), read_gradings(baseline))
+    gradings = read_gradings(reference), read_gradings(baseline)
+    profile, observations, unjudged = pool_gradings(*gradings)
+    for key in unjudged:
+        print(f"{key}: measured, but the {profile} profile sets no such threshold now; left out")
     if parts:
         observations = {k: o for k, o in observations.items() if k.split(".")[0] in parts}
         if not observations:

@@ -55,6 +55,8 @@ def test_benchmark_model_holds_the_workload_of_each_profile() -> None:
         ("warmup = 1 ", "warmup = 1\nspeedup_min = 2 "),
         ("enabled = false", 'enabled = "yes"'),
         ('check = "3.11"', 'check = "4.6"'),  # 4.6 measures no tokens/s
+        ('min_speedup = { "1" = 1.6,', 'min_speedup = { "4" = 1.6,'),  # batch 4 is not timed
+        ('min_speedup = { "1" = 1.6, "8" = 3.69, "16" = 5.05 }', "min_speedup = {}"),
     ],
 )
 def test_malformed_thresholds_are_rejected(old: str, new: str) -> None:

@@ -124,7 +124,8 @@ def grading(profile: str, medians: dict[str, float], limit: float = 9.9) -> dict
 
 def test_a_real_gradings_results_pool_on_the_reference_side(solution_graded: Graded) -> None:
     benchmarks = solution_graded.file["extra_data"]["benchmarks"]
-    profile, observations = pool_gradings([solution_graded.file], [])
+    profile, observations, unjudged = pool_gradings([solution_graded.file], [])
+    assert unjudged == []
     assert profile == solution_graded.file["extra_data"]["benchmark_profile"]
     expected: dict[str, list[float]] = {}  # one threshold may judge each batch size
     for c in (c for record in benchmarks.values() for c in record["criteria"]):
@@ -137,7 +138,7 @@ def test_pooled_gradings_are_proposed_from_as_a_calibration_would() -> None:
     reference = [grading("cuda", {"part3.min_speedup.8": r}) for r in (9.0, 12.0, 16.0)]
     baseline = [grading("cuda", {"part3.min_speedup.8": b}) for b in (1.0, 0.9)]
     baseline.append({"tests": [], "extra_data": {"benchmark_profile": "cuda", "benchmarks": {}}})
-    profile, observations = pool_gradings(reference, baseline)  # the cut-short one adds nothing
+    profile, observations, _ = pool_gradings(reference, baseline)  # the cut-short adds nothing
     obs = observations["part3.min_speedup.8"]
     assert profile == "cuda" and obs.reference == [9.0, 12.0, 16.0] and obs.baseline == [1.0, 0.9]
     assert propose(obs).threshold == pytest.approx(3.0)
@@ -152,11 +153,19 @@ def test_gradings_of_two_profiles_are_not_pooled() -> None:
 
 
 def test_a_baseline_measured_where_the_reference_was_not_is_left_out() -> None:
-    _, observations = pool_gradings(
+    _, observations, _ = pool_gradings(
         [grading("cuda", {"part2.min_speedup": 9.0})],
         [grading("cuda", {"part2.min_speedup": 1.0, "part4.min_speedup": 1.0})],
     )
     assert set(observations) == {"part2.min_speedup"}
+
+
+def test_a_criterion_the_profile_no_longer_sets_is_left_out_and_named() -> None:
+    # The cuda profile judges no speedup at batch 1; older gradings measured one.
+    assert "1" not in load_thresholds("cuda")["part3"]["min_speedup"]
+    medians = {"part3.min_speedup.1": 3.0, "part3.min_speedup.8": 10.0}
+    _, observations, unjudged = pool_gradings([grading("cuda", medians)], [])
+    assert set(observations) == {"part3.min_speedup.8"} and unjudged == ["part3.min_speedup.1"]
 
 
 def write(path: Path, data: object) -> str:

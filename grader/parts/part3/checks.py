@@ -319,23 +319,34 @@ class Part3Benchmark(Part3Timed):
     def bench_criteria(
         self, bench: dict, batch: int, reference: dict[str, Timing], timings: dict[str, Timing]
     ) -> list[Criterion]:
-        """The speedup of ``batch``'s cached run over its cache-free one, and its time
-        over the reference's; peak memory is reported, never judged."""
-        plain = timings[f"batch {batch}, without the cache"]
-        cached = timings[f"batch {batch}, with the cache"]
+        """The speedup of ``batch``'s cached run over its cache-free one, where the
+        profile sets one for this batch size, and its time over the reference's; peak
+        memory is reported, never judged."""
         clock = clock_for(self.ctx.device)
         ours = {k: t for k, t in reference.items() if k == f"batch {batch}, with the cache"}
-        criteria = [
-            Criterion(
-                f"part3.min_speedup.{batch}",
-                f"batch {batch} speedup ({clock} time)",
-                Ratio.of(plain, cached, clock),
-                bench["min_speedup"][str(batch)],
-                True,
-            ),
-            *self.versus_reference(timings, ours, bench, clock),
-        ]
+        criteria = self.versus_reference(timings, ours, bench, clock)
+        if str(batch) in bench["min_speedup"]:
+            label = f"batch {batch} speedup ({clock} time)"
+            ratio = self.speedup(batch, timings)
+            limit = bench["min_speedup"][str(batch)]
+            criteria.insert(0, Criterion(f"part3.min_speedup.{batch}", label, ratio, limit, True))
         return criteria
+
+    def speedup(self, batch: int, timings: dict[str, Timing]) -> Ratio:
+        """``batch``'s cache-free time over its cached time, on the device's clock."""
+        plain = timings[f"batch {batch}, without the cache"]
+        cached = timings[f"batch {batch}, with the cache"]
+        return Ratio.of(plain, cached, clock_for(self.ctx.device))
+
+    def report_unjudged_speedup(self, bench: dict, batch: int, timings: dict[str, Timing]) -> None:
+        """Print ``batch``'s speedup where the profile judges none at this batch size (on a
+        GPU one step at batch 1 costs about the same with the cache or without it)."""
+        if str(batch) not in bench["min_speedup"]:
+            clock = clock_for(self.ctx.device)
+            print(
+                f"batch {batch} speedup ({clock} time, not graded: the {self.ctx.device} "
+                f"profile judges no speedup at this batch size): {self.speedup(batch, timings)}"
+            )
 
     def report_peak_memory(self, bench: dict, batch: int, timings: dict[str, Timing]) -> None:
         """Print ``batch``'s peak memory, cached over cache-free, once its runs are all
@@ -355,7 +366,7 @@ class Part3Benchmark(Part3Timed):
 
     @check("3.11", extra_tags=("benchmark",))
     def test_benchmark(self) -> None:
-        """3.11 benchmark: cached generate is faster for batch 1, 8 and 16 (timed by the grader)"""
+        """3.11 benchmark: the cache speeds up batched generate (timed by the grader)"""
         bench = load_thresholds(self.ctx.device)["part3"]
         self.require_pool(bench, bench_key(bench))
         record = BenchmarkRecord(check="3.11", profile=self.ctx.device)
@@ -379,11 +390,12 @@ class Part3Benchmark(Part3Timed):
                 bench,
             )
             record.add(measured)
+            self.report_unjudged_speedup(bench, batch, measured.timings)
             self.report_peak_memory(bench, batch, measured.timings)
             cached = measured.timings[f"batch {batch}, with the cache"]
             record.leaderboard = {
                 "tokens_per_s": batch * bench["output_len"] / cached.median,
-                "speedup": measured.criteria[0].ratio.median,
+                "speedup": self.speedup(batch, measured.timings).median,
             }
         self.report_benchmark(
             record,

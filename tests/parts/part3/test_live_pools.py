@@ -69,3 +69,18 @@ def test_dummy_text_loses_the_points(own_model_profile: Path) -> None:
     graded = grade_311(submission, own_model_profile / "dummy_out")
     assert graded.score("3.11") == 0
     assert "other text than the reference" in graded.output("3.11")
+
+
+def test_a_batch_size_without_a_threshold_is_timed_and_reported_not_judged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As the cuda profile does at batch 1: timed, its speedup printed, no criterion.
+    with_profile(tmp_path, monkeypatch, "[cpu.part3]", PROFILE.replace('"1" = 1.0001, ', ""))
+    graded = grade_311(SOLUTION, tmp_path / "solution")
+    record = graded.data["extra_data"]["benchmarks"]["3.11"]
+    assert [c["key"] for c in record["criteria"]] == ["part3.min_speedup.2"]
+    assert {"batch 1, with the cache", "batch 1, without the cache"} <= set(record["timings"])
+    unjudged = "(cpu time, not graded: the cpu profile judges no speedup at this batch size)"
+    assert f"batch 1 speedup {unjudged}: " in graded.output("3.11")
+    assert "batch 2 speedup (cpu time, not graded" not in graded.output("3.11")
+    assert record["leaderboard"]["speedup"] > 0
