@@ -169,7 +169,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from grader.ta.calibrate import main, main_from_results, main_on_cluster
+    from grader.ta.calibrate import main, main_on_cluster
+    from grader.ta.pooled import main_from_results
     from grader.ta.regrade.cluster import ClusterError, options_from_args
 
     cluster = options_from_args(args)

@@ -14,10 +14,8 @@ geometric mean), with that margin stated. Where the
 baseline cannot be told apart by a criterion (it checks the cache-free path
 itself), the proposal is the reference's worst run divided by ``margin``.
 
-With ``--reference-results`` (and ``--baseline-results``) nothing is graded: the
-benchmark medians of results files written before (``grade --tags benchmark`` of the
-reference and of the cache-free designs, on one profile) are pooled and proposed from
-the same way. Short loans of a GPU, weeks apart, thus add up to one calibration.
+With ``--reference-results`` (and ``--baseline-results``) nothing is graded: results
+files written before are pooled instead (:mod:`grader.ta.pooled`).
 """
 
 from __future__ import annotations
@@ -250,89 +248,6 @@ def conclude(
         }
         json_out.write_text(json.dumps(payload, indent=2) + "\n")
     return proposals
-
-
-def read_gradings(paths: list[Path]) -> list[dict[str, Any]]:
-    """The results files of gradings already made, each checked to be one of ``grade``'s."""
-    gradings = []
-    for path in paths:
-        try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"{path}: not a readable results file ({exc})") from None
-        if not isinstance(data, dict) or not isinstance(data.get("extra_data"), dict):
-            raise ValueError(f"{path}: no extra_data; not a results file written by grade")
-        gradings.append(data)
-    return gradings
-
-
-def current_limit(limits: dict[str, Any], key: str) -> float | None:
-    """The value of criterion ``key`` (e.g. ``part3.min_speedup.8``) in a profile's table."""
-    value: Any = limits
-    for name in key.split("."):
-        if not isinstance(value, dict) or name not in value:
-            return None
-        value = value[name]
-    return float(value) if isinstance(value, (int, float)) else None
-
-
-def pool_gradings(
-    reference: list[dict[str, Any]], baseline: list[dict[str, Any]]
-) -> tuple[str, dict[str, Observation], list[str]]:
-    """Each grading's benchmark medians on its side, so that gradings made apart (short
-    loans of a GPU, other sessions, a cluster's jobs) add up to one calibration.
-
-    All of them must have been judged with one threshold profile, as ratios of another
-    profile's workloads do not compare. A grading without a benchmark verdict (cut short,
-    or a crash) adds nothing. The "now" column is the profile's value in the thresholds
-    file today, whatever the gradings were judged against; a criterion the profile no
-    longer sets is left out and named (the third value returned).
-    """
-    profiles = {g["extra_data"].get("benchmark_profile") or "" for g in reference + baseline}
-    if len(profiles) != 1 or "" in profiles:
-        named = ", ".join(sorted(p or "none" for p in profiles))
-        raise ValueError(f"the gradings were judged with several profiles ({named}); pool one")
-    profile = profiles.pop()
-    observations: dict[str, Observation] = {}
-    for side, gradings in (("reference", reference), ("baseline", baseline)):
-        for grading in gradings:
-            collect(observations, grading["extra_data"].get("benchmarks") or {}, side)
-    observations = {k: o for k, o in observations.items() if o.reference}
-    if not observations:
-        raise ValueError("none of the reference's gradings holds a benchmark measurement")
-    from grader.core.thresholds import load_thresholds
-
-    limits = load_thresholds(profile)
-    unjudged = [key for key in observations if current_limit(limits, key) is None]
-    for key in unjudged:
-        del observations[key]
-    for obs in observations.values():
-        obs.limit = current_limit(limits, obs.key) or obs.limit
-    return profile, observations, unjudged
-
-
-def main_from_results(
-    *,
-    reference: list[Path],
-    baseline: list[Path],
-    parts: list[str] | None = None,
-    margin: float = DEFAULT_MARGIN,
-    json_out: Path | None = None,
-) -> dict[str, Proposal]:
-    """Propose thresholds from the results files of gradings already made (``grade
-    --tags benchmark`` of the reference and of cache-free designs), grading nothing."""
-    gradings = read_gradings(reference), read_gradings(baseline)
-    profile, observations, unjudged = pool_gradings(*gradings)
-    for key in unjudged:
-        print(f"{key}: measured, but the {profile} profile sets no such threshold now; left out")
-    if parts:
-        observations = {k: o for k, o in observations.items() if k.split(".")[0] in parts}
-        if not observations:
-            raise ValueError(f"the gradings hold no benchmark measurement of {', '.join(parts)}")
-    measured = [max(len(o.reference) for o in observations.values())]
-    measured.append(max((len(o.baseline) for o in observations.values()), default=0))
-    runs = f"{measured[0]} reference and {measured[1]} baseline"
-    return conclude(observations, margin, profile, runs, json_out)
 
 
 def main_on_cluster(
