@@ -12,7 +12,9 @@
 # WHAT is partN (that part's benchmark check) or all (reference: every check; the others:
 # every benchmark check). By default: the cache-free and closer designs of Parts 3 and 4
 # and the reference's Part 4, then the reference's whole grading. Everything is packed into
-# $OUT/gpu_parts.tgz.
+# $OUT/gpu_parts.tgz. Results of several loans add up: `python -m grader calibrate
+# --reference-results reference_*.json --baseline-results cache_free_*.json closer_*.json`
+# (docs/benchmarks.md).
 set -u
 OUT=${OUT:-results/gpu}
 BUDGET=${BUDGET:-540}

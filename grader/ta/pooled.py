@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from grader.core.thresholds import load_thresholds
+from grader.core.thresholds import load_thresholds, parse_thresholds, thresholds_text
 from grader.ta.calibrate import DEFAULT_MARGIN, Observation, Proposal, collect, conclude
 
 
@@ -57,10 +57,14 @@ def pool_gradings(
     longer sets is left out and named (the third value returned).
     """
     profiles = {g["extra_data"].get("benchmark_profile") or "" for g in reference + baseline}
-    if len(profiles) != 1 or "" in profiles:
-        named = ", ".join(sorted(p or "none" for p in profiles))
+    if "" in profiles:
+        raise ValueError("a grading names no benchmark profile (extra_data.benchmark_profile)")
+    if len(profiles) != 1:
+        named = ", ".join(sorted(profiles))
         raise ValueError(f"the gradings were judged with several profiles ({named}); pool one")
     profile = profiles.pop()
+    if profile not in parse_thresholds(thresholds_text()):
+        raise ValueError(f"the thresholds file has no {profile!r} profile")
     observations: dict[str, Observation] = {}
     for side, gradings in (("reference", reference), ("baseline", baseline)):
         for grading in gradings:
@@ -72,6 +76,8 @@ def pool_gradings(
     unjudged = [key for key in observations if current_limit(limits, key) is None]
     for key in unjudged:
         del observations[key]
+    if not observations:
+        raise ValueError(f"the {profile} profile judges none of the criteria measured")
     for obs in observations.values():
         obs.limit = current_limit(limits, obs.key) or obs.limit
     return profile, observations, unjudged

@@ -54,9 +54,15 @@ def test_pooled_gradings_are_proposed_from_as_a_calibration_would() -> None:
 
 
 def test_gradings_of_two_profiles_are_not_pooled() -> None:
-    with pytest.raises(ValueError, match="several profiles"):
+    with pytest.raises(ValueError, match=r"several profiles \(cpu, cuda\)"):
         pool_gradings([grading("cuda", {"part2.min_speedup": 9.0})],
                       [grading("cpu", {"part2.min_speedup": 1.0})])  # fmt: skip
+    with pytest.raises(ValueError, match="names no benchmark profile"):
+        pool_gradings([grading("", {"part2.min_speedup": 9.0})], [])
+    with pytest.raises(ValueError, match="no 'tpu' profile"):
+        pool_gradings([grading("tpu", {"part2.min_speedup": 9.0})], [])
+    with pytest.raises(ValueError, match="judges none of the criteria"):
+        pool_gradings([grading("cuda", {"part3.min_speedup.1": 9.0})], [])
 
 
 def test_a_baseline_measured_where_the_reference_was_not_is_left_out() -> None:
