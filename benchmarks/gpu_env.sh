@@ -2,8 +2,9 @@
 # its image lacks, installed from the wheels in .whl/ (see gpu_session.sh's header); each
 # check's verdict and time printed as it ends; a stack dump of the grader if a step times
 # out; and the GPU, driver and torch written to the file $GPU_INFO names.
-if [ -d .whl ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl \
+WHEELS=${WHEELS:-.whl}  # another folder of wheels, or none that exists: install nothing
+if [ -d "$WHEELS" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$WHEELS"/*.whl \
         && export PYTHONPATH=/tmp/site
 fi
 export PYTHONUNBUFFERED=1 KVGRADER_PROGRESS=1 PYTHONFAULTHANDLER=1
