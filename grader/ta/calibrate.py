@@ -99,13 +99,17 @@ class Proposal:
 
 
 def collect(observations: dict[str, Observation], benchmarks: dict[str, Any], side: str) -> None:
-    """Add the criteria of one graded run's ``extra_data["benchmarks"]`` to ``side``."""
+    """Add the criteria of one graded run's ``extra_data["benchmarks"]`` to ``side``. A
+    ratio that is not a finite number (a run timed as zero) says nothing to propose from
+    and is left out; its check already failed, as every comparison with NaN does."""
     for record in benchmarks.values():
         for c in record["criteria"]:
             obs = observations.setdefault(
                 c["key"], Observation(c["key"], c["label"], c["at_least"], c["limit"])
             )
-            getattr(obs, side).append(c["ratio"]["median"])
+            median = c["ratio"]["median"]
+            if isinstance(median, (int, float)) and math.isfinite(median):
+                getattr(obs, side).append(median)
 
 
 def propose(obs: Observation, margin: float = DEFAULT_MARGIN) -> Proposal:

@@ -132,3 +132,13 @@ def test_a_real_gradings_verdicts_are_judged_as_the_grading_judged_them(
     limits = load_thresholds(solution_graded.file["extra_data"]["benchmark_profile"])
     for check, record in solution_graded.file["extra_data"]["benchmarks"].items():
         assert judged_again(record, limits) is record["passed"] is True, check
+
+
+def test_a_ratio_that_is_not_a_number_is_judged_failed_and_proposes_nothing() -> None:
+    nan, inf = float("nan"), float("inf")
+    reference = [grading("cuda", {"part2.min_speedup": r}) for r in (9.0, nan, inf)]
+    _, observations, _ = pool_gradings(reference, [grading("cuda", {"part2.min_speedup": 1.0})])
+    assert observations["part2.min_speedup"].reference == [9.0]
+    assert propose(observations["part2.min_speedup"]).threshold == pytest.approx(3.0)
+    limits = load_thresholds("cuda")
+    assert verdict_counts(reference[:2], limits) == {"part2": (1, 2)}  # NaN: not passed
