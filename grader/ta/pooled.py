@@ -124,6 +124,14 @@ def describe_verdicts(
     return "\n".join(lines)
 
 
+def counted(observations: dict[str, Observation], side: str) -> str:
+    """How many gradings of ``side`` each criterion has: ``6``, or ``4-6`` where the
+    criteria differ (each part graded apart)."""
+    counts = [len(getattr(o, side)) for o in observations.values()]
+    low, high = min(counts), max(counts)
+    return str(high) if low == high else f"{low}-{high}"
+
+
 def main_from_results(
     *,
     reference: list[Path],
@@ -142,9 +150,8 @@ def main_from_results(
         observations = {k: o for k, o in observations.items() if k.split(".")[0] in parts}
         if not observations:
             raise ValueError(f"the gradings hold no benchmark measurement of {', '.join(parts)}")
-    measured = [max(len(o.reference) for o in observations.values())]
-    measured.append(max((len(o.baseline) for o in observations.values()), default=0))
-    runs = f"{measured[0]} reference and {measured[1]} baseline"
+    runs = f"{counted(observations, 'reference')} reference and "
+    runs += f"{counted(observations, 'baseline')} baseline"
     proposals = conclude(observations, margin, profile, runs, json_out)
     limits = load_thresholds(profile)
     print(describe_verdicts(*(verdict_counts(g, limits) for g in gradings)))

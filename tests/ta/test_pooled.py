@@ -142,3 +142,11 @@ def test_a_ratio_that_is_not_a_number_is_judged_failed_and_proposes_nothing() ->
     assert propose(observations["part2.min_speedup"]).threshold == pytest.approx(3.0)
     limits = load_thresholds("cuda")
     assert verdict_counts(reference[:2], limits) == {"part2": (1, 2)}  # NaN: not passed
+
+
+def test_the_report_counts_the_gradings_each_criterion_has(tmp_path: Path, capsys) -> None:
+    ref = [write(tmp_path / "r1.json", grading("cuda", {"part2.min_speedup": 9.0})),
+           write(tmp_path / "r2.json", grading("cuda", {"part2.min_speedup": 8.0,
+                                                       "part4.min_speedup": 3.0}))]  # fmt: skip
+    assert cli.main(["calibrate", "--reference-results", *ref]) == 0
+    assert "over 1-2 reference and 0 baseline graded runs" in capsys.readouterr().out
