@@ -23,7 +23,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grader.ta.calibrate import BENCHMARK_PARTS, EXTRA_BASELINES  # noqa: E402
+from grader.ta.calibrate import (  # noqa: E402
+    BENCHMARK_PARTS,
+    EXTRA_BASELINES,
+    cache_free_submission,
+    closer_designs,
+)
 
 WHO = ("reference", "cache_free", "closer")
 
@@ -43,15 +48,11 @@ def parse(name: str) -> tuple[str, list[str]]:
 
 def designs(who: str, parts: list[str]) -> dict[str, str] | None:
     """The baseline mutant per part for ``cache_free_submission`` (None: the defaults)."""
-    if who != "closer":
-        return None
-    return {p: EXTRA_BASELINES[p][0] for p in parts if p in EXTRA_BASELINES}
+    return closer_designs(parts) if who == "closer" else None
 
 
 def line(name: str) -> str:
     """``name``'s plan line, its submission materialised."""
-    from grader.ta.calibrate import cache_free_submission
-
     who, parts = parse(name)
     if who == "reference":
         path = "solution"

@@ -58,8 +58,8 @@ sys.path.insert(0, str(ROOT))
 from grader.core.paths import SOLUTION  # noqa: E402
 from grader.ta.calibrate import (  # noqa: E402
     BENCHMARK_PARTS,
-    EXTRA_BASELINES,
     cache_free_submission,
+    closer_designs,
 )
 from grader.ta.regrade.batch import regrade_timeout_s  # noqa: E402
 from grader.ta.regrade.cluster import (  # noqa: E402
@@ -240,9 +240,9 @@ def main() -> int:
         "cache-free (disguised)": cache_free_submission(list(BENCHMARK_PARTS)),
     }
     if args.extra_baselines:
-        extra = {part: names[0] for part, names in EXTRA_BASELINES.items()}
+        parts = list(BENCHMARK_PARTS)
         submissions["cache-free (closer designs)"] = cache_free_submission(
-            list(BENCHMARK_PARTS), extra
+            parts, closer_designs(parts)
         )
     conditions = ["busy", "half-cpu"] if args.condition == "both" else [args.condition]
     until = time.monotonic() + args.deadline

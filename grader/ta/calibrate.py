@@ -65,6 +65,13 @@ def cache_free_submission(parts: list[str], names: dict[str, str] | None = None)
     return materialise_all(baselines, prefix="cache-free-")
 
 
+def closer_designs(parts: list[str]) -> dict[str, str]:
+    """The first extra baseline of each of ``parts`` that has one: with
+    :func:`cache_free_submission`, the cache-free designs that come closest to the
+    reference (the main baseline for a part without one)."""
+    return {p: EXTRA_BASELINES[p][0] for p in parts if p in EXTRA_BASELINES}
+
+
 def baseline_sets(parts: list[str]) -> list[tuple[list[str], dict[str, str]]]:
     """The baseline submissions to measure, as (parts, mutant name per part): every part's
     main baseline together, then each extra baseline on its own part."""

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.core.thresholds import load_thresholds, parse_thresholds, thresholds_text
+from grader.runtime.timing import Criterion, Ratio
 from grader.ta.calibrate import DEFAULT_MARGIN, Observation, Proposal, collect, conclude
 
 
@@ -63,7 +64,8 @@ def pool_gradings(
         named = ", ".join(sorted(profiles))
         raise ValueError(f"the gradings were judged with several profiles ({named}); pool one")
     profile = profiles.pop()
-    if profile not in parse_thresholds(thresholds_text()):
+    limits = parse_thresholds(thresholds_text()).get(profile)
+    if limits is None:
         raise ValueError(f"the thresholds file has no {profile!r} profile")
     observations: dict[str, Observation] = {}
     for side, gradings in (("reference", reference), ("baseline", baseline)):
@@ -72,7 +74,6 @@ def pool_gradings(
     observations = {k: o for k, o in observations.items() if o.reference}
     if not observations:
         raise ValueError("none of the reference's gradings holds a benchmark measurement")
-    limits = load_thresholds(profile)
     unjudged = [key for key in observations if current_limit(limits, key) is None]
     for key in unjudged:
         del observations[key]
@@ -92,8 +93,8 @@ def judged_again(record: dict[str, Any], limits: dict[str, Any]) -> bool | None:
     for c in record.get("criteria", []):
         limit = current_limit(limits, c["key"])
         if limit is not None:
-            median = c["ratio"]["median"]
-            met.append(median >= limit if c["at_least"] else median <= limit)
+            ratio = Ratio(**c["ratio"])
+            met.append(Criterion(c["key"], c["label"], ratio, limit, c["at_least"]).passed)
     return all(met) if met else None
 
 
