@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import unittest
 from collections.abc import Callable, Sequence
@@ -18,7 +19,7 @@ from gradescope_utils.autograder_utils.decorators import (
     weight,
 )
 
-from grader.core.feedback import GPU_HELD, confirmed, memory_label
+from grader.core.feedback import GPU_HELD, NOT_GRADED, confirmed, memory_label
 from grader.core.points import part_of, points
 from grader.runtime.client import SubmissionError
 from grader.runtime.context import GradingContext, live_pools_key
@@ -58,6 +59,7 @@ def check(
 
     def decorate(fn: Callable) -> Callable:
         w = 0.0 if bonus else points(num)
+        fn = _graded_part_only(fn)
         if partial:
             fn = partial_credit(w)(fn)
         fn = weight(w)(fn)
@@ -68,12 +70,31 @@ def check(
     return decorate
 
 
+def _graded_part_only(fn: Callable) -> Callable:
+    """``fn`` fails at once, with one sentence, when its part's files are not in the
+    submission: what to upload, said once per check rather than once per case."""
+
+    @functools.wraps(fn)
+    def guarded(self: GradedTestCase, *args: Any, **kwargs: Any) -> Any:
+        if self.ctx.bases.get(self.part) is None:
+            note_detail(NOT_GRADED, "missing")
+            self.fail(self.ctx.missing_message(self.part))
+        return fn(self, *args, **kwargs)
+
+    return guarded
+
+
 class ValueProblem(Exception):
     """A returned value has the wrong type or is not finite."""
 
 
-def as_number(enc: Any, want: str, what: str) -> float | int:
-    """Validate a tagged value from the worker as ``want`` ("int" or "float")."""
+def as_number(enc: Any, want: str, what: str, notes: list[str] | None = None) -> float | int:
+    """Validate a tagged value from the worker as ``want`` ("int" or "float").
+
+    With ``notes``, a float with a whole-number value where an int is wanted (134217728.0)
+    is that int: its value is right, so it costs nothing, and a note for the feedback is
+    appended to ``notes``. Without it (the default), such a float is a type error.
+    """
     if not isinstance(enc, dict) or "kind" not in enc:
         raise ValueProblem(f"{what} returned something the grader cannot read.")
     kind = enc["kind"]
@@ -85,6 +106,12 @@ def as_number(enc: Any, want: str, what: str) -> float | int:
     if want == "int":
         if kind == "int" and isinstance(value, int) and not isinstance(value, bool):
             return value
+        if kind == "float" and notes is not None and whole_float(value):
+            notes.append(
+                f"{what} returned a whole number as a float where an int is asked for; it "
+                "was accepted as that int (return an int: // instead of /, or int(...))."
+            )
+            return int(value)
         if kind == "float":
             raise ValueProblem(
                 f"{what} must return an int, but returned the float {value!r}; "
@@ -104,6 +131,11 @@ def as_number(enc: Any, want: str, what: str) -> float | int:
     else:
         got = f"a {kind} ({value!r})"
     raise ValueProblem(f"{what} must return a{'n' if want == 'int' else ''} {want}, got {got}.")
+
+
+def whole_float(value: Any) -> bool:
+    """A finite float with no fractional part (a reply field: anything may arrive)."""
+    return isinstance(value, float) and math.isfinite(value) and value.is_integer()
 
 
 def finite_number(value: Any) -> bool:

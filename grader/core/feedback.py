@@ -170,10 +170,17 @@ def case_section(lines: list[str]) -> list[str]:
     return blocks
 
 
+#: The detail (``extra_data`` key) a check carries when its part was not graded for want
+#: of a file: its one thing to try is to upload it, not to run the self-check.
+NOT_GRADED = "not_graded"
+
+
 def try_next(test: TestResult, causes: list[str], cases: bool) -> str:
     """The one thing to try, for a failed check."""
     part = test.part.removeprefix("part")
     selfcheck = f"`python selfcheck.py --parts {part}`" if part else "`python selfcheck.py`"
+    if test.extra_data.get(NOT_GRADED) == "missing":
+        return "**Try:** upload the files named above and resubmit."
     if causes:
         return f"**Try:** fix the likely cause above, then run {selfcheck} again."
     if cases:

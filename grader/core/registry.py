@@ -33,6 +33,15 @@ class Part:
     # What its adapter imports before the student's code (``module`` or
     # ``module:name,...``), loaded once by a fork server that starts its workers.
     preload: tuple[str, ...] = ()
+    # The files a student edits besides ``main_file`` (each must be uploaded), and the
+    # assignment's files they need not edit: the kit supplies those an upload lacks.
+    also_edited: tuple[str, ...] = ()
+    given: tuple[str, ...] = ()
+
+    @property
+    def edited(self) -> tuple[str, ...]:
+        """Every file of the part a student must upload, ``main_file`` first."""
+        return (self.main_file, *self.also_edited)
 
 
 PARTS: dict[str, Part] = {
@@ -56,6 +65,8 @@ PARTS: dict[str, Part] = {
         "llama/model.py",
         "grader.parts.part3.checks",
         preload=("torch",),
+        also_edited=("llama/generation.py",),
+        given=("llama/__init__.py", "llama/tokenizer.py", "inference.py", "benchmark_inference.py"),
     ),
     "part4": Part(
         "part4",

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.core.feedback import markdown_results
-from grader.core.paths import PROJECT_ROOT, SOLUTION, TEST_CASES
+from grader.core.paths import ASSIGNMENT, PROJECT_ROOT, SOLUTION, TEST_CASES
 from grader.core.points import part_total
 from grader.core.registry import PARTS
 from grader.core.results import (
@@ -37,6 +37,7 @@ from grader.grading.suite import Selection, build_suite, check_classes, run_suit
 from grader.grading.watchdog import Watchdog
 from grader.runtime.context import GradingContext
 from grader.sandbox.identity import RUN_RECORD_ENV
+from grader.sandbox.layout import PartLayout, lay_out
 from grader.sandbox.mounts import mount_isolation
 from grader.sandbox.sandbox import (
     Limits,
@@ -46,7 +47,7 @@ from grader.sandbox.sandbox import (
     network_isolation,
     protect_hidden,
 )
-from grader.sandbox.submission import CopyReport, copy_submission, locate
+from grader.sandbox.submission import CopyReport, copy_submission
 
 __all__ = ["build_suite", "check_classes", "grade", "run_suite", "summary"]
 
@@ -72,6 +73,23 @@ def summary(results: GradingResults, notes: list[str]) -> str:
     return "\n".join(lines)
 
 
+def layout_notes(layouts: dict[str, PartLayout]) -> list[str]:
+    """The page's lines on the files: those missing (what to upload, once per part), those
+    the kit supplied and those found flat."""
+    notes = [layout.missing_message(PARTS[p]) for p, layout in layouts.items() if layout.missing]
+    supplied = sorted({rel for layout in layouts.values() for rel in layout.supplied})
+    if supplied:
+        notes.append(
+            "Supplied from the assignment (not in your submission, and not yours to edit): "
+            + ", ".join(supplied)
+            + "."
+        )
+    moved = [m for layout in layouts.values() for m in layout.moved]
+    if moved:
+        notes.append("Uploaded without their folder, graded in it: " + "; ".join(moved) + ".")
+    return notes
+
+
 def record_identity(sandbox: Sandbox) -> None:
     """Write the worker's uid and run gid where a supervising batch asked for them."""
     target = os.environ.get(RUN_RECORD_ENV)
@@ -95,6 +113,7 @@ class Grading:
     ctx: GradingContext | None = None
     watchdog: Watchdog | None = None
     copied: CopyReport | None = None
+    layouts: dict[str, PartLayout] = field(default_factory=dict)
     results: GradingResults | None = None
     crash: str = ""
     #: Print the sandbox's security warnings: where they matter (a TA's or Gradescope's
@@ -143,12 +162,15 @@ class Grading:
         context the checks reach it through, on ``device`` ("cpu" or "cuda", resolved)."""
         assert self.sandbox is not None
         self.copied = copy_submission(self.submission, self.sandbox.submission_dir)
+        # The upload laid over the assignment's given files, before the worker owns it.
+        self.layouts = lay_out(self.sandbox.submission_dir, self.parts, ASSIGNMENT)
         self.sandbox.hand_over()
         self.ctx = GradingContext(
             sandbox=self.sandbox,
             limits=self.limits,
             device=device,
-            bases={p: locate(self.sandbox.submission_dir, PARTS[p].main_file) for p in self.parts},
+            bases={p: layout.base for p, layout in self.layouts.items()},
+            missing={p: layout.missing_message(PARTS[p]) for p, layout in self.layouts.items()},
             cases_root=self.cases_root,
             # One thread: on a shared or fractional CPU (Gradescope gives 1/2 a core)
             # more threads than cores makes torch's OpenMP workers spin against
@@ -173,11 +195,7 @@ class Grading:
         ctx, sandbox, results = self.ctx, self.sandbox, self.results
         assert ctx is not None and sandbox is not None and results is not None
         benchmarks = {num: rec.summary() for num, rec in sorted(ctx.benchmarks.items())}
-        notes = [
-            f"{PARTS[p].main_file} was not found in your submission, so {p} scores 0."
-            for p, base in ctx.bases.items()
-            if base is None
-        ]
+        notes = layout_notes(self.layouts)
         notes += [f"Not graded: {r}" for r in (self.copied.refused if self.copied else [])]
         if benchmarks:
             unsure = profile_provisional(ctx.device)
@@ -205,6 +223,10 @@ class Grading:
             "benchmarks": benchmarks,
             "parts": self.parts,
             "worker_user": sandbox.identity.name,
+            "files": {
+                p: {"supplied": lo.supplied, "moved": lo.moved, "missing": lo.missing}
+                for p, lo in self.layouts.items()
+            },
             "sandbox_warnings": sandbox.warnings,
         }
         results.leaderboard = leaderboard_entries(benchmarks, leaderboard_settings())

@@ -57,6 +57,8 @@ class GradingContext:
     limits: Limits
     device: str
     bases: dict[str, Path | None]  # per part: the submission folder inside the sandbox
+    #: Per part not graded for want of a file: what to upload (named once on the page).
+    missing: dict[str, str] = field(default_factory=dict)
     cases_root: Path = TEST_CASES
     threads: int = 1
     _workers: dict[str, WorkerClient] = field(default_factory=dict)
@@ -69,11 +71,7 @@ class GradingContext:
         main_file = PARTS[part].main_file
         base = self.bases.get(part)
         if base is None:
-            raise SubmissionError(
-                f"{main_file} was not found in your submission (looked at the top level, in "
-                f"assignment/ and in every folder). Upload it and resubmit.",
-                kind="missing",
-            )
+            raise SubmissionError(self.missing_message(part), kind="missing")
         # One worker alive at a time: each holds its own torch (hundreds of MB), and
         # Gradescope's default container has 768 MB. Parts are graded one after
         # another, so a stopped worker is rarely needed again (it would restart).
@@ -91,6 +89,13 @@ class GradingContext:
                 threads=self.threads,
             )
         return self._workers[part]
+
+    def missing_message(self, part: str) -> str:
+        """Why ``part`` is not graded, in one line: the files to upload."""
+        return self.missing.get(part) or (
+            f"{PARTS[part].main_file} was not found in your submission (looked at the top "
+            "level, in assignment/ and in every folder). Upload it and resubmit."
+        )
 
     def reference_available(self, part: str, source: Path = SOLUTION) -> bool:
         """Whether the reference solution of ``part`` is here (the kit's checkout and the

@@ -185,6 +185,12 @@ def reference_files() -> list[Path]:
     return found
 
 
+def given_files() -> list[Path]:
+    """The assignment's files a student need not edit (every part's ``given``): the
+    grader supplies them where an upload lacks them (:mod:`grader.sandbox.layout`)."""
+    return sorted({ASSIGNMENT / rel for part in PARTS.values() for rel in part.given})
+
+
 def build_autograder(*, out: Path, check_cases: bool = True) -> Path:
     """Write the Gradescope autograder zip to ``out``."""
     if check_cases:
@@ -197,6 +203,7 @@ def build_autograder(*, out: Path, check_cases: bool = True) -> Path:
         _add_grader(zf, "")
         _add_tree(zf, TEST_CASES, "test_cases/")
         _add_files(zf, reference_files(), SOLUTION, "solution/")
+        _add_files(zf, given_files(), ASSIGNMENT, "assignment/")
     return out
 
 

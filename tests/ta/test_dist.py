@@ -50,8 +50,13 @@ def test_autograder_zip_holds_exactly_what_grading_needs(autograder_zip: Path) -
     assert {"setup.sh", "run_autograder", "requirements.txt"} <= set(files)
     assert "test_cases/hidden/part2.json" in files and "test_cases/manifest.json" in files
     assert "grader/worker/main.py" in files and "grader/parts/part3/checks.py" in files
-    for forbidden in ("tests/", "assignment/", "__pycache__", "grader/ta/"):
+    for forbidden in ("tests/", "__pycache__", "grader/ta/"):
         assert not any(forbidden in f for f in files), forbidden
+    # Of assignment/, only the files students need not edit: the grader supplies them to
+    # an upload that lacks them. No skeleton.
+    given = {f for f in files if f.startswith("assignment/")}
+    assert given == {f"assignment/{rel}" for part in PARTS.values() for rel in part.given}
+    assert "assignment/llama/tokenizer.py" in given
     # The reference of each benchmark part, the yardstick of its timed runs; nothing else
     # of solution/ (Part 1's answers, the course's scripts).
     reference = {f for f in files if f.startswith("solution/")}
@@ -282,6 +287,24 @@ def test_run_local_grades_like_gradescope(autograder_zip: Path, image_venv: Path
     blank, _ = run_local(submission=ASSIGNMENT, zip_path=autograder_zip)
     assert blank.score == 0
     assert {t.number for t in blank.tests} == {t.number for t in results.tests}
+
+
+def test_run_local_grades_the_edited_files_uploaded_flat(
+    autograder_zip: Path, image_venv: Path, tmp_path: Path
+) -> None:
+    """The two Part 3 files a student edits, uploaded flat and alone: Gradescope's tree
+    supplies the rest of ``llama/`` and grades them at full marks; the parts not uploaded
+    are named as such, once."""
+    upload = tmp_path / "upload"
+    upload.mkdir()
+    for rel in PARTS["part3"].edited:
+        shutil.copy(SOLUTION / rel, upload / Path(rel).name)
+    results, _ = run_local(submission=upload, zip_path=autograder_zip)
+    assert results.by_part()["part3"] == (part_total("part3"), part_total("part3"))
+    assert "Supplied from the assignment" in results.output
+    assert "llama/tokenizer.py" in results.output
+    assert results.output.count("question1.py is not in your submission") == 1
+    assert results.extra_data["files"]["part3"]["missing"] == []
 
 
 def test_the_image_environment_is_only_what_setup_installs(image_venv: Path) -> None:

@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from grader import cli
+from grader.core.points import part_total
 from grader.core.registry import PARTS
 from grader.core.results import validate_results
 from grader.ta.regrade import batch, one
@@ -567,3 +568,25 @@ def test_a_grader_killed_by_the_infrastructure_is_graded_again(tmp_path: Path) -
     assert data["extra_data"] == {"device": "cpu", "benchmark_profile": "cpu", "interrupted": True}
     again = batch.main(export_dir=export, out_dir=out, parts=["part1"], progress=False)
     assert again.counts["graded"] == 1 and again.counts["skipped"] == 0
+
+
+def test_a_class_regrade_grades_the_edited_files_uploaded_alone(tmp_path: Path) -> None:
+    """An export whose submission holds only the two Part 3 files the student edited, one
+    in its ``llama/`` folder, one flat: the batch supplies the given files and grades both
+    at full marks (the same grading as ``grade``)."""
+    export = tmp_path / "export"
+    part3 = PARTS["part3"]
+    for folder, flat in (("submission_1", False), ("submission_2", True)):
+        for rel in part3.edited:
+            target = export / folder / (Path(rel).name if flat else rel)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(SOLUTION / rel, target)
+    entries = [Entry(f"submission_{i}", "solution") for i in (1, 2)]
+    (export / "submission_metadata.yml").write_text(metadata_yaml(entries))
+    out = tmp_path / "out"
+    batch.main(export_dir=export, out_dir=out, jobs=2, parts=["part3"], progress=False)
+    rows = _csv(out)
+    for folder in ("submission_1", "submission_2"):
+        assert float(rows[folder]["part3"]) == part_total("part3"), rows[folder]
+        results = json.loads((out / "results" / folder / "results.json").read_text())
+        assert sorted(results["extra_data"]["files"]["part3"]["supplied"]) == sorted(part3.given)

@@ -1,0 +1,101 @@
+"""Laying a submission over the assignment's given files.
+
+Students upload the files they edited, not the whole assignment: Part 3's
+``llama/model.py`` and ``llama/generation.py`` without the ``tokenizer.py`` and
+``__init__.py`` they never touched, or the same two files flat (``model.py`` at the
+top). As Gradescope autograders usually do, the grader starts from the assignment's
+given files and lays the upload over them:
+
+- a part's folder is where its main file is (:func:`locate`); files of a package
+  uploaded flat (``model.py`` beside no ``llama/``) are moved into the package folder;
+- every given file the upload lacks is copied from the kit (and listed, so the results
+  can say which files were supplied); an uploaded given file is kept as it is;
+- a file the student must edit and did not upload is named, once, with what to upload.
+
+This runs on the sandbox's copy of the submission, before it is handed to the worker.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from grader.core.registry import PARTS, Part
+from grader.sandbox.submission import locate
+
+
+@dataclass
+class PartLayout:
+    """Where one part's files are in the sandbox's copy, and what the grader did to them."""
+
+    base: Path | None  # the folder the part's files are relative to; None: not graded
+    supplied: list[str] = field(default_factory=list)  # given files copied from the kit
+    moved: list[str] = field(default_factory=list)  # flat uploads moved into a package
+    missing: list[str] = field(default_factory=list)  # files to edit that were not uploaded
+
+    def missing_message(self, part: Part) -> str:
+        """What to upload, for a part that cannot be graded ("" if it can)."""
+        if not self.missing:
+            return ""
+        files = " and ".join(part.edited)
+        where = "in their folder or flat" if "/" in part.main_file else "flat or in a folder"
+        lacking = ", ".join(self.missing)
+        verb = "is" if len(self.missing) == 1 else "are"
+        return (
+            f"{lacking} {verb} not in your submission, so {part.tag} was not graded. "
+            f"Upload {files} ({where}) and resubmit."
+        )
+
+
+def _gather_flat(root: Path, part: Part) -> tuple[Path | None, list[str]]:
+    """Find a package's files uploaded flat and move them into their package folder.
+
+    The folder holding the flat main file (``model.py``) is taken as the part's base;
+    each of the part's package files found there without its folder is moved under it.
+    Returns the base (None if the main file is not there flat either) and the moves.
+    """
+    main = PurePosixPath(part.main_file)
+    if main.parent == PurePosixPath("."):
+        return None, []
+    base = locate(root, main.name)
+    if base is None:
+        return None, []
+    moved = []
+    for rel in (*part.edited, *part.given):
+        path = PurePosixPath(rel)
+        flat, target = base / path.name, base / rel
+        if path.parent != PurePosixPath(".") and flat.is_file() and not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            flat.rename(target)
+            moved.append(f"{flat.relative_to(root).as_posix()} (as {target.relative_to(root)})")
+    return base, moved
+
+
+def lay_out_part(root: Path, part: Part, given_root: Path) -> PartLayout:
+    """Find ``part``'s files under ``root`` and complete them from ``given_root``."""
+    base = locate(root, part.main_file)
+    moved: list[str] = []
+    if base is None:
+        base, moved = _gather_flat(root, part)
+    if base is None:
+        return PartLayout(None, missing=[part.main_file])
+    layout = PartLayout(base, moved=moved)
+    layout.missing = [rel for rel in part.edited if not (base / rel).is_file()]
+    if layout.missing:
+        layout.base = None
+        return layout
+    for rel in part.given:
+        target, source = base / rel, given_root / rel
+        if target.exists() or not source.is_file():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+        layout.supplied.append(rel)
+    return layout
+
+
+def lay_out(root: Path, tags: Iterable[str], given_root: Path) -> dict[str, PartLayout]:
+    """:func:`lay_out_part` for each part of ``tags``, in order (each sees earlier moves)."""
+    return {tag: lay_out_part(root, PARTS[tag], given_root) for tag in tags}
