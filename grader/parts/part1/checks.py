@@ -27,6 +27,7 @@ from grader.checks.base import (
 )
 from grader.checks.images import problem_with_png
 from grader.core.points import points
+from grader.parts.part1.script import grade_case, script_run
 from grader.parts.part1.seal import Verdict
 from grader.runtime.client import SubmissionError
 
@@ -88,6 +89,9 @@ class Part1Checks(GradedTestCase):
         try:
             reply = self.ctx.worker(self.part).request(header, what=what)
         except SubmissionError as exc:
+            printed = self.from_script(case, exc)
+            if printed is not None:
+                return printed
             return False, with_output(exc.message, exc.output), exc.kind
         rel_tol = self.ctx.cases(self.part)["rel_tol"]
         verdict = Verdict(case, self.answer(case), rel_tol)
@@ -99,6 +103,20 @@ class Part1Checks(GradedTestCase):
             return True, "", ""
         cause = likely_cause(verdict.mistakes(got), self.diagnoses())
         return False, f"{wrong_value(what, got, verdict)} {cause}".strip(), "value"
+
+    def from_script(
+        self, case: dict[str, Any], exc: SubmissionError
+    ) -> tuple[bool, str, str] | None:
+        """A file that defines none of the kit's functions is a course-style script: the
+        case is judged from what it prints (:mod:`grader.parts.part1.script`). None for
+        any other failure, which is reported as it is."""
+        if exc.error.get("type") != "MissingName":
+            return None
+        run = script_run(self.ctx, self.part)
+        if run is None:
+            return None
+        verdict = Verdict(case, self.answer(case), self.ctx.cases(self.part)["rel_tol"])
+        return grade_case(run, case, verdict, self.diagnoses())
 
     def answer(self, case: dict[str, Any]) -> dict[str, Any] | None:
         """A case's plain expected value and mistakes: in the case itself, or for a sealed
