@@ -55,12 +55,27 @@ HIDDEN_NOTE = (
 )
 
 
+#: What makes a line of text a Markdown block of its own where it starts a line (after up
+#: to any indent): a heading (``#``), a setext underline (``===``, ``---``), a rule
+#: (``---``, ``___``), a list item (``- ``, ``+ ``), a ``~~~`` fence. The star, the
+#: backtick, ``|`` and ``>`` (as ``&gt;``) are escaped wherever they are; ``-7.25`` and
+#: ``_name`` stay as they are.
+BLOCK_MARK = re.compile(r"^([ \t]*)(#|=|~(?=~)|[-_](?=[-_ \t]|$)|\+(?=[ \t]|$))", re.M)
+#: An ordered list item ("1. ", "2) "): its dot or parenthesis is escaped, never a number.
+ORDERED_MARK = re.compile(r"^([ \t]*\d{1,9})([.)])(?=[ \t]|$)", re.M)
+
+
 def escape(text: str) -> str:
     """``text`` safe in a Markdown paragraph or table cell: HTML and the characters that
-    start links, images, code or tables are escaped; words with underscores stay as they are
-    (CommonMark does not emphasise inside a word)."""
-    text = html.escape(text, quote=False)
-    return re.sub(r"([\\`*\[\]|!])", r"\\\1", text)
+    start links, images, code or tables are escaped, and so is whatever would make one of
+    its lines a heading, a list item, a rule or a fence (text from a submission may hold
+    line breaks, and each line is a line of the page); words with underscores stay as they
+    are (CommonMark does not emphasise inside a word). A backslash before punctuation
+    renders as the punctuation alone, so the student reads their text unchanged."""
+    text = html.escape(re.sub(r"\r\n?", "\n", text), quote=False)
+    text = re.sub(r"([\\`*\[\]|!])", r"\\\1", text)
+    text = BLOCK_MARK.sub(r"\1\\\2", text)
+    return ORDERED_MARK.sub(r"\1\\\2", text)
 
 
 def fenced(text: str, info: str = "text") -> str:

@@ -5,11 +5,14 @@ the token stream with names normalised, as MOSS does), file against the file of 
 name in every other submission, with the kit's skeleton (``assignment/``) given as
 boilerplate so that the starter code everyone received does not count. The students' code
 is read, never run: only regular ``.py`` files under a size limit are copied into a scratch
-tree first (links are not followed), and copydetect tokenises that copy.
+tree first (links are not followed, and a submission folder that is a link is skipped with
+a warning: :mod:`grader.ta.regrade.export`), and copydetect tokenises that copy.
 
 Output: ``similarity.csv`` and ``similarity.md`` (submission pairs ranked by their most
 similar file), ``similarity_by_submission.csv`` (each submission's highest score) and
-copydetect's ``similarity.html`` with the matching regions highlighted.
+copydetect's ``similarity.html`` with the matching regions highlighted. Every name and
+line of code a student chose is escaped once in each page (:mod:`grader.ta.similarity_html`,
+and :func:`grader.core.feedback.escape` in the Markdown).
 A high rank is a reason to read two submissions side by side, never a verdict.
 """
 
@@ -18,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import os
-import shutil
+import stat
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -26,9 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
+from grader.core.feedback import escape
 from grader.core.paths import ASSIGNMENT
 from grader.ta.regrade.batch import METADATA
+from grader.ta.regrade.export import submission_folders
 from grader.ta.regrade.report import natural_key
+from grader.ta.similarity_html import report_html
 
 #: Files larger than this are not compared (generated data, not a student's code).
 MAX_FILE_BYTES = 512 * 1024
@@ -67,13 +73,27 @@ def code_files(folder: Path) -> dict[str, Path]:
     return found
 
 
-def submissions_of(export: Path) -> list[Path]:
-    """The submission folders of an export (all subfolders but hidden ones), in order."""
-    folders = [p for p in export.iterdir() if p.is_dir() and not p.name.startswith(".")]
-    return sorted(folders, key=lambda p: natural_key(p.name))
+def read_code(path: Path) -> bytes | None:
+    """The bytes of ``path`` if, when opened, it is a regular file of at most
+    :data:`MAX_FILE_BYTES` (a link is not followed, a FIFO does not block); else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return None
+        code = f.read(MAX_FILE_BYTES + 1)
+    return code if len(code) <= MAX_FILE_BYTES else None
 
 
-def stage(folders: list[Path], scratch: Path, skeleton: dict[str, bytes]) -> dict[str, str]:
+def submissions_of(export: Path, skip: Path | None = None) -> list[Path]:
+    """The submission folders of an export (all subfolders but hidden ones and ``skip``),
+    in order; one that is a link or resolves outside the export is skipped with a warning."""
+    return submission_folders(export, skip=skip)[0]
+
+
+def stage(folders: list[Path], scratch: Path, skeleton: dict[str, bytes | None]) -> dict[str, str]:
     """Copy every submission's code files under ``scratch/<folder>/``, each file flattened
     to one name (``llama/model.py`` -> ``llama__model.py``) so that copydetect pairs files
     by name across submissions. A file byte for byte the skeleton's (``skeleton``: path ->
@@ -82,11 +102,12 @@ def stage(folders: list[Path], scratch: Path, skeleton: dict[str, bytes]) -> dic
     owner = {}
     for folder in folders:
         for rel, path in code_files(folder).items():
-            if skeleton.get(rel) == path.read_bytes():
+            code = read_code(path)
+            if code is None or skeleton.get(rel) == code:
                 continue
             dest = scratch / folder.name / rel.replace("/", "__")
             dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, dest, follow_symlinks=False)
+            dest.write_bytes(code)
             owner[str(dest)] = folder.name
     return owner
 
@@ -124,7 +145,7 @@ def highest(pairs: list[Pair], folders: list[str]) -> dict[str, float]:
 
 def write_outputs(pairs: list[Pair], out_dir: Path, folders: list[str]) -> None:
     """``similarity.csv`` (every pair) and ``similarity.md`` (the top pairs, and how to
-    read them)."""
+    read them; the names in its table are escaped for Markdown, as a student chose them)."""
     with open(out_dir / "similarity.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["rank", "first", "second", "score", "file", "first_share", "second_share"])
@@ -140,7 +161,7 @@ def write_outputs(pairs: list[Pair], out_dir: Path, folders: list[str]) -> None:
         "files, the course's own hints and the handout's formulas make honest work alike.",
         "", "| rank | first | second | score | file |", "| --- | --- | --- | --- | --- |",
     ]  # fmt: skip
-    lines += [f"| {r} | {p.first} | {p.second} | {p.score:.2f} | {p.file} |"
+    lines += [f"| {r} | {escape(p.first)} | {escape(p.second)} | {p.score:.2f} | {escape(p.file)} |"
               for r, p in enumerate(pairs[:TOP_PAIRS], 1)]  # fmt: skip
     (out_dir / "similarity.md").write_text("\n".join(lines) + "\n")
     with open(out_dir / "similarity_by_submission.csv", "w", newline="") as f:
@@ -163,11 +184,11 @@ def main(*, export_dir: Path, out_dir: Path, boilerplate: Path = ASSIGNMENT) -> 
     if not (export_dir / METADATA).exists():
         print(f"warning: {export_dir} has no {METADATA}; every subfolder is a submission",
               file=sys.stderr)  # fmt: skip
-    folders = [f for f in submissions_of(export_dir) if f != out_dir]
+    folders = submissions_of(export_dir, skip=out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="similarity-") as tmp:
         scratch = Path(tmp)
-        skeleton = {rel: path.read_bytes() for rel, path in code_files(boilerplate).items()}
+        skeleton = {rel: read_code(path) for rel, path in code_files(boilerplate).items()}
         owner = stage(folders, scratch / "submissions", skeleton)
         stage([boilerplate], scratch / "boilerplate", {})
         # Relative paths: the report names "submissions/submission_1/question1.py".
@@ -196,6 +217,6 @@ def compare(out_dir: Path, owner: dict[str, str]) -> list[Pair]:
     detector.run()
     files = [str(f) for f in detector.test_files]
     pairs = ranked_pairs(files, detector.similarity_matrix, owner) if owner else []
-    if pairs:
-        detector.generate_html_report()
+    if pairs:  # copydetect's own writer leaves file names unescaped
+        (out_dir / "similarity.html").write_text(report_html(detector), encoding="utf-8")
     return pairs

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from grader.core.feedback import (
     escape,
     fenced,
@@ -180,3 +182,67 @@ def test_results_carry_the_format_at_the_top_and_per_check() -> None:
     assert data["output"] == "part1: 0 / 2  \nTotal: 0 / 2\n\nA &lt;note&gt;"
     assert results.tests[0].output == PART1_OUTPUT  # the plain results are left alone
     assert GradingResults.from_gradescope(data).to_gradescope() == data  # read back as is
+
+
+#: What a student can make an exception message (or a printed line) say: a forged verdict
+#: as a heading, a rule, lists, a setext heading, a fence, raw HTML.
+FORGED = (
+    "\n# Passed: 2 / 2 points.\n\n---\n- all\n+ checks\n1. passed\n2) really\nok\n===\n"
+    "~~~\n<h1>x</h1>\n___"
+)
+#: The blocks Markdown draws from a line's first characters (a code block only from a fence).
+BLOCKS = re.compile(r"<(h[1-6]|hr|ul|ol|li|blockquote|pre)\b")
+
+
+def rendered(text: str) -> str:
+    """``text`` as a CommonMark renderer with tables (what Gradescope draws) shows it."""
+    markdown_it = pytest.importorskip("markdown_it")
+    return markdown_it.MarkdownIt("commonmark").enable("table").render(text)
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        f"It raised Exception: {FORGED}",
+        f"case 1 (8 tokens): forward raised Exception: {FORGED} (model.py, line 3)",
+        f"f(8B) returned 1, which is wrong (compared exactly).\nSaid: {FORGED}",
+    ],
+    ids=["paragraph", "after a case row", "after a value row"],
+)
+def test_student_text_draws_no_heading_rule_or_list(output: str) -> None:
+    html = rendered(markdown_output(failed(output), None, "cpu"))
+    assert not BLOCKS.findall(html), html
+    assert "Passed: 2 / 2 points." in html and "<strong>Failed: 0 / 2 points.</strong>" in html
+    assert "&lt;h1&gt;x&lt;/h1&gt;" in html and "&amp;lt;" not in html  # escaped exactly once
+    assert "\\" not in html  # every escape is invisible on the page
+
+
+def test_student_text_in_the_summary_and_benchmark_words_stays_text() -> None:
+    test = failed(f"Benchmark: input 128 tokens (cpu profile)\nIt raised: {FORGED}")
+    test.tags = ["part3", "benchmark"]
+    results = GradingResults(tests=[test], output=f"part3: 0 / 2\n\nimport failed: {FORGED}")
+    data = markdown_results(results).to_gradescope()
+    for text in (data["output"], markdown_output(test, BENCHMARK, "cpu")):
+        html = rendered(text)
+        assert not BLOCKS.findall(html), html
+        assert "Passed: 2 / 2 points." in html
+
+
+def test_printed_text_stays_in_its_code_block() -> None:
+    text = markdown_output(failed(f"It raised.\n\nYour code printed:\n{FORGED}"), None, "cpu")
+    html = rendered(text)
+    assert [m.group(1) for m in BLOCKS.finditer(html)] == ["pre"], html
+    assert "# Passed: 2 / 2 points." in html.split("<pre>", 1)[1]
+
+
+def test_a_normal_message_still_reads_well() -> None:
+    html = rendered(markdown_output(failed(PART1_OUTPUT), None, "cpu"))
+    assert f"<strong>Likely cause:</strong> your code {CAUSE}." in html
+    assert "<td>f(8B, context 1024)</td>" in html and "<td>536,870,912</td>" in html
+    assert "<em>(and 1 more failing case)</em>" in html and "\\" not in html
+    logits = "case 1: logits differ from the reference's by up to -7.25 (tolerance 0.01)."
+    html = rendered(
+        markdown_output(failed(f"1. See below.\n{logits}\n- 2 of 8 wrong"), None, "cpu")
+    )
+    assert "1. See below." in html and "off by up to -7.25" in html and "- 2 of 8 wrong" in html
+    assert not BLOCKS.findall(html), html

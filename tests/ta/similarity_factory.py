@@ -108,3 +108,39 @@ def build_similarity_export(dest: Path, independent: int) -> dict[str, str]:
         "".join(f"{f}:\n  :submitters: []\n" for f in roles)
     )
     return roles
+
+
+#: A file name and a folder name that are HTML: raw in a page, they run the student's script.
+HOSTILE_FILE = "<img src=x onerror=alert(document.domain)>.py"
+HOSTILE_FOLDER = "<svg onload=alert(1)>"
+#: A line of code that is HTML (it closes copydetect's code block and opens a script).
+HOSTILE_LINE = 'NOTE = "</code></pre><script>alert(1)</script>"\n'
+#: Text that only files outside the export hold: no report may show it.
+OUTSIDE = "OUTSIDE_THE_EXPORT"
+
+
+def build_hostile_export(dest: Path, outside: Path) -> None:
+    """An export whose names and code are HTML, with links out of it.
+
+    ``submission_1`` and the folder :data:`HOSTILE_FOLDER` share a copied file named
+    :data:`HOSTILE_FILE` that holds :data:`HOSTILE_LINE`. ``submission_2`` has code of its
+    own, a ``question1.py`` that links to a copy of the others' outside the export and a
+    ``llama/`` that links to a folder outside it; ``submission_9`` is a link to a folder
+    outside the export holding the same copies. Everything outside holds :data:`OUTSIDE`."""
+    copied = HOSTILE_LINE + (SOLUTION / "question1.py").read_text()
+    leaked = f"# {OUTSIDE}\n{copied}"
+    for folder in ("submission_1", HOSTILE_FOLDER):
+        (dest / folder / "llama").mkdir(parents=True)
+        for name in (HOSTILE_FILE, "question1.py", "llama/model.py"):
+            (dest / folder / name).write_text(copied)
+    (outside / "submission_9" / "llama").mkdir(parents=True)
+    for name in (HOSTILE_FILE, "question1.py", "llama/model.py"):
+        (outside / "submission_9" / name).write_text(leaked)
+    (dest / "submission_2").mkdir()
+    (dest / "submission_2" / HOSTILE_FILE).write_text(stdlib_source("textwrap"))
+    (dest / "submission_2" / "question1.py").symlink_to(outside / "submission_9" / "question1.py")
+    (dest / "submission_2" / "llama").symlink_to(outside / "submission_9" / "llama")
+    (dest / "submission_9").symlink_to(outside / "submission_9")
+    (dest / "submission_metadata.yml").write_text(
+        "".join(f"'{f}':\n  :submitters: []\n" for f in ("submission_1", "submission_2"))
+    )

@@ -3,7 +3,9 @@ scores nothing, and student files are read, never followed out of their folder."
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import os
 from pathlib import Path
 
@@ -11,7 +13,14 @@ import pytest
 
 from grader import cli
 from grader.ta import similarity
-from tests.ta.similarity_factory import build_similarity_export, disguised
+from tests.ta.similarity_factory import (
+    HOSTILE_FILE,
+    HOSTILE_FOLDER,
+    OUTSIDE,
+    build_hostile_export,
+    build_similarity_export,
+    disguised,
+)
 
 COPIES = {"original", "verbatim", "disguised"}
 
@@ -78,3 +87,51 @@ def test_links_and_large_files_are_not_read(tmp_path: Path) -> None:
 def test_a_missing_export_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["similarity", str(tmp_path / "absent")]) == 2
     assert "is not a folder" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    export, outside = tmp_path_factory.mktemp("export"), tmp_path_factory.mktemp("outside")
+    build_hostile_export(export, outside)
+    out, err = tmp_path_factory.mktemp("similarity"), io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert cli.main(["similarity", str(export), "--out", str(out)]) == 0
+    return out, err.getvalue()
+
+
+def pages(out: Path) -> dict[str, str]:
+    """The pages a TA opens in a browser or a Markdown viewer (the CSV files are data: they
+    hold each name as it is)."""
+    return {p.name: p.read_text() for p in sorted(out.iterdir()) if p.suffix in (".html", ".md")}
+
+
+def test_student_names_and_code_are_escaped_exactly_once_in_every_page(hostile) -> None:
+    out, _ = hostile
+    written = pages(out)
+    html, md = written["similarity.html"], written["similarity.md"]
+    for raw in (HOSTILE_FILE, HOSTILE_FOLDER):
+        once = raw.replace("<", "&lt;").replace(">", "&gt;")
+        assert once in html and once in md, raw
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html  # the student's line of code
+    assert "<span class='highlight-red'>" in html  # copydetect's own markup is kept
+    for name, text in written.items():
+        assert "<img src=x" not in text and "<svg" not in text, name  # the page's own <img>s
+        assert "<script>alert" not in text, name  # have a src="data:..."
+        assert "&amp;lt;" not in text and "&amp;gt;" not in text, name  # never twice
+
+
+def test_links_out_of_the_export_are_skipped_and_named(hostile) -> None:
+    out, err = hostile
+    assert "submission_9 is skipped: it is a link" in err
+    for name in (
+        "similarity.html",
+        "similarity.md",
+        "similarity.csv",
+        "similarity_by_submission.csv",
+    ):
+        text = (out / name).read_text()
+        assert OUTSIDE not in text and "submission_9" not in text, name
+    compared = {r["first"] for r in ranked(out)} | {r["second"] for r in ranked(out)}
+    assert compared == {"submission_1", "submission_2", HOSTILE_FOLDER}
+    files = {r["file"] for r in ranked(out) if "submission_2" in (r["first"], r["second"])}
+    assert files == {HOSTILE_FILE}  # its linked question1.py and llama/ were not read

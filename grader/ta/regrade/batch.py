@@ -36,6 +36,7 @@ from grader.core.thresholds import resolve_device
 from grader.grading.runner import limits_for
 from grader.ta.regrade.class_report import write_class_report
 from grader.ta.regrade.cluster import ClusterOptions, planned_device
+from grader.ta.regrade.export import submission_folders
 from grader.ta.regrade.one import allow_running, grade_one, load_valid, stop_running
 from grader.ta.regrade.report import (
     STATUSES,
@@ -219,14 +220,15 @@ def main(
 
 def read_export(export_dir: Path, out_dir: Path) -> tuple[dict[str, list[Submitter]], list[str]]:
     """The export's metadata and its submission folders, in natural order (a folder the
-    metadata names but the export lacks is reported and skipped)."""
+    metadata names but the export lacks is reported and skipped; so is one that is a link
+    or resolves outside the export, which is never graded: :mod:`grader.ta.regrade.export`)."""
     try:
         metadata = parse_metadata((export_dir / METADATA).read_text())
     except OSError as exc:
         raise ExportError(f"cannot read {METADATA} in {export_dir}: {exc.strerror}") from exc
-    dirs = [p for p in export_dir.iterdir() if p.is_dir() and p != out_dir]
-    folders = sorted((p.name for p in dirs if not p.name.startswith(".")), key=natural_key)
-    for missing in sorted(set(metadata) - set(folders), key=natural_key):
+    found, refused = submission_folders(export_dir, skip=out_dir)
+    folders = [p.name for p in found]
+    for missing in sorted(set(metadata) - set(folders) - set(refused), key=natural_key):
         print(f"warning: {missing} is in {METADATA} but has no folder", file=sys.stderr)
     for unnamed in sorted(set(folders) - set(metadata), key=natural_key):
         print(

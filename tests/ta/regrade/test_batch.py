@@ -531,6 +531,44 @@ def test_folders_and_metadata_that_disagree_are_warned_both_ways(
     assert "submission_3 has a folder but no entry in submission_metadata.yml" in err
 
 
+def _export_with_a_linked_folder(tmp_path: Path) -> tuple[Path, Path]:
+    """An export whose ``submission_2`` is a link to a folder outside it (another
+    course's work, a TA's home), named in the metadata like any submission."""
+    export, out = _one_submission(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(export / "submission_1", elsewhere)
+    (export / "submission_2").symlink_to(elsewhere, target_is_directory=True)
+    (export / batch.METADATA).write_text(
+        "submission_1:\n  :submitters: []\nsubmission_2:\n  :submitters: []\n"
+    )
+    return export, out
+
+
+def test_an_export_folder_that_is_a_link_is_skipped_and_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    export, out = _export_with_a_linked_folder(tmp_path)
+    _, folders = batch.read_export(export, out)
+    err = capsys.readouterr().err
+    assert folders == ["submission_1"]
+    assert "submission_2 is skipped: it is a link" in err and str(tmp_path / "elsewhere") in err
+    assert "has no folder" not in err  # refused, not missing
+
+
+def test_an_export_folder_that_is_a_link_is_never_graded(tmp_path: Path) -> None:
+    export, out = _export_with_a_linked_folder(tmp_path)
+    failing = tmp_path / "failing-python"
+    failing.write_text("#!/bin/sh\nexit 1\n")
+    failing.chmod(0o755)
+    summary = batch.main(
+        export_dir=export, out_dir=out, parts=["part1"], python=str(failing), device="cpu",
+        progress=False,
+    )  # fmt: skip
+    assert [r.submission_id for r in summary.rows] == ["submission_1"]
+    assert sorted(p.name for p in (out / "results").iterdir()) == ["submission_1"]
+    assert "submission_2" not in (out / "scores.csv").read_text()
+
+
 def test_the_histogram_counts_whole_submissions_and_marks_full_marks_and_bonus(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
