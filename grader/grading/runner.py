@@ -223,6 +223,7 @@ class Grading:
             "benchmarks": benchmarks,
             "parts": self.parts,
             "worker_user": sandbox.identity.name,
+            "cpu_accounting": ctx.cpu_accounting(),
             "files": {
                 p: {"supplied": lo.supplied, "moved": lo.moved, "missing": lo.missing}
                 for p, lo in self.layouts.items()

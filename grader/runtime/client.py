@@ -25,7 +25,15 @@ from grader.runtime.client_output import OutputCollector, describe_error
 from grader.runtime.gpu_memory import gpu_peak, nvml_usage
 from grader.runtime.launch import Launch, launch
 from grader.runtime.timing import Sample, cpu_snapshot, cpu_used, rss_peak
-from grader.sandbox.confine import NO_MOUNTS, NO_NETWORK_NAMESPACE, NO_PRIVILEGE_LOCK
+from grader.sandbox import cgroups
+from grader.sandbox.cgroups import PROCESS_TREE, CpuGroup
+from grader.sandbox.confine import (
+    NO_CPU_GROUP,
+    NO_IPC_NAMESPACE,
+    NO_MOUNTS,
+    NO_NETWORK_NAMESPACE,
+    NO_PRIVILEGE_LOCK,
+)
 from grader.sandbox.forkserver import ForkedWorker
 from grader.sandbox.processes import STARTED, become_subreaper, kill_tree, reap_orphans
 from grader.sandbox.sandbox import (
@@ -111,7 +119,11 @@ class WorkerClient:
     _import_error: SubmissionError | None = None
     _timed_out: set[str] = field(default_factory=set)
     _next_id: int = 0
+    _cpu_group: CpuGroup | None = None
     starts: int = 0
+    #: How timed requests read the worker's CPU time (``cgroups.V2``, ``V1`` or
+    #: ``PROCESS_TREE``): the last started worker's, for the results.
+    cpu_accounting: str = PROCESS_TREE
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -128,13 +140,24 @@ class WorkerClient:
         This process becomes the reaper of the worker's orphans, so that their CPU time is
         charged to the worker (see ``timing.cpu_snapshot``)."""
         become_subreaper()
+        self._cpu_group = cgroups.create(self.part)
+        self.cpu_accounting = self._cpu_group.accounting if self._cpu_group else PROCESS_TREE
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
         job = Launch(
-            self.part, self.submission_dir, self.sandbox, self.limits, self.device, self.threads
+            self.part,
+            self.submission_dir,
+            self.sandbox,
+            self.limits,
+            self.device,
+            self.threads,
+            self._cpu_group,
         )
         try:
             self._proc = launch(job, req_r, resp_w)
+        except BaseException:
+            self._drop_cpu_group()
+            raise
         finally:
             os.close(req_r)
             os.close(resp_w)
@@ -179,6 +202,7 @@ class WorkerClient:
             proc.wait()
             kill_user_processes(self.sandbox.identity)
             STARTED.discard(proc.pid)
+            self._drop_cpu_group()  # kills what is left in it, wherever it was reparented
             reap_orphans()  # the zombies its descendants left with this process
             if self._output is not None:
                 self._output.join(timeout=5)
@@ -188,6 +212,27 @@ class WorkerClient:
             if fd >= 0:
                 os.close(fd)
         self._proc, self._to_worker, self._from_worker = None, -1, -1
+
+    def _drop_cpu_group(self) -> None:
+        if self._cpu_group is not None:
+            self._cpu_group.remove()
+            self._cpu_group = None
+
+    def _cpu_reading(self, pid: int, run_gid: int | None) -> Any:
+        """The worker's CPU clock now: its cgroup's counter where it has one, else a
+        snapshot of its processes and of what its reapers reaped (:func:`cpu_snapshot`)."""
+        if self._cpu_group is not None:
+            return self._cpu_group.usage_s()
+        server = getattr(self._proc, "server", None)
+        server_pid = server.proc.pid if server is not None and server.proc is not None else None
+        return cpu_snapshot(pid, run_gid, reapers=(server_pid,) if server_pid else ())
+
+    def _cpu_between(self, before: Any, after: Any) -> float | None:
+        if self._cpu_group is not None:
+            if before is None or after is None:
+                return None
+            return max(0.0, after - before)
+        return cpu_used(before, after)
 
     def kill(self) -> None:
         """Kill the worker's processes from another thread (the watchdog): a request
@@ -285,7 +330,7 @@ class WorkerClient:
             rss_peak(pid) if sample_rss else contextlib.nullcontext() as rss,
             gpu_peak(pid, nvml_usage()) if sample_gpu else contextlib.nullcontext() as gpu,
         ):
-            cpu_before = cpu_snapshot(pid, run_gid) if timed else None
+            cpu_before = self._cpu_reading(pid, run_gid) if timed else None
             start = time.perf_counter()
             self._send(message, arrays, what=what, key=key, limit=limit)  # timed or not:
             try:  # the worker cannot tell
@@ -295,7 +340,7 @@ class WorkerClient:
                     self._timed_out.add(key)
                 raise
             seconds = time.perf_counter() - start
-            cpu = cpu_used(cpu_before, cpu_snapshot(pid, run_gid)) if timed else None
+            cpu = self._cpu_between(cpu_before, self._cpu_reading(pid, run_gid)) if timed else None
         peak, source = reply.get("cuda_peak_bytes") if timed else None, "worker"
         if not isinstance(peak, int) or isinstance(peak, bool) or peak < 0:
             peak = None  # the worker's own report is data like any other: validated
@@ -384,10 +429,11 @@ class WorkerClient:
                 kind="timeout",
                 output=output,
             )
-        if code in (NO_MOUNTS, NO_NETWORK_NAMESPACE, NO_PRIVILEGE_LOCK):
+        if code in (NO_MOUNTS, NO_NETWORK_NAMESPACE, NO_PRIVILEGE_LOCK, NO_CPU_GROUP,
+                    NO_IPC_NAMESPACE):  # fmt: skip
             raise SubmissionError(
-                f"{label}: the grader could not isolate the worker (network, files or "
-                "privileges); "
+                f"{label}: the grader could not isolate the worker (network, IPC, files, "
+                "CPU accounting or privileges); "
                 "this is not your fault, please tell the course staff.",
                 "crash",
                 output,

@@ -90,6 +90,11 @@ class GradingContext:
             )
         return self._workers[part]
 
+    def cpu_accounting(self) -> list[str]:
+        """How the timed requests of the submission's workers read their CPU time
+        (:mod:`grader.sandbox.cgroups`), for the results: one entry per way used."""
+        return sorted({c.cpu_accounting for c in self._workers.values() if c.starts})
+
     def missing_message(self, part: str) -> str:
         """Why ``part`` is not graded, in one line: the files to upload."""
         return self.missing.get(part) or (

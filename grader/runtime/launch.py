@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.core.registry import PARTS
+from grader.sandbox.cgroups import CpuGroup
 from grader.sandbox.confine import Confinement
 from grader.sandbox.forkserver import ForkedWorker, ForkServerError, server_for
 from grader.sandbox.forkserver import start_interpreter as started
@@ -36,6 +37,7 @@ class Launch:
     limits: Limits
     device: str
     threads: int
+    cpu_group: CpuGroup | None = None  # the worker's cgroup, where one could be made
 
     def arguments(self, in_fd: str, out_fd: str) -> list[str]:
         """The worker's ``main.py`` and its arguments."""
@@ -53,7 +55,8 @@ class Launch:
         if identity.dropped and self.sandbox.hidden and not mount_isolation():
             interpreter = [Path(sys.prefix), Path(sys.base_prefix)]
             mounts = plan_for(self.sandbox.root, self.sandbox.hidden, interpreter)
-        return confinement(self.limits, identity, isolate, mounts, self.device)
+        procs = self.cpu_group.procs_file if self.cpu_group is not None else None
+        return confinement(self.limits, identity, isolate, mounts, self.device, procs)
 
 
 def launch(job: Launch, req_r: int, resp_w: int) -> subprocess.Popen | ForkedWorker:

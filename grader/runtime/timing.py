@@ -320,7 +320,9 @@ def _process_cpu(process: psutil.Process, reaped: bool) -> float:
     return own + (t.children_user + t.children_system if reaped else 0.0)
 
 
-def cpu_snapshot(pid: int, run_gid: int | None = None) -> dict[int, float] | None:
+def cpu_snapshot(
+    pid: int, run_gid: int | None = None, reapers: Sequence[int] = ()
+) -> dict[int, float] | None:
     """CPU seconds the kernel has charged so far to process ``pid`` (all its threads and
     the children it has reaped) and to each of its live descendants, by pid. None if the
     worker cannot be read.
@@ -329,18 +331,32 @@ def cpu_snapshot(pid: int, run_gid: int | None = None) -> dict[int, float] | Non
     with no new privileges), every live process of that group counts too, so work handed
     to a daemon that left the worker's process tree is still charged to the worker. So
     does every orphan that exited under this process, the workers' subreaper
-    (``become_subreaper``): its CPU time is read before it is reaped."""
+    (``become_subreaper``): its CPU time is read before it is reaped.
+
+    Every live descendant counts the children it has reaped, so a helper that waits for
+    its own children hides nothing. ``reapers`` (the fork server that forked the worker)
+    count only the children they reaped, under their negated pid: a helper the worker
+    made a sibling of itself (``clone(CLONE_PARENT)``) is reaped there. This is the
+    fallback where the worker has no cgroup (:mod:`grader.sandbox.cgroups`)."""
     try:
         process = psutil.Process(pid)
         out = {pid: _process_cpu(process, reaped=True)}
         for child in process.children(recursive=True):
             with contextlib.suppress(psutil.Error):
-                out[child.pid] = _process_cpu(child, reaped=False)
+                out[child.pid] = _process_cpu(child, reaped=True)
     except psutil.Error:
         return None
     for zombie in orphans(keep=[pid]):  # descendants that exited, reaped by no one yet
         with contextlib.suppress(psutil.Error):
             out.setdefault(zombie.pid, _process_cpu(zombie, reaped=False))
+    for reaper in reapers:  # what it reaped, and its children it has not reaped yet
+        with contextlib.suppress(psutil.Error):
+            server = psutil.Process(reaper)
+            t = server.cpu_times()
+            out[-reaper] = t.children_user + t.children_system
+            for child in server.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    out.setdefault(child.pid, _process_cpu(child, reaped=True))
     if run_gid is not None:
         for other in psutil.process_iter(["gids"]):
             with contextlib.suppress(psutil.Error, TypeError):

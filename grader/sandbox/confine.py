@@ -1,6 +1,6 @@
-"""What a worker's process does to itself before any student code runs: resource limits,
-a network namespace and a private view of the files (as root, when asked), no new
-privileges, then the drop to the worker account.
+"""What a worker's process does to itself before any student code runs: its cgroup (the
+CPU clock), resource limits, network and IPC namespaces and a private view of the files
+(as root, when asked), no new privileges, then the drop to the worker account.
 
 Plain data and the standard library only: the same steps run in ``subprocess``'s child
 before ``exec`` (:func:`grader.sandbox.forkserver.start_interpreter`) and in a child of the fork
@@ -21,15 +21,39 @@ from grader.sandbox.mounts import MountPlan
 from grader.sandbox.mounts import apply as apply_mounts
 
 CLONE_NEWNET = 0x40000000
+CLONE_NEWIPC = 0x08000000
 PR_SET_NO_NEW_PRIVS = 38
 #: Exit statuses of a worker that could not be confined (the client names them).
+NO_CPU_GROUP, NO_IPC_NAMESPACE = 94, 95
 NO_MOUNTS, NO_NETWORK_NAMESPACE, NO_PRIVILEGE_LOCK = 96, 97, 98
+
+
+def _unshare(flags: int) -> int:
+    libc = ctypes.CDLL(None, use_errno=True)
+    return 0 if libc.unshare(flags) == 0 else ctypes.get_errno()
 
 
 def unshare_network() -> int:
     """Move the calling process into a new, empty network namespace; 0 or an errno."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    return 0 if libc.unshare(CLONE_NEWNET) == 0 else ctypes.get_errno()
+    return _unshare(CLONE_NEWNET)
+
+
+def unshare_ipc() -> int:
+    """Move the calling process into a new IPC namespace: System V shared memory,
+    message queues and semaphores (which no other namespace scopes) it makes vanish with
+    its last process, and it sees none of another grading's; 0 or an errno."""
+    return _unshare(CLONE_NEWIPC)
+
+
+def join_group(procs_file: str) -> bool:
+    """Move the calling process into the cgroup whose ``cgroup.procs`` is ``procs_file``
+    (:mod:`grader.sandbox.cgroups`): every process it starts is born there."""
+    try:
+        with open(procs_file, "w") as f:
+            f.write(str(os.getpid()))
+    except OSError:
+        return False
+    return True
 
 
 def no_new_privileges() -> int:
@@ -57,6 +81,8 @@ class Confinement:
     mounts: MountPlan | None
     uid: int | None  # the worker account to drop to; None keeps the caller's
     gid: int | None
+    cgroup_procs: str | None = None  # the worker's cgroup (its CPU clock), joined first
+    isolate_ipc: bool = False  # a System V IPC namespace of its own (root only)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -78,6 +104,8 @@ def confine(spec: Confinement) -> None:
     the drop comes last. A step that fails ends the process with a status of its own
     rather than let student code run with a network or files it was promised not to have.
     """
+    if spec.cgroup_procs is not None and not join_group(spec.cgroup_procs):
+        os._exit(NO_CPU_GROUP)  # before anything else: no work escapes the clock
     resource.setrlimit(spec.memory_resource, (spec.memory_bytes, spec.memory_bytes))
     resource.setrlimit(resource.RLIMIT_FSIZE, (spec.max_file_bytes, spec.max_file_bytes))
     resource.setrlimit(resource.RLIMIT_CPU, (spec.cpu_seconds, spec.cpu_seconds))
@@ -88,6 +116,8 @@ def confine(spec: Confinement) -> None:
         resource.setrlimit(resource.RLIMIT_NPROC, (spec.max_processes, spec.max_processes))
     if spec.isolate_network and unshare_network() != 0:
         os._exit(NO_NETWORK_NAMESPACE)
+    if spec.isolate_ipc and unshare_ipc() != 0:
+        os._exit(NO_IPC_NAMESPACE)
     if spec.mounts is not None:
         try:
             apply_mounts(spec.mounts)

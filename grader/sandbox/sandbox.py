@@ -105,6 +105,7 @@ def confinement(
     isolate_network: bool = False,
     mounts: MountPlan | None = None,
     device: str = "cpu",
+    cgroup_procs: str | None = None,
 ) -> Confinement:
     """What a worker's process applies to itself before it runs the submission: resource
     limits, a network namespace and a private view of the file system (as root, when
@@ -121,6 +122,9 @@ def confinement(
         mounts=mounts,
         uid=identity.uid if identity.dropped else None,
         gid=identity.gid if identity.dropped else None,
+        cgroup_procs=cgroup_procs,
+        # Root's grading: System V IPC objects would otherwise outlive the worker.
+        isolate_ipc=identity.dropped,
     )
 
 
