@@ -163,6 +163,13 @@ def target(case: dict[str, Any]) -> tuple[str, dict[str, int]] | str | None:
     return f"{kind}_{bound['phase']}", where
 
 
+def asked_by_course(goal: tuple[str, dict[str, int]] | str) -> bool:
+    """Whether the course's Problem 1 asks a script for this answer: the write-up's
+    tensor-parallel degree is X = 2, so a batch size under TP 4 or 8 is graded when the
+    script prints it and left out of its check's count when it does not."""
+    return not (isinstance(goal, tuple) and goal[1].get("tp", 1) not in (1, 2))
+
+
 def _base(key: str) -> str:
     return key.rsplit("_", 1)[0] if key.endswith(("_prefill", "_decode")) else key
 
@@ -289,6 +296,10 @@ def best_judgement(readings: dict[str, Any], verdict: Verdict) -> Judgement:
 
 # -------------------------------------------------------------------------- feedback
 
+#: The failure kind of a case a script cannot answer (inputs the course did not ask about):
+#: left out of the check's count, as the course's TA would, where the script answered others.
+NOT_ASKED = "not_asked"
+
 SCRIPT_NOTE = (
     "question1.py defines none of the functions the grader calls, so it was run as a script "
     "(python question1.py) and graded from what it printed"
@@ -355,9 +366,15 @@ def grade_case(
                 f"the write-up's, and only a call answers them. To have it graded, "
                 f"{_define(case)}."
             ),
-            "script",
+            NOT_ASKED,
         )
     readings, problem = _readings(run.answers, goal)
+    if problem and not asked_by_course(goal):
+        return (
+            False,
+            f"{what} is not printed: {problem}. To have it graded, {_define(case)}.",
+            NOT_ASKED,
+        )
     if problem:
         ended = f" The run ended badly: {run.error}." if run.error else ""
         return (

@@ -29,10 +29,20 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> Graded:
     return grade_script(tmp_path_factory.mktemp("course_script"))
 
 
+#: The checks whose every asked answer a course script prints: graded on the write-up's
+#: inputs only, as the course's TA grades them (other inputs need a call and are left out).
+ANSWERED = ("1.1", "1.2", "1.3", "1.4", "1.5", "1.8", "1.9", "1.10")
+
+
 def test_a_right_script_passes_the_checks_its_output_answers(graded: Graded) -> None:
-    for number in ("1.8", "1.9", "1.10"):
+    for number in ANSWERED:
         assert graded.test(number)["status"] == "passed", graded.output(number)
     assert "does not define `param_count`" not in graded.output("1.1")
+    # What no script line answers (FLOPs and bytes it does not print, the plots, the
+    # hidden random inputs) scores nothing and names the function to define.
+    for number in ("1.6", "1.7", "1.12", "1.13"):
+        assert graded.score(number) == 0
+        assert "define `" in graded.output(number)
 
 
 def test_the_write_ups_answers_are_read_and_other_inputs_name_the_function_to_define(
@@ -42,12 +52,14 @@ def test_the_write_ups_answers_are_read_and_other_inputs_name_the_function_to_de
     bytes), so only the cases a script cannot answer fail, each naming its function."""
     output = graded.output("1.1")
     assert "param_count(LLaMA-3-8B)" not in output
+    assert "Graded on the 1 input(s) the course asked about" in output
     assert "param_count(Llama-3.2-1B) cannot be graded from what a script prints" in output
     assert "define `param_count(spec)` in question1.py" in output
     one_gpu = graded.output("1.4")
     assert "LLaMA-3-8B, 80 GiB, context 1024" not in one_gpu
     assert "max_batch_size(spec, gpu_mem_bytes, context_len, tp=1)" in one_gpu
-    assert "no line of its output reads as the max batch size" in graded.output("1.5")  # TP 4
+    tensor_parallel = graded.output("1.5")  # the write-up's X = 2 is printed, TP 4 and 8 not
+    assert "max_batch_size(LLaMA-3-8B, TP = 4) is not printed" in tensor_parallel
     assert "0 of" in graded.output("1.12")
 
 
