@@ -31,6 +31,9 @@ class Mutant:
     edits: tuple[tuple[str, str], ...]
     diagnosis: str = ""  # completes "Likely cause: your code ..."; empty for variants
     variant: bool = False  # a correct variant: must keep full marks
+    # A variant whose timed checks look at what it changed (a cache kept another way: the
+    # benchmark's probes look at the cache): the project's tests grade it with them too.
+    timed: bool = False
     combines: tuple[str, ...] = ()  # several mistakes at once: their names, each to be named
 
     @property
@@ -81,6 +84,7 @@ def _entry(tag: str, item: dict, variant: bool) -> Mutant:
         edits=tuple(edits),
         diagnosis=item.get("diagnosis", ""),
         variant=variant,
+        timed=bool(item.get("timed", False)),
     )
 
 

@@ -200,26 +200,37 @@ class Part2CacheContents(Part2Growth):
         header = {"op": "cache_values", "model": probe["model"], "steps": steps}
         what = f"forward with the cache ({steps[0]} prompt tokens, then single tokens)"
         reply = self.ctx.worker(self.part).request(header, {"input_ids": ids}, what=what)
-        seen = f"after forward calls of {' + '.join(map(str, steps))} tokens"
-        for i, (keys, values) in enumerate(zip(probe["k"], probe["v"], strict=True)):
-            for name, want in (("keys", decode_array(keys)), ("values", decode_array(values))):
-                got = reply.arrays.get(f"{name[0]}{i}")
-                if not isinstance(got, np.ndarray) or got.shape != want.shape:
-                    shape = "nothing" if got is None else f"shape {tuple(got.shape)}"
-                    return (
-                        f"{seen}, layer {i}'s cache holds {shape} where its {name} belong, "
-                        f"{tuple(want.shape)} (B, T_total, D)."
-                    )
-                diff = float(np.max(np.abs(got.astype(np.float64) - want)))
-                if not diff <= self.atol():  # NaN fails
-                    return (
-                        f"{seen}, layer {i}'s cache does not hold the {name} of the tokens "
-                        f"seen (largest difference from the reference's {diff:.3g}). A cache "
-                        "must keep each layer's K = W_k(x) and V = W_v(x) (after the layer's "
-                        "norm), so that a step projects its new token only; storing anything "
-                        "from which every step recomputes them is not a KV cache."
-                    )
-        return ""
+        return cache_contents_problem(probe, reply.arrays, self.atol())
+
+
+def cache_contents_problem(
+    probe: dict[str, Any], arrays: dict[str, np.ndarray], atol: float
+) -> str:
+    """Why the cache the worker returned (``arrays``: ``k0``, ``v0``, ``k1``, ... as the
+    submission's forward handed them back after the calls of ``probe``) does not hold each
+    layer's keys and values, compared with the reference's ("" when it does). Where the
+    student keeps the cache (grown, preallocated, copied at every call, held on the layers)
+    does not matter: only what forward hands back as past_kv. NaN never passes."""
+    seen = f"after forward calls of {' + '.join(map(str, probe['steps']))} tokens"
+    for i, (keys, values) in enumerate(zip(probe["k"], probe["v"], strict=True)):
+        for name, want in (("keys", decode_array(keys)), ("values", decode_array(values))):
+            got = arrays.get(f"{name[0]}{i}")
+            if not isinstance(got, np.ndarray) or got.shape != want.shape:
+                shape = "nothing" if got is None else f"shape {tuple(got.shape)}"
+                return (
+                    f"{seen}, layer {i}'s cache holds {shape} where its {name} belong, "
+                    f"{tuple(want.shape)} (B, T_total, D)."
+                )
+            diff = float(np.max(np.abs(got.astype(np.float64) - want)))
+            if not diff <= atol:  # NaN fails
+                return (
+                    f"{seen}, layer {i}'s cache does not hold the {name} of the tokens "
+                    f"seen (largest difference from the reference's {diff:.3g}). A cache "
+                    "must keep each layer's K = W_k(x) and V = W_v(x) (after the layer's "
+                    "norm), so that a step projects its new token only; storing anything "
+                    "from which every step recomputes them is not a KV cache."
+                )
+    return ""
 
 
 def calls_problem(runs: list[list[int] | None], prompt_len: int, new_tokens: int) -> str:

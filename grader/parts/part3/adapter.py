@@ -313,36 +313,103 @@ def cache_shapes(model: Any) -> list[list[Any]]:
     return found
 
 
-def cache_read_effect(model: Any, tokens: np.ndarray, prefix: int) -> float | None:
-    """The largest change of the next step's logits when every layer's cached keys and
-    values of the first ``prefix`` positions are replaced by noise after the prefill: far
-    from zero for an attention that reads its cache, zero for one that recomputes what it
-    attends over (None when the model holds no ``cache_k`` / ``cache_v`` tensors)."""
+#: Names under which a tensor is a cache whatever its shape (Meta's).
+CACHE_NAMES = ("cache_k", "cache_v")
+#: How deep lists, tuples, dicts and plain objects are searched for cache tensors.
+CACHE_DEPTH = 4
+
+
+def _tensors_in(value: Any, depth: int = 0) -> list[Any]:
+    """Every tensor in ``value``: itself, or inside its lists, tuples, dicts and plain
+    objects (a cache dataclass, say), not inside modules or large tables (a tokenizer's)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple, dict)):
+        items = list(value.values() if isinstance(value, dict) else value)
+    elif hasattr(value, "__dict__") and not callable(value):
+        items = list(vars(value).values())
+    else:
+        return []
+    if depth >= CACHE_DEPTH or len(items) > 4096:
+        return []
+    return [t for item in items for t in _tensors_in(item, depth + 1)]
+
+
+def cache_like(
+    tensor: Any, named: bool, heads: tuple[int, ...], head_dim: int | None, prefix: int
+) -> bool:
+    """Whether ``tensor`` may hold keys or values of ``prefix`` positions: anything but a
+    parameter or a mask under Meta's names (``named``), else a shape (..., T, heads,
+    head_dim) or (..., heads, T, head_dim) with T >= prefix. A layer's kept inputs,
+    (B, T, dim), do not look like a cache: scrambling them must not pass for reading one."""
+    import torch
+
+    if isinstance(tensor, torch.nn.Parameter) or tensor.dtype == torch.bool:
+        return False
+    if named or head_dim is None or tensor.ndim < 4 or tensor.shape[-1] != head_dim:
+        return named
+    rows, cols = tensor.shape[-3], tensor.shape[-2]
+    return (cols in heads and rows >= prefix) or (rows in heads and cols >= prefix)
+
+
+def cache_tensors(
+    model: Any, prefix: int, heads: tuple[int, ...] = (), head_dim: int | None = None
+) -> list[Any]:
+    """The tensors that may be ``model``'s cache (:func:`cache_like`), each once, wherever an
+    honest design keeps them: every module's own attributes and buffers (Meta's cache_k /
+    cache_v preallocated or allocated on first use, grown with torch.cat or copied at every
+    step), and per-layer pairs in the lists, tuples, dicts or objects of any module (a model
+    that hands each layer its cache). Without ``head_dim`` only Meta's names count."""
+    import torch
+
+    internal = set(vars(torch.nn.Module()))  # bookkeeping, parameters, submodules
+    found: dict[int, Any] = {}
+    for module in model.modules():
+        own = {k: v for k, v in vars(module).items() if k not in internal}
+        for key, value in {**own, **module._buffers}.items():
+            for t in _tensors_in(value):
+                if cache_like(t, key in CACHE_NAMES, heads, head_dim, prefix):
+                    found[id(t)] = t
+    return list(found.values())
+
+
+def cache_read_effect(
+    model: Any,
+    tokens: np.ndarray,
+    prefix: int,
+    heads: tuple[int, ...] = (),
+    head_dim: int | None = None,
+) -> float | None:
+    """The largest change of the next step's logits when every tensor that may hold the
+    cache (:func:`cache_tensors`) is overwritten with noise, in place, right after a prefill
+    of ``prefix`` tokens: far from zero for an attention that reads its cache, zero for one
+    that recomputes what it attends over. Found after the prefill, the cache is the one the
+    next step reads, however it was allocated or rebound; the unscrambled step follows the
+    same prefill again. Infinite where only the scrambled step is NaN; None where no cache
+    tensor is found or one cannot be written (the other probes judge then)."""
     import torch
 
     ids = torch.as_tensor(tokens, dtype=torch.long, device=_device())
+    step = ids[:, prefix : prefix + 1]
+    gen = torch.Generator(device="cpu").manual_seed(0)
     with torch.inference_mode():
         model(ids[:, :prefix], 0)
-        caches = [
-            (m.cache_k, m.cache_v)
-            for m in model.modules()
-            if isinstance(getattr(m, "cache_k", None), torch.Tensor)
-            and isinstance(getattr(m, "cache_v", None), torch.Tensor)
-        ]
-        if not caches:
+        found = cache_tensors(model, prefix, heads, head_dim)
+        try:
+            for t in found:
+                t.copy_((torch.randn(t.shape, generator=gen) * 3).to(t.device, t.dtype))
+        except RuntimeError:  # an expanded view, say: not writable in place
             return None
-        kept = [(k.clone(), v.clone()) for k, v in caches]
-        step = ids[:, prefix : prefix + 1]
-        plain = _numpy(model(step, prefix))
-        gen = torch.Generator(device="cpu").manual_seed(0)
-        for (k, v), (k0, v0) in zip(caches, kept, strict=True):
-            k.copy_(k0)
-            v.copy_(v0)
-            for t in (k, v):
-                noise = torch.randn(t[:, :prefix].shape, generator=gen, dtype=torch.float32)
-                t[:, :prefix] = noise.to(t.device, t.dtype) * 3
+        if not found:
+            return None
         scrambled = _numpy(model(step, prefix))
-    return float(np.abs(plain - scrambled).max())
+        model(ids[:, :prefix], 0)
+        plain = _numpy(model(step, prefix))
+    change = np.abs(plain.astype(np.float64) - scrambled)
+    change[np.isnan(scrambled) & ~np.isnan(plain)] = np.inf
+    return float(change.max())
 
 
 def release_freed_memory() -> None:
@@ -417,8 +484,15 @@ def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict
         out = run_generate(model, TOKENIZERS[request["tokenizer"]], request["prompts"], request)
         header = {"texts": out["texts"], "calls": out["calls"], "first_ids": out["first_ids"]}
         return header, {"step_logits": out["step_logits"]}
-    if op == "cache_read":  # does attention read cache_k / cache_v? (see cache_read_effect)
-        effect = cache_read_effect(MODELS[_key(request)], arrays["tokens"], request["prefix"])
+    if op == "cache_read":  # does attention read its cache? (see cache_read_effect)
+        heads = tuple(int(h) for h in request.get("heads", ()))
+        effect = cache_read_effect(
+            MODELS[_key(request)],
+            arrays["tokens"],
+            request["prefix"],
+            heads,
+            request.get("head_dim"),
+        )
         return {"effect": effect}, {}
     if op == "cache_shapes":  # what cache_k / cache_v every attention layer holds now
         return {"shapes": cache_shapes(MODELS[_key(request)])}, {}

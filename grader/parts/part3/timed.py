@@ -14,6 +14,7 @@ is checked.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import numpy as np
@@ -130,33 +131,36 @@ class Part3Timed(TimedPools, Part3Base):
         return sample
 
     def cache_read_problem(self) -> str:
-        """Whether the cached path's attention reads what the cache holds: after a prefill of
-        a public case, noise written over every layer's cached keys and values must change
-        the next step's logits. An attention that projects every position again from kept
-        layer inputs (right logits, right cache shapes and memory) reads nothing from it.
-        The figure comes from the submission's process: it names an honest design, and the
+        """Whether the cached path's attention reads what its cache holds: after a prefill of
+        a public case, noise over every tensor the model holds that may be its cache must
+        change the next step's logits. The worker looks for the cache after the prefill,
+        wherever an honest design keeps it (Meta's ``cache_k`` / ``cache_v`` allocated up
+        front or on first use, grown with torch.cat or copied at every step, or per-layer
+        (keys, values) tensors that the model hands to its layers), so the cache is the one
+        the next step finds. An attention that projects every position again from kept layer
+        inputs (right logits, right cache shapes and memory) reads nothing from it. The
+        figure comes from the submission's process: it names an honest design, and the
         yardstick stops a forger. "" when the cache is read or the probe cannot run."""
         case = next((c for c in self.cases("3.2") if c["model"] == "public"), None)
         if case is None:
             return ""
         tokens = np.array(case["tokens"], dtype=np.int64)[:1]
         prefix = tokens.shape[1] - 1
+        params = self.meta()["models"]["public"]["params"]
+        header = {
+            "op": "cache_read",
+            "model": "public",
+            "kv_caching": True,
+            "prefix": prefix,
+            "heads": [params["n_kv_heads"], params["n_heads"]],
+            "head_dim": params["dim"] // params["n_heads"],
+        }
         try:
             self.ensure("public", True)
-            header = {"op": "cache_read", "model": "public", "kv_caching": True, "prefix": prefix}
             reply = self.call(header, {"tokens": tokens}, "scrambling the cache after a prefill")
         except SubmissionError:
             return ""  # the checks of forward name why it cannot run
-        effect = reply.header.get("effect")
-        if not isinstance(effect, (int, float)) or effect > CACHE_READ_MIN_EFFECT:
-            return ""
-        return (
-            "attention does not read its cache: after a prefill of "
-            f"{prefix} tokens, noise written over every layer's cache_k and cache_v left the "
-            f"next step's logits unchanged (largest change {effect:.2g}). With kv_caching, "
-            "keys and values of earlier positions must come from cache_k / cache_v, not be "
-            "computed again."
-        )
+        return cache_read_verdict(reply.header.get("effect"), prefix)
 
     def yardstick_workloads(self) -> dict[str, Workload]:
         """The reference's cached runs of the work probe (3.7) and of check 3.11."""
@@ -215,6 +219,30 @@ class Part3Timed(TimedPools, Part3Base):
 def bench_key(bench: dict[str, Any]) -> str:
     """The pool of check 3.11's timed runs under the thresholds profile ``bench``."""
     return pool_key(bench["input_len"], bench["output_len"], bench.get("model"))
+
+
+def cache_read_verdict(effect: Any, prefix: int) -> str:
+    """Why the cache-read probe's ``effect`` (the largest change of the next step's logits
+    with the cache scrambled after a prefill of ``prefix`` tokens) shows an attention that
+    does not read its cache ("" when it reads it). No figure (None: no tensor that may be a
+    cache was found, so the growth and work probes judge alone) names nothing; NaN never
+    passes."""
+    if not isinstance(effect, (int, float)) or isinstance(effect, bool):
+        return ""
+    if effect > CACHE_READ_MIN_EFFECT:  # NaN never is
+        return ""
+    if math.isnan(effect):
+        return (
+            f"after a prefill of {prefix} tokens, the next step's logits were NaN, so whether "
+            "attention reads its cache could not be seen."
+        )
+    return (
+        f"attention does not read its cache: after a prefill of {prefix} tokens, noise written "
+        "over every tensor that may hold the cache (cache_k / cache_v, or tensors shaped like "
+        f"keys or values of every position) left the next step's logits unchanged (largest "
+        f"change {effect:.2g}). With kv_caching, keys and values of earlier positions must "
+        "come from the cache, not be computed again."
+    )
 
 
 def calls_problem(runs: list[Any]) -> str:

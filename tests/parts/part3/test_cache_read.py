@@ -1,0 +1,233 @@
+"""Check 3.11's cache-read probe on every honest cache layout and on caches that are not
+read: the worker's half (``adapter.cache_read_effect``) on the tiny checkpoint, in this
+process, and the grader's verdict on its figure (``timed.cache_read_verdict``).
+
+Every layout of the mutant library's correct variants must be seen reading its cache
+(the reference's cache allocated on first use, Meta's allocated in ``__init__``, one grown
+with ``torch.cat``, one copied at every step, per-layer pairs handed through the layers);
+a cache that is written but never read must be named, and a model with no cache tensor at
+all is left to the other probes. Where the worker looks for a cache
+(``adapter.cache_tensors``) is tested on small modules at the end.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from grader.core.paths import TEST_CASES
+from grader.parts.part3 import adapter
+from grader.parts.part3.build import import_llama
+from grader.parts.part3.timed import CACHE_READ_MIN_EFFECT, cache_read_verdict
+from grader.ta.mutants import load_mutants
+from grader.ta.regen import one_thread
+from tests.conftest import SOLUTION, patched_solution
+from tests.grading.test_partial_caches import LLAMA_LAYER_INPUTS
+
+CKPT = TEST_CASES / "public" / "part3" / "tiny_llama"
+PARAMS = {"n_heads": 4, "n_kv_heads": 2, "dim": 64}  # the tiny checkpoint's params.json
+HEADS = (PARAMS["n_kv_heads"], PARAMS["n_heads"])
+HEAD_DIM = PARAMS["dim"] // PARAMS["n_heads"]
+PREFIX = 9
+
+#: The correct variants that keep their cache in another way than the reference.
+LAYOUTS = ["eager_cache", "cat_grown_cache", "cloned_cache_per_step", "cache_passed_through_layers"]
+VARIANTS = {v.name: v for v in load_mutants("part3", variants=True)}
+
+# Keys and values projected again at every step from the layer inputs kept on the layer:
+# no tensor shaped like a cache anywhere, so the probe has nothing to scramble.
+NO_CACHE_TENSOR = [
+    (
+        """            if self.cache_k is None or self.cache_k.shape != self._cache_shape():
+                self.cache_k = torch.zeros(self._cache_shape(), dtype=xk.dtype, device=xk.device)
+                self.cache_v = torch.zeros(self._cache_shape(), dtype=xv.dtype, device=xv.device)
+            self.cache_k = self.cache_k.to(xk)
+            self.cache_v = self.cache_v.to(xv)
+            self.cache_k[:bsz, start_pos : start_pos + seqlen] = xk
+            self.cache_v[:bsz, start_pos : start_pos + seqlen] = xv
+            keys = self.cache_k[:bsz, : start_pos + seqlen]  # (B, T_total, Hkv, D)
+            values = self.cache_v[:bsz, : start_pos + seqlen]
+""",
+        """            if start_pos == 0:
+                self.seen_x, self.seen_f = x, freqs_cis
+            else:
+                self.seen_x = torch.cat([self.seen_x[:bsz, :start_pos], x], dim=1)
+                self.seen_f = torch.cat([self.seen_f[:start_pos], freqs_cis], dim=0)
+            shape = (bsz, start_pos + seqlen, self.n_kv_heads, self.head_dim)
+            every = self.wk(self.seen_x).view(shape)
+            _, keys = apply_rotary_emb(every, every, freqs_cis=self.seen_f)
+            values = self.wv(self.seen_x).view(shape)
+""",
+    )
+]
+
+
+@pytest.fixture(scope="module")
+def tokens() -> np.ndarray:
+    """One row of ``PREFIX`` prompt tokens and the next one."""
+    return np.random.default_rng(0).integers(0, 4096, (1, PREFIX + 1))
+
+
+@pytest.fixture
+def torch_one_thread() -> Iterator[None]:
+    with one_thread():
+        yield
+
+
+def effect_of(root: Path, tokens: np.ndarray, sizes: bool = True) -> float | None:
+    """The probe's figure for the ``llama`` package under ``root``, built with the cache on
+    from the tiny checkpoint; ``sizes``: the grader sends the head sizes, as it does."""
+    settings = {
+        "ckpt_dir": str(CKPT),
+        "tokenizer_path": str(CKPT / "tokenizer.model"),
+        "max_seq_len": 64,
+        "max_batch_size": 2,
+        "kv_caching": True,
+        "device": "cpu",
+    }
+    model, _ = adapter.build_from_checkpoint(import_llama(root), settings)
+    if not sizes:
+        return adapter.cache_read_effect(model, tokens, PREFIX)
+    return adapter.cache_read_effect(model, tokens, PREFIX, HEADS, HEAD_DIM)
+
+
+def variant_effect(name: str, tokens: np.ndarray, sizes: bool = True) -> float | None:
+    """:func:`effect_of` the correct variant ``name`` of the mutant library."""
+    root = VARIANTS[name].materialise()
+    try:
+        return effect_of(root, tokens, sizes)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.usefixtures("torch_one_thread")
+@pytest.mark.parametrize("layout", ["reference", *LAYOUTS])
+def test_every_honest_cache_layout_is_seen_reading_its_cache(
+    layout: str, tokens: np.ndarray
+) -> None:
+    if layout == "reference":
+        effect = effect_of(SOLUTION, tokens)
+    else:
+        effect = variant_effect(layout, tokens)
+    assert effect is not None and effect > CACHE_READ_MIN_EFFECT, effect
+    assert cache_read_verdict(effect, PREFIX) == ""
+
+
+@pytest.mark.usefixtures("torch_one_thread")
+def test_a_cache_found_only_by_its_shape_needs_the_head_sizes(tokens: np.ndarray) -> None:
+    """The layers' pairs of cache_passed_through_layers have no Meta name: without the
+    head sizes nothing is found, and no verdict is given."""
+    assert variant_effect("cache_passed_through_layers", tokens, sizes=False) is None
+
+
+@pytest.mark.usefixtures("torch_one_thread")
+def test_a_cache_written_but_never_read_is_named(tmp_path: Path, tokens: np.ndarray) -> None:
+    root = patched_solution(tmp_path / "sub", "llama/model.py", LLAMA_LAYER_INPUTS)
+    effect = effect_of(root, tokens)
+    assert effect is not None and effect <= CACHE_READ_MIN_EFFECT
+    assert "does not read its cache" in cache_read_verdict(effect, PREFIX)
+
+
+@pytest.mark.usefixtures("torch_one_thread")
+def test_without_any_cache_tensor_the_other_probes_judge(
+    tmp_path: Path, tokens: np.ndarray
+) -> None:
+    root = patched_solution(tmp_path / "sub", "llama/model.py", NO_CACHE_TENSOR)
+    effect = effect_of(root, tokens)
+    assert effect is None
+    assert cache_read_verdict(effect, PREFIX) == ""
+
+
+@pytest.mark.parametrize(
+    ("effect", "named"),
+    [(None, False), ("8.0", False), (True, False), (8.0, False), (math.inf, False),
+     (0.0, True), (CACHE_READ_MIN_EFFECT, True), (math.nan, True)],
+)  # fmt: skip
+def test_the_verdict_passes_only_a_clear_change(effect: Any, named: bool) -> None:
+    verdict = cache_read_verdict(effect, PREFIX)
+    assert bool(verdict) == named
+    if effect is not None and isinstance(effect, float) and math.isnan(effect):
+        assert "NaN" in verdict
+
+
+# ------------------------------------------------------------ where a cache is looked for
+
+
+@pytest.mark.parametrize(
+    ("shape", "named", "like"),
+    [
+        ((1, 8, 2, 16), False, True),  # (B, T, Hkv, D): Meta's layout
+        ((1, 2, 8, 16), False, True),  # (B, Hkv, T, D)
+        ((2, 1, 8, 4, 16), False, True),  # stacked (layers, B, T, H, D), every query head
+        ((1, 8, 64), False, False),  # a layer's inputs (B, T, dim)
+        ((1, 3, 2, 16), False, False),  # fewer positions than the prefill
+        ((1, 8, 3, 16), False, False),  # another head count
+        ((1, 8, 64), True, True),  # under Meta's names any shape counts
+    ],
+)
+def test_what_looks_like_a_cache(shape: tuple[int, ...], named: bool, like: bool) -> None:
+    assert adapter.cache_like(torch.zeros(shape), named, HEADS, HEAD_DIM, 5) is like
+
+
+def test_parameters_and_masks_are_never_a_cache() -> None:
+    weight = nn.Parameter(torch.zeros(1, 8, 2, 16))
+    assert not adapter.cache_like(weight, True, HEADS, HEAD_DIM, 5)
+    assert not adapter.cache_like(torch.zeros(1, 8, 2, 16, dtype=torch.bool), True, HEADS, 16, 5)
+
+
+@dataclass
+class Pair:
+    k: torch.Tensor
+    v: torch.Tensor
+
+
+class Layer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+        self.register_buffer("buffered", torch.zeros(1, 2, 8, 16), persistent=False)
+        self.cache_k = torch.zeros(3, 3)  # Meta's name: found whatever its shape
+        self.seen_x = torch.zeros(1, 8, 64)  # kept inputs: never found
+
+
+class Holder(nn.Module):
+    """Caches on the layers and per-layer pairs in the model's own containers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([Layer(), Layer()])
+        shared = torch.ones(1, 8, 2, 16)
+        self.kv = [(shared, torch.ones(1, 8, 2, 16)), None]
+        self.by_layer = {"0": Pair(shared, torch.ones(1, 2, 8, 16))}
+
+
+def test_caches_are_found_on_layers_and_in_containers_each_once() -> None:
+    model = Holder()
+    found = adapter.cache_tensors(model, 5, HEADS, HEAD_DIM)
+    expected = [model.kv[0][0], model.kv[0][1], model.by_layer["0"].v]
+    expected += [t for layer in model.layers for t in (layer.buffered, layer.cache_k)]
+    assert sorted(map(id, found)) == sorted(map(id, expected))
+    meta_only = {id(layer.cache_k) for layer in model.layers}
+    assert {id(t) for t in adapter.cache_tensors(model, 5)} == meta_only
+
+
+@pytest.mark.usefixtures("torch_one_thread")
+def test_a_cache_that_cannot_be_written_gives_no_figure(tmp_path: Path, tokens: np.ndarray) -> None:
+    """An expanded view cannot take noise in place: no figure, rather than a wrong one."""
+    edit = (
+        "            keys = self.cache_k[:bsz, : start_pos + seqlen]  # (B, T_total, Hkv, D)\n",
+        "            keys = self.cache_k[:bsz, : start_pos + seqlen]  # (B, T_total, Hkv, D)\n"
+        "            self.spread = torch.zeros(1, 1, self.n_kv_heads, self.head_dim).expand(\n"
+        "                bsz, start_pos + seqlen, -1, -1)\n",
+    )
+    root = patched_solution(tmp_path / "sub", "llama/model.py", [edit])
+    assert effect_of(root, tokens) is None
