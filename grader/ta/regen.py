@@ -70,8 +70,13 @@ def reference_and_mutants(
 def build_part1(solution: Path = SOLUTION) -> CaseFiles:
     """Part 1's public and hidden case files."""
     from grader.parts.part1 import build as part1
+    from grader.parts.part1.combine import Combiner
 
-    documents = part1.build(*reference_and_mutants("part1", "question1.py", solution))
+    library = load_mutants("part1", combined=False)
+    singles = {m.name: m.edits for m in library if m.file == "question1.py"}
+    combiner = Combiner((solution / "question1.py").read_text(), singles)
+    reference, mutants, diagnoses = reference_and_mutants("part1", "question1.py", solution)
+    documents = part1.build(reference, mutants, diagnoses, combiner)
     return {f"{vis}/part1.json": ("part1_cases", doc) for vis, doc in documents.items()}
 
 

@@ -4,6 +4,11 @@ Public cases use the handout's specs; hidden cases are seeded random specs
 and shapes. Each case stores the reference's value and, for every mutant
 whose value differs, that value: the diagnosis catalogue.
 
+Besides the single mistakes, a case stores the values of their combinations
+(:mod:`grader.parts.part1.combine`), and the answer table's case says which call each
+of its entries comes from (``entries_from``), so a wrong entry that follows from a
+wrong function can point back to its check.
+
 Every public case is a write-up answer, and the public file ships in
 ``student.zip``: its cases hold their expected value and mistakes sealed
 (:mod:`grader.parts.part1.seal`), and the hidden file holds them in plain form
@@ -18,7 +23,8 @@ from types import ModuleType
 from typing import Any
 
 from grader.checks.base import same_value
-from grader.parts.part1.seal import seal
+from grader.parts.part1.combine import Combiner, combined_mistakes
+from grader.parts.part1.seal import MISTAKE, seal
 
 GIB = 2**30
 REL_TOL = 1e-6
@@ -58,9 +64,14 @@ def _plain(value: Any) -> Any:
 
 
 def finish(
-    case: dict[str, Any], reference: ModuleType, mutants: dict[str, ModuleType]
+    case: dict[str, Any],
+    reference: ModuleType,
+    mutants: dict[str, ModuleType],
+    combiner: Combiner | None = None,
 ) -> dict[str, Any]:
-    """Fill in the expected value and the mutants' differing values."""
+    """Fill in the expected value and the mutants' differing values, then (with a
+    ``combiner``) the values of the combinations of those mutants that no smaller set
+    gives."""
     expected = _plain(call(reference, case))
     mistakes = {}
     for name, module in mutants.items():
@@ -70,6 +81,10 @@ def finish(
             continue
         if not same_value(value, expected, REL_TOL):
             mistakes[name] = value
+    if combiner is not None:
+        mistakes |= combined_mistakes(
+            mistakes, expected, lambda m: _plain(call(m, case)), combiner, REL_TOL
+        )
     want = "table" if isinstance(expected, dict) else type(expected).__name__
     return {**case, "want": want, "expected": expected, "mistakes": mistakes}
 
@@ -113,8 +128,42 @@ def public_cases() -> list[dict[str, Any]]:
                 batch=batch,
             )
         )
-    out.append(case("1.10", "defaults", "answer_table"))
+    out.append({**case("1.10", "defaults", "answer_table"), "entries_from": table_sources()})
     return out
+
+
+def table_sources() -> dict[str, dict[str, Any]]:
+    """Each entry of the default answer table as ``scale`` times one call of the
+    calculator (checked against the reference by :func:`check_table_sources`)."""
+    big, gpu = spec(LLAMA3_8B), 80 * GIB
+
+    def source(func: str, *args: Any, scale: float = 1, **kwargs: Any) -> dict[str, Any]:
+        return {"func": func, "args": list(args), "kwargs": kwargs, "scale": scale}
+
+    return {
+        "total_params": source("param_count", big),
+        "total_params_billion": source("param_count", big, scale=1e-9),
+        "weight_gib": source("weight_bytes", big, scale=1 / GIB),
+        "kv_cache_per_request_gib": source(
+            "kv_cache_bytes_per_request", big, 1024, 2, scale=1 / GIB
+        ),
+        "max_batch_size": source("max_batch_size", big, gpu, 1024),
+        "max_batch_size_tp": source("max_batch_size", big, gpu, 1024, tp=2),
+        "ai_prefill": source("arithmetic_intensity", 1024, 128, "prefill"),
+        "ai_decode": source("arithmetic_intensity", 1024, 128, "decode"),
+    }
+
+
+def check_table_sources(reference: ModuleType, table: dict[str, Any]) -> None:
+    """Refuse ``entries_from`` unless every entry of the reference's table is its call's
+    value times its scale (the table's defaults changed in the solution, say)."""
+    sources = table_sources()
+    if sources.keys() != table.keys():
+        raise ValueError("table_sources() and the reference's answer_table differ in keys")
+    for key, src in sources.items():
+        derived = src["scale"] * call(reference, src)
+        if not same_value(float(table[key]), float(derived), REL_TOL):
+            raise ValueError(f"answer_table[{key!r}] is not what table_sources() says")
 
 
 def random_spec(rng: random.Random) -> dict[str, Any]:
@@ -206,19 +255,23 @@ def sealed(case: dict[str, Any]) -> dict[str, Any]:
     cid = case_id(case)
     seals = {
         "expected": seal(case["expected"], cid, "expected", REL_TOL),
-        "mistakes": {name: seal(v, cid, name, REL_TOL) for name, v in case["mistakes"].items()},
+        "mistakes": {name: seal(v, cid, MISTAKE, REL_TOL) for name, v in case["mistakes"].items()},
     }
     plain = {k: v for k, v in case.items() if k not in ("expected", "mistakes")}
     return {**plain, "id": cid, "sealed": seals}
 
 
 def build(
-    reference: ModuleType, mutants: dict[str, ModuleType], diagnoses: dict[str, str]
+    reference: ModuleType,
+    mutants: dict[str, ModuleType],
+    diagnoses: dict[str, str],
+    combiner: Combiner | None = None,
 ) -> dict[str, dict[str, Any]]:
     """``{"public": ..., "hidden": ...}`` case files for Part 1.
 
     The public cases (all write-up answers) are sealed; the hidden file carries their
-    plain values in ``answers`` besides its own random cases.
+    plain values in ``answers`` besides its own random cases. With a ``combiner``, every
+    case also stores its combined mistakes.
     """
 
     def document(cases: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
@@ -231,18 +284,20 @@ def build(
             **extra,
         }
 
-    public = [finish(c, reference, mutants) for c in public_cases()]
+    def done(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [finish(c, reference, mutants, combiner) for c in cases]
+
+    public = done(public_cases())
+    for c in public:
+        if "entries_from" in c:
+            check_table_sources(reference, c["expected"])
     ids = [case_id(c) for c in public]
     if len(set(ids)) != len(ids):
         raise ValueError("two public Part 1 cases share a check and a label")
     answers = {case_id(c): {"expected": c["expected"], "mistakes": c["mistakes"]} for c in public}
     rng = random.Random(COMPANION_SEED)
-    own = [
-        {**finish(c, reference, mutants), "own_input": True}
-        for c in companion_cases(rng, "an input of its own")
-    ]
-    hidden = [finish(c, reference, mutants) for c in hidden_cases()]
-    hidden += [finish(c, reference, mutants) for c in companion_cases(rng, "hidden input")]
+    own = [{**c, "own_input": True} for c in done(companion_cases(rng, "an input of its own"))]
+    hidden = done(hidden_cases()) + done(companion_cases(rng, "hidden input"))
     return {
         "public": document([*(sealed(c) for c in public), *own]),
         "hidden": document(hidden, answers=answers),

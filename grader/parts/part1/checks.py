@@ -3,8 +3,12 @@
 Every value check runs the student's function in the worker on generated
 cases (the handout's spec in public checks, seeded random specs in hidden
 ones) and compares with the reference's values stored in ``test_cases/``.
-When a wrong value equals what a known mistake produces, the feedback names
-the mistake.
+When a wrong value equals what a known mistake, or a combination of known
+mistakes, produces, the feedback names them (:mod:`grader.parts.part1.causes`);
+when it follows from another function's wrong value, it points back to that
+function's check (:mod:`grader.parts.part1.knock_on`); when it is the write-up's
+answer for another input, it says the answer looks written in. A whole number
+returned as a float where an int is asked for is accepted, with a note.
 
 The public cases hold write-up answers and are sealed (:mod:`grader.parts.part1.seal`).
 Where the hidden file is present (Gradescope, a TA's checkout) its ``answers`` give
@@ -22,11 +26,21 @@ from grader.checks.base import (
     ValueProblem,
     as_number,
     check,
-    likely_cause,
+    whole_float,
     with_output,
 )
 from grader.checks.images import problem_with_png
 from grader.core.points import points
+from grader.parts.part1.causes import combination, cover, hard_coded_cause, name_causes
+from grader.parts.part1.knock_on import (
+    Call,
+    derivation,
+    entry_derivation,
+    follows_from,
+    knock_on_sentence,
+    number,
+    pointer,
+)
 from grader.parts.part1.script import grade_case, script_run
 from grader.parts.part1.seal import Verdict
 from grader.runtime.client import SubmissionError
@@ -76,33 +90,115 @@ class Part1Checks(GradedTestCase):
 
     # ---------------------------------------------------------------- machinery
 
+    def setUp(self) -> None:
+        super().setUp()
+        #: Notes on values accepted with a remark (a whole float for an int), printed once.
+        self.notes: dict[str, str] = {}
+
     def evaluate(self, case: dict[str, Any]) -> tuple[bool, str, str]:
         """Run one case: (passed, message, kind of failure)."""
-        label = case["label"]
-        what = f"{case['func']}({label})"
-        header = {
-            "op": "call",
-            "func": case["func"],
-            "args": case["args"],
-            "kwargs": case["kwargs"],
-        }
+        what = f"{case['func']}({case['label']})"
         try:
-            reply = self.ctx.worker(self.part).request(header, what=what)
+            reply = self.ctx.worker(self.part).request(Call.of(case).header(), what=what)
         except SubmissionError as exc:
             printed = self.from_script(case, exc)
             if printed is not None:
                 return printed
             return False, with_output(exc.message, exc.output), exc.kind
-        rel_tol = self.ctx.cases(self.part)["rel_tol"]
-        verdict = Verdict(case, self.answer(case), rel_tol)
+        verdict = Verdict(case, self.answer(case), self.rel_tol())
+        notes: list[str] = []
         try:
-            got = self.decode(reply.header["result"], case["want"], verdict.kinds(), what)
+            got = self.decode(reply.header["result"], case["want"], verdict.kinds(), what, notes)
         except ValueProblem as exc:
             return False, str(exc), "type"
+        for note in notes:  # one per function (and table entry): the first case's
+            self.notes.setdefault(case["func"] + note.replace(what, "", 1), note)
         if verdict.right(got):
             return True, "", ""
-        cause = likely_cause(verdict.mistakes(got), self.diagnoses())
-        return False, f"{wrong_value(what, got, verdict)} {cause}".strip(), "value"
+        explained = self.explain_table if isinstance(got, dict) else self.explain
+        sentences = [wrong_value(what, got, verdict), *explained(case, verdict, got)]
+        return False, " ".join(s for s in sentences if s), "value"
+
+    def explain(self, case: dict[str, Any], verdict: Verdict, got: Any) -> list[str]:
+        """Why a wrong number may be wrong: the function's check it follows from, then a
+        write-up answer written in or the known mistakes (single or combined) it equals."""
+        uses = derivation(Call.of(case))
+        knock_on = self.follows(got, uses) if uses else []
+        cause = self.hard_coded(case, got) or name_causes(verdict.mistakes(got), self.diagnoses())
+        return [knock_on_sentence(knock_on), cause]
+
+    def explain_table(self, case: dict[str, Any], verdict: Verdict, got: Any) -> list[str]:
+        """Why a table's wrong entries may be wrong: per entry, the function's check it
+        follows from; then the known mistakes whose whole table it is, or else those that
+        give its wrong entries, entry by entry (one slip, such as GB for GiB, shows in
+        some entries of a table that is otherwise right)."""
+        wrong = verdict.wrong_entries(got)
+        sources = case.get("entries_from", {})
+        by_pointer: dict[str, tuple[list[Call], list[str]]] = {}
+        for key in wrong:
+            calls = self.follows(got[key], entry_derivation(sources[key])) if key in sources else []
+            if calls:
+                by_pointer.setdefault(pointer(calls), (calls, []))[1].append(key)
+        sentences = [knock_on_sentence(calls, keys) for calls, keys in by_pointer.values()]
+        whole = verdict.mistakes(got)
+        if whole:
+            return [*sentences, name_causes(whole, self.diagnoses())]
+        per_entry = {k: names for k in wrong if (names := verdict.entry_mistakes(got, k))}
+        if per_entry:
+            of = "" if len(per_entry) == len(wrong) else " and ".join(per_entry)
+            cause = name_causes([combination(cover(per_entry))], self.diagnoses(), of)
+            sentences.append(cause)
+        return sentences
+
+    def follows(self, got: Any, uses: Any) -> list[Call]:
+        """The calls whose wrong values ``got`` follows from (see
+        :func:`grader.parts.part1.knock_on.follows_from`)."""
+        return follows_from(got, uses, self.own, self.judge, self.rel_tol())
+
+    def own(self, call: Call) -> int | float | None:
+        """The student's value of ``call`` (None if it fails), asked once per grading."""
+        values = self.ctx.scratch.setdefault(f"{self.part}.own", {})
+        key = call.key()
+        if key not in values:
+            try:
+                reply = self.ctx.worker(self.part).request(call.header(), what=call.func)
+            except SubmissionError:
+                values[key] = None
+            else:
+                values[key] = number(reply.header.get("result"))
+        return values[key]
+
+    def judge(self, call: Call, value: int | float) -> bool | None:
+        """Whether ``value`` is right for ``call``, where a case of the same call judges it."""
+        index = self.ctx.scratch.setdefault(f"{self.part}.by_call", {})
+        if not index:
+            for c in reversed(self.ctx.cases(self.part)["cases"]):
+                index[Call.of(c).key()] = c  # the first case of a call wins
+        case = index.get(call.key())
+        if case is None:
+            return None
+        verdict = Verdict(case, self.answer(case), self.rel_tol())
+        kind = verdict.kinds()
+        value = int(value) if kind == "int" and whole_float(value) else value
+        return verdict.right(float(value) if kind == "float" else value)
+
+    def hard_coded(self, case: dict[str, Any], got: Any) -> str:
+        """The hard-coded cause, where ``got`` (not 0) is the write-up's answer for another
+        input of the same function ("" otherwise)."""
+        if got == 0:
+            return ""
+        key = Call.of(case).key()
+        for other in self.ctx.cases(self.part)["cases"]:
+            if "sealed" not in other or other["func"] != case["func"]:
+                continue
+            if Call.of(other).key() == key:
+                continue
+            if Verdict(other, self.answer(other), self.rel_tol()).right(got):
+                return hard_coded_cause(other["label"])
+        return ""
+
+    def rel_tol(self) -> float:
+        return self.ctx.cases(self.part)["rel_tol"]
 
     def from_script(
         self, case: dict[str, Any], exc: SubmissionError
@@ -125,24 +221,37 @@ class Part1Checks(GradedTestCase):
             return case
         return self.ctx.cases(self.part).get("answers", {}).get(case["id"])
 
-    def decode(self, enc: Any, want: str, kinds: str | dict[str, str], what: str) -> Any:
-        """The worker's encoded reply as a number, or as a table with the expected keys."""
+    def decode(
+        self,
+        enc: Any,
+        want: str,
+        kinds: str | dict[str, str],
+        what: str,
+        notes: list[str] | None = None,
+    ) -> Any:
+        """The worker's encoded reply as a number, or as a table with the expected keys;
+        with ``notes``, a whole float where an int is wanted is that int, noted there."""
         if want != "table" or not isinstance(kinds, dict):
-            return as_number(enc, want, what)
+            return as_number(enc, want, what, notes)
         if not isinstance(enc, dict) or enc.get("kind") != "dict":
             raise ValueProblem(f"{what} must return a dict with the keys {list(kinds)}.")
         entries = enc["value"]
         missing = [k for k in kinds if k not in entries]
         if missing:
             raise ValueProblem(f"{what} is missing the keys {missing}.")
-        return {key: as_number(entries[key], kind, f"[{key!r}]") for key, kind in kinds.items()}
+        return {
+            key: as_number(entries[key], kind, f"{what}[{key!r}]", notes)
+            for key, kind in kinds.items()
+        }
 
     def diagnoses(self) -> dict[str, str]:
         return self.ctx.cases(self.part)["diagnoses"]
 
     def run_cases(self, num: str) -> Outcome:
-        """Evaluate every case of check ``num``; stop early on failures that would repeat."""
+        """Evaluate every case of check ``num``; stop early on failures that would repeat.
+        The notes of whole floats accepted as ints are printed, once each."""
         outcome = Outcome()
+        self.notes.clear()
         for case in self.cases(num):
             outcome.total += 1
             ok, message, kind = self.evaluate(case)
@@ -153,6 +262,8 @@ class Part1Checks(GradedTestCase):
             if kind in FATAL:
                 outcome.total = len(self.cases(num))
                 break
+        for note in self.notes.values():
+            print(f"Note: {note}")
         return outcome
 
     def all_or_nothing(self, num: str) -> None:

@@ -30,10 +30,13 @@ How a value is sealed (``seal``) and a student's value checked against it
   still name the wrong entries.
 
 The digest is PBKDF2-HMAC-SHA256 with ``ITERATIONS`` rounds and a salt per case,
-per role (the expected value or a mistake's name) and per table entry. The salt
-stops one precomputed table from serving every case and stops equal seals from
-showing which mistakes give the right value for an entry. The rounds make each
-guess cost milliseconds. A float answer then takes a search over millions of grid
+per role (the expected value, or ``MISTAKE`` for every known mistake) and per table
+entry. The salt stops one precomputed table from serving every case and stops equal
+seals from showing which mistakes give the right value for an entry. The mistakes
+share one salt so that a student's value is digested once (three times for a float)
+however many mistakes and combinations of mistakes a case holds: equal seals then show
+that two mistakes give the same value, which says nothing about the answer. The rounds
+make each guess cost milliseconds. A float answer then takes a search over millions of grid
 points (about 2.3 million per factor of ten, some four hours of one core), not a
 lookup. Salts come from the case's id, so ``regen`` writes the same bytes every
 time.
@@ -71,6 +74,8 @@ ITERATIONS = 20_000
 #: Values this close to zero are zero (the grader's ``abs_tol``).
 ABS_TOL = 1e-12
 _TAG = "kv-course/part1/seal/v1"
+#: The role every known mistake (single or combined) is sealed under.
+MISTAKE = "mistake"
 
 Sealed = dict[str, Any]  # {"int": hex} | {"float": hex} | {"table": {key: {"int"|"float": hex}}}
 
@@ -122,6 +127,33 @@ def seal(value: Any, case_id: str, role: str, rel_tol: float) -> Sealed:
             "table": {k: _seal_scalar(v, salt(case_id, role, k), rel_tol) for k, v in value.items()}
         }
     return _seal_scalar(value, salt(case_id, role), rel_tol)
+
+
+class _Probe:
+    """A student's scalar digested under one salt, each kind once, to test against many
+    seals made with that salt (every mistake of a case, or of one table entry)."""
+
+    def __init__(self, got: Any, salt_: str, rel_tol: float):
+        self.got, self.salt, self.rel_tol = got, salt_, rel_tol
+        self.digests: dict[str, set[str]] = {}
+
+    def _of(self, kind: str) -> set[str]:
+        got = self.got
+        if kind not in self.digests:
+            forms: list[str] = []
+            if isinstance(got, bool) or not isinstance(got, int | float):
+                pass
+            elif kind == "int":
+                forms = [f"int:{got}"] if isinstance(got, int) else []
+            elif math.isfinite(got):
+                forms = float_forms(float(got), self.rel_tol)
+            self.digests[kind] = {digest(f, self.salt) for f in forms}
+        return self.digests[kind]
+
+    def matches(self, sealed: Mapping[str, str]) -> bool:
+        """Whether the probed value is the sealed scalar."""
+        ((kind, hexdigest),) = sealed.items()
+        return hexdigest in self._of(kind)
 
 
 def _scalar_matches(got: Any, sealed: Mapping[str, str], salt_: str, rel_tol: float) -> bool:
@@ -196,16 +228,44 @@ class Verdict:
         ]
 
     def mistakes(self, got: Any) -> list[str]:
-        """The known mistakes whose value ``got`` equals."""
+        """The known mistakes (single or combined) whose whole value ``got`` equals."""
         if self.answer is not None:
             return [
                 name
                 for name, value in self.answer.get("mistakes", {}).items()
                 if same_value(got, value, self.rel_tol)
             ]
-        case_id = self.case["id"]
+        sealed = self.case["sealed"]["mistakes"]
+        if not isinstance(got, dict):
+            probe = _Probe(got, salt(self.case["id"], MISTAKE), self.rel_tol)
+            return [n for n, s in sealed.items() if "table" not in s and probe.matches(s)]
+        probes = {k: self._entry_probe(got, k) for k in got}
         return [
             name
-            for name, sealed in self.case["sealed"]["mistakes"].items()
-            if matches(got, sealed, case_id, name, self.rel_tol)
+            for name, s in sealed.items()
+            if "table" in s
+            and s["table"].keys() == got.keys()
+            and all(probes[k].matches(e) for k, e in s["table"].items())
         ]
+
+    def entry_mistakes(self, got: Mapping[str, Any], key: str) -> list[str]:
+        """The known mistakes whose table has ``got[key]`` at entry ``key``: a table is
+        judged entry by entry too, as one slip (GB for GiB in two cells) shows in some
+        entries of a table that is otherwise right or wrong for other reasons."""
+        if self.answer is not None:
+            return [
+                name
+                for name, value in self.answer.get("mistakes", {}).items()
+                if isinstance(value, dict)
+                and key in value
+                and values_match(got[key], value[key], self.rel_tol)
+            ]
+        probe = self._entry_probe(got, key)
+        return [
+            name
+            for name, s in self.case["sealed"]["mistakes"].items()
+            if key in s.get("table", {}) and probe.matches(s["table"][key])
+        ]
+
+    def _entry_probe(self, got: Mapping[str, Any], key: str) -> _Probe:
+        return _Probe(got[key], salt(self.case["id"], MISTAKE, key), self.rel_tol)

@@ -120,7 +120,9 @@ def test_function_that_raises(grade_patched) -> None:
     assert graded.score("1.1") == 2
 
 
-def test_wrong_return_type(grade_patched) -> None:
+def test_a_whole_float_for_an_int_is_right_with_a_note(grade_patched) -> None:
+    """weight_bytes returning 16060522496.0: the value is right, so it keeps its points
+    (and the checks built on it theirs); the feedback notes that an int is asked for."""
     graded = grade_patched(
         [
             (
@@ -129,9 +131,42 @@ def test_wrong_return_type(grade_patched) -> None:
             )
         ]
     )
-    assert graded.score("1.2") == 0
-    assert "must return an int" in graded.output("1.2")
+    assert graded.score("1.2") == 1 and graded.test("1.2")["status"] == "passed"
+    note = (
+        "Note: weight_bytes(LLaMA-3-8B) returned a whole number as a float where an int is "
+        "asked for; it was accepted as that int"
+    )
+    assert note in graded.output("1.2")
+    assert graded.output("1.2").count("Note: weight_bytes") == 1  # once, not once per case
+    assert graded.score("1.4") == 2 and graded.score("1.10") == 1
+    assert "['max_batch_size'] returned a whole number as a float" in graded.output("1.10")
+    assert "16,060,522,496" not in graded.output("1.2")
+
+
+def test_wrong_return_type(grade_patched) -> None:
+    """A float with a fraction where an int is asked for (a batch size by /) still fails."""
+    graded = grade_patched(
+        [("return max(free // per_request, 0)", "return max(free / per_request, 0)")]
+    )
+    assert graded.score("1.4") == 0
+    assert "must return an int, but returned the float" in graded.output("1.4")
     assert graded.score("1.1") == 2
+
+
+def test_gb_instead_of_gib_in_the_table_is_named(grade_patched) -> None:
+    """The table's two memory cells divided by 10^9 and every other cell right: the table
+    is not the gb_not_gib mutant's (its batch sizes differ), but its wrong entries are."""
+    graded = grade_patched(
+        [
+            ('"weight_gib": weight_bytes(spec) / GIB,', '"weight_gib": weight_bytes(spec) / 1e9,'),
+            ("        / GIB,\n", "        / 1e9,\n"),
+        ]
+    )
+    output = graded.output("1.10")
+    assert "weight_gib = 16.0605 (compared" in output
+    assert "kv_cache_per_request_gib = 0.134218" in output
+    assert "Likely cause: your code uses GB (10^9 bytes) where the handout uses GiB" in output
+    assert graded.test("1.10")["extra_data"]["causes"] == ["gb_not_gib"]
 
 
 def test_nan_is_rejected(grade_patched) -> None:

@@ -69,13 +69,17 @@ def test_the_zips_part1_cases_hold_no_answer_and_no_mistake_value(unzipped: Path
     """No expected value (nor a known mistake's value, from which the answer follows) of a
     public case appears in the zip's part1.json: not as a number outside the calls'
     arguments (an input, such as the 8 GiB of a GPU, may equal a mistake's value), not in
-    any string but the hex digests of the seals."""
+    any string but the hex digests of the seals and the labels that name the inputs (a
+    combination of four mistakes gives a batch of 1024, the context of "context 1024").
+    The cases on inputs of their own hold their values in plain form by design; a small
+    batch size there may equal a mistake's elsewhere."""
     document = json.loads((unzipped / "test_cases" / "public" / "part1.json").read_text())
+    document["cases"] = [c for c in document["cases"] if not c.get("own_input")]
     numbers, strings = set(), []
     for path, leaf in walk(document):
         if "sealed" in path:
             assert isinstance(leaf, str) and len(leaf) == 64, path  # digests only
-        elif "args" in path or "kwargs" in path:
+        elif "args" in path or "kwargs" in path or path[-1:] in (("label",), ("id",)):
             continue
         elif isinstance(leaf, str):
             strings.append(leaf)

@@ -1,0 +1,86 @@
+"""Part 1's known mistakes as data: single mistakes, their combinations, and the
+sentence that names them.
+
+The mutant library (``grader/ta/mutants/part1.toml``) declares single mistakes, each
+with a diagnosis. ``regen`` also stores, per case, the value of every compatible
+combination of the mistakes that change it, under the names of its parts joined by
+``+`` (``"no_output_head+two_matrix_ffn"``): real students make several of them at
+once, and a value that equals no single mistake then still gets its causes named. The
+catalogue (``diagnoses``) holds single mistakes only; a combination is named by the
+diagnoses of its parts, and every part's id is recorded for reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from grader.checks.base import note_causes
+
+#: Joins the names of a combination's parts into the name it is stored under.
+JOIN = "+"
+#: The cause of a value that is the write-up's answer for another input.
+HARD_CODED = "hard_coded_answer"
+
+
+def parts_of(name: str) -> frozenset[str]:
+    """The single mistakes a stored mistake's name stands for."""
+    return frozenset(name.split(JOIN))
+
+
+def combination(names: Iterable[str]) -> str:
+    """The name a combination of single mistakes is stored under (sorted: one name per
+    set, whatever order it was made in)."""
+    return JOIN.join(sorted(names))
+
+
+def minimal(names: Sequence[str]) -> list[str]:
+    """``names`` without those whose parts include every part of another one: where one
+    mistake explains a value, that mistake plus another is not a likelier cause."""
+    sets = [parts_of(n) for n in names]
+    return [n for n, s in zip(names, sets, strict=True) if not any(o < s for o in sets)]
+
+
+def explanation(parts: Iterable[str], diagnoses: Mapping[str, str]) -> str:
+    """What the code does, for one set of mistakes: "X, and Y, and Z" (by name, as the
+    combination is stored)."""
+    return ", and ".join(diagnoses[p] for p in sorted(parts))
+
+
+def known(name: str, diagnoses: Mapping[str, str]) -> bool:
+    """Whether every part of ``name`` has a diagnosis in the catalogue."""
+    return all(p in diagnoses for p in parts_of(name))
+
+
+def name_causes(names: Sequence[str], diagnoses: Mapping[str, str], of: str = "") -> str:
+    """ "Likely cause: your code X, and Y; or Z." for the stored mistakes ``names`` (single
+    or combined; "" if none is known), with ``of`` naming what it explains where that is
+    not the whole value. Every part's id is noted for results.json."""
+    chosen = minimal([n for n in dict.fromkeys(names) if known(n, diagnoses)])
+    if not chosen:
+        return ""
+    note_causes([p for n in chosen for p in sorted(parts_of(n))])
+    texts = "; or ".join(explanation(parts_of(n), diagnoses) for n in chosen)
+    return f"Likely cause{f' of {of}' if of else ''}: your code {texts}."
+
+
+def cover(explained: Mapping[str, Sequence[str]]) -> frozenset[str]:
+    """One small set of single mistakes that explains every entry of ``explained``
+    (entry -> the stored mistakes that give the student's value there): the entries with
+    the fewest explanations choose first, each taking the explanation that adds the
+    fewest new mistakes."""
+    chosen: frozenset[str] = frozenset()
+    for _, names in sorted(explained.items(), key=lambda item: len(item[1])):
+        options = [parts_of(n) for n in minimal(list(names))]
+        if options and not any(o <= chosen for o in options):
+            chosen |= min(options, key=lambda o: len(o - chosen))
+    return chosen
+
+
+def hard_coded_cause(label: str) -> str:
+    """The cause of a value that is right for the write-up's input ``label`` and was
+    returned for another input: noted under :data:`HARD_CODED`."""
+    note_causes([HARD_CODED])
+    return (
+        f"Likely cause: your code returns the answer for {label} for other inputs as well: "
+        "compute it from the arguments instead of writing it in."
+    )
