@@ -120,6 +120,9 @@ class WorkerClient:
     _timed_out: set[str] = field(default_factory=set)
     _next_id: int = 0
     _cpu_group: CpuGroup | None = None
+    #: The reference solution's worker: it runs as the grader (no drop to the worker
+    #: account), so that its copy can be closed to that account (``Sandbox.provide``).
+    trusted: bool = False
     starts: int = 0
     #: How timed requests read the worker's CPU time (``cgroups.V2``, ``V1`` or
     #: ``PROCESS_TREE``): the last started worker's, for the results.
@@ -152,6 +155,7 @@ class WorkerClient:
             self.device,
             self.threads,
             self._cpu_group,
+            self.trusted,
         )
         try:
             self._proc = launch(job, req_r, resp_w)

@@ -229,19 +229,24 @@ class Sandbox:
         """Grader-provided files the worker may read but not change (public data only)."""
         return self.root / "data"
 
-    def provide(self, source: Path, name: str) -> Path:
+    def provide(self, source: Path, name: str, *, private: bool = False) -> Path:
         """Copy a public file or folder into :attr:`data_dir`, readable and not writable
-        by the worker; return its path there (copied once)."""
+        by the worker; return its path there (copied once). A ``private`` copy (the
+        reference solution) is the grader's alone for its whole life: owner-only, read
+        by a trusted worker that runs as the grader (``WorkerClient.trusted``)."""
         dest = self.data_dir / name
         if not dest.exists():
             self.data_dir.mkdir(mode=0o755, exist_ok=True)
             os.chmod(self.data_dir, 0o755)
+            if private:  # closed before anything is copied into it
+                dest.mkdir(mode=0o700)
             if source.is_dir():
-                shutil.copytree(source, dest, symlinks=False)
+                shutil.copytree(source, dest, symlinks=False, dirs_exist_ok=True)
             else:
                 shutil.copy2(source, dest)
+            folder, file = (0o700, 0o600) if private else (0o755, 0o644)
             for path in (dest, *dest.rglob("*")):
-                os.chmod(path, 0o755 if path.is_dir() else 0o644)
+                os.chmod(path, folder if path.is_dir() else file)
         return dest
 
     def withdraw(self, name: str) -> None:

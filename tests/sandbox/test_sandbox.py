@@ -245,3 +245,30 @@ def test_without_prctl_only_a_root_grader_refuses_to_start_a_worker(monkeypatch)
     assert confine_module.no_new_privileges() == 0
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     assert confine_module.no_new_privileges() == errno.ENOSYS
+
+
+@pytest.mark.needs_root(reason="dropping privileges needs root")
+def test_the_reference_copy_is_out_of_the_worker_accounts_reach() -> None:
+    """The yardstick's copy of the reference is the grader's alone for its whole life: the
+    worker account cannot list or read it, while a public copy stays readable."""
+    from grader.core.paths import SOLUTION
+
+    box = Sandbox.create()
+    try:
+        box.hand_over()
+        private = box.provide(SOLUTION / "llama", "reference", private=True)
+        public = box.provide(SOLUTION / "llama", "public")
+        assert all(p.stat().st_mode & 0o077 == 0 for p in (private, *private.rglob("*")))
+        as_worker = dict(user=box.identity.uid, group=box.identity.gid, extra_groups=[])
+        probe = "import sys; print(open(sys.argv[1]).read()[:10])"
+        for folder, readable in ((private, False), (public, True)):
+            run = subprocess.run(
+                [sys.executable, "-c", probe, str(folder / "model.py")],
+                capture_output=True,
+                timeout=60,
+                cwd="/",
+                **as_worker,
+            )
+            assert (run.returncode == 0) is readable, run.stderr
+    finally:
+        box.cleanup()
