@@ -41,7 +41,7 @@ from grader.parts.part1.knock_on import (
     number,
     pointer,
 )
-from grader.parts.part1.script import grade_case, script_run
+from grader.parts.part1.script import NOT_ASKED, grade_case, script_run
 from grader.parts.part1.seal import Verdict
 from grader.runtime.client import SubmissionError
 
@@ -250,7 +250,7 @@ class Part1Checks(GradedTestCase):
     def run_cases(self, num: str) -> Outcome:
         """Evaluate every case of check ``num``; stop early on failures that would repeat.
         The notes of whole floats accepted as ints are printed, once each."""
-        outcome = Outcome()
+        outcome, not_asked = Outcome(), []
         self.notes.clear()
         for case in self.cases(num):
             outcome.total += 1
@@ -258,10 +258,22 @@ class Part1Checks(GradedTestCase):
             if ok:
                 outcome.passed += 1
                 continue
+            if kind == NOT_ASKED:  # a script's: the course never asked for this input
+                outcome.total -= 1
+                not_asked.append(message)
+                continue
             outcome.failures.append(message)
             if kind in FATAL:
                 outcome.total = len(self.cases(num))
                 break
+        if not_asked and not outcome.total:  # nothing here a script can answer
+            outcome.total, outcome.failures = len(not_asked), not_asked
+        elif not_asked:
+            print(
+                f"Graded on the {outcome.total} input(s) the course asked about; "
+                f"{len(not_asked)} more are graded once question1.py defines the function. "
+                f"First: {not_asked[0]}"
+            )
         for note in self.notes.values():
             print(f"Note: {note}")
         return outcome

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from grader.checks.base import likely_cause
+from grader.parts.part1.causes import name_causes
 from grader.parts.part1.printed import (
     DEFAULT_WHERE,
     Number,
@@ -344,7 +344,7 @@ def _message(what: str, case: dict[str, Any], readings: dict, j: Judgement, diag
         )
     if j.coarse:
         compared += " or within its last printed digit"
-    return f"{text} (compared {compared}). {likely_cause(j.mistakes, diagnoses)}".strip()
+    return f"{text} (compared {compared}). {name_causes(j.mistakes, diagnoses)}".strip()
 
 
 def verdict_kind(case: dict[str, Any]) -> str:

@@ -242,9 +242,10 @@ def test_missing_file_is_a_clear_message(tmp_path: Path) -> None:
     (tmp_path / "sub" / "notes.txt").write_text("forgot the code")
     graded = run_grade(tmp_path / "sub", tmp_path / "out", limits=FAST_LIMITS)
     assert graded.data["score"] == 0
-    assert "question1.py was not found" in graded.output("1.1")
-    assert "transformer_skeleton.py was not found" in graded.output("2.2")
-    assert "question1.py was not found" in graded.data["output"]
+    assert "question1.py is not in your submission" in graded.output("1.1")
+    assert "Upload question1.py" in graded.output("1.1")
+    assert "transformer_skeleton.py is not in your submission" in graded.output("2.2")
+    assert graded.data["output"].count("question1.py is not in your submission") == 1
 
 
 def test_files_uploaded_inside_folders_are_found(tmp_path: Path, solution_graded) -> None:
