@@ -81,11 +81,16 @@ def generation_cases(
 
 
 def theory_cases(
-    reference: ModuleType, rng: np.random.Generator, n: int = 8, n_default: int = 2
+    reference: ModuleType,
+    rng: np.random.Generator,
+    n: int = 8,
+    n_default: int = 2,
+    mutants: dict[str, ModuleType] | None = None,
 ) -> list[dict[str, Any]]:
     """Random ``(L, D, n_layers, bytes)`` with the reference's byte count; then
     ``n_default`` cases of ``(L, D, n_layers)`` alone, for the signature's default
-    ``bytes_per_elem=2`` (fp16, the lab's formula)."""
+    ``bytes_per_elem=2`` (fp16, the lab's formula). Each case also holds the value of
+    every mutant that returns another one (``mistakes``), so check 4.4 can name it."""
     cases = []
     for i in range(n + n_default):
         args = [
@@ -95,10 +100,27 @@ def theory_cases(
         ]
         if i < n:
             args.append(int(rng.choice([1, 2, 4])))  # bytes per element
-        cases.append(
-            {"check": "4.4", "args": args, "expected": int(reference.theoretical_kv_bytes(*args))}
-        )
+        expected = int(reference.theoretical_kv_bytes(*args))
+        case: dict[str, Any] = {"check": "4.4", "args": args, "expected": expected}
+        mistakes = theory_mistakes(mutants or {}, args, expected)
+        if mistakes:
+            case["mistakes"] = mistakes
+        cases.append(case)
     return cases
+
+
+def theory_mistakes(mutants: dict[str, ModuleType], args: list[int], expected: int) -> dict:
+    """Mutant name -> what its ``theoretical_kv_bytes(*args)`` returns, where that is an
+    int other than ``expected`` (a mutant that raises or agrees is left out)."""
+    out = {}
+    for name, mod in mutants.items():
+        try:
+            value = mod.theoretical_kv_bytes(*args)
+        except Exception:
+            continue
+        if isinstance(value, int) and value != expected:
+            out[name] = value
+    return out
 
 
 def bench_prompts() -> int:
@@ -194,7 +216,7 @@ def build(reference: ModuleType, mutants: dict[str, ModuleType], diagnoses: dict
         "part": "part4",
         "version": 1,
         "cases": generation_cases(reference, rng, prefix="hidden prompt, ")
-        + theory_cases(reference, rng)
+        + theory_cases(reference, rng, mutants=mutants)
         + latency_cases(reference, BENCH_SEED + 1, "hidden "),
     }
     public = {
@@ -205,7 +227,7 @@ def build(reference: ModuleType, mutants: dict[str, ModuleType], diagnoses: dict
         "models": {"lab": LAB_MODEL, "hidden": HIDDEN_MODEL},
         "diagnoses": diagnoses,
         "signatures": signatures(reference, mutants),
-        "cases": public_cases(reference),
+        "cases": public_cases(reference, mutants),
     }
     return {
         "public/part4.json": ("part4_cases", public),
@@ -218,7 +240,9 @@ def build(reference: ModuleType, mutants: dict[str, ModuleType], diagnoses: dict
 MODEL_NAMES = {"lab": "lab model", "hidden": "second model (other sizes)"}
 
 
-def public_cases(reference: ModuleType) -> list[dict[str, Any]]:
+def public_cases(
+    reference: ModuleType, mutants: dict[str, ModuleType] | None = None
+) -> list[dict[str, Any]]:
     """The self-check's counterparts of the hidden cases: other prompts on the same two
     models and other ``theoretical_kv_bytes`` inputs, judged with the same messages;
     the latency prompts and the int8 cases."""
@@ -226,7 +250,7 @@ def public_cases(reference: ModuleType) -> list[dict[str, Any]]:
     shapes = (("lab", LAB_MODEL, 1, 6), ("hidden", HIDDEN_MODEL, 2, 5))
     return (
         generation_cases(reference, rng, shapes, prefix="public prompt, ")
-        + theory_cases(reference, rng, n=4)
+        + theory_cases(reference, rng, n=4, mutants=mutants)
         + latency_cases(reference, BENCH_SEED, "public ")
         + [int8_case(reference), int8_cache_case()]
     )

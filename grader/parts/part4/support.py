@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -69,6 +70,36 @@ def generation_problem(
             "cached step must feed only the newest token."
         )
     return problem
+
+
+@dataclass(frozen=True)
+class WrongValue:
+    """A case a function got wrong: the call as shown, what it returned, and what each
+    catalogued mistake returns there (``mistakes``, stored with the case)."""
+
+    what: str
+    got: int
+    mistakes: dict[str, Any]
+
+
+def summarise_wrong_values(wrong: list[WrongValue], total: int) -> tuple[list[str], list[str]]:
+    """Feedback lines for the wrong values of a check's cases, and the mistakes that
+    explain them. A mistake whose value every wrong case returned is named, once, with
+    one example, not case by case; wrong values that no single mistake explains are
+    listed as they are (the caller cuts a long list)."""
+    if not wrong:
+        return [], []
+    names = [
+        name for name in wrong[0].mistakes if all(w.mistakes.get(name) == w.got for w in wrong)
+    ]
+    if not names:
+        return [f"{w.what} returned {w.got:,}, which is wrong." for w in wrong], []
+    first = wrong[0]
+    line = (
+        f"{len(wrong)} of {total} cases returned a wrong value, all wrong in the same way; "
+        f"e.g. {first.what} returned {first.got:,}."
+    )
+    return [line], names
 
 
 #: What unpacking transformers 5's cache as (key, value) pairs raises: its items are triples.

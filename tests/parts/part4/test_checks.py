@@ -236,9 +236,47 @@ def test_run_counts_are_checked_when_the_exact_cases_cannot_run(tmp_path, fixed)
     if fixed:
         assert graded.score("4.8") == 0
         assert "it ran generate_with_cache 4 for L = 2, 4 for L = 3" in output
-        assert "must run warmup + repeats = 6 times for every L" in output
+        assert "must run warmup + repeats = 7 times for every L" in output
     else:
         assert graded.score("4.8") == POINTS["part4"]["4.8"], output
+
+
+# The course lab's habits: ten passes of the model as its warm-up (the lab leaves the
+# warm-up open), then `repeats` timed runs per L and mode, averaged (the mean).
+OWN_WARMUP = [
+    ('    for L in L_values:\n        result["L"].append(int(L))\n',
+     "    for _ in range(10):  # warm up: ten passes of the model\n"
+     "        model(prompt)\n"
+     '    for L in L_values:\n        result["L"].append(int(L))\n'),
+    ("for i in range(warmup + repeats):", "for i in range(repeats):"),
+    ("if i >= warmup:", "if True:"),
+    ("statistics.median(times)", "statistics.mean(times)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("exact", [True, False], ids=["driven clock", "run counts"])
+def test_a_warm_up_of_model_passes_and_the_mean_keep_4_8(tmp_path, exact: bool) -> None:
+    """The course's lab says "average latency per token" and nothing of a warm-up: ten
+    model passes in place of `warmup` generate runs, and the mean of the timed runs, are
+    as right as the kit's loop, on the driven clock and by the run counts alike."""
+    edits = OWN_WARMUP if exact else [NO_CACHE_VIA_CACHE, *OWN_WARMUP]
+    submission = patched_solution(tmp_path / "submission", "kv_lab.py", edits)
+    graded = run_grade(submission, tmp_path / "out", parts=["part4"], numbers=frozenset({"4.8"}))
+    output = graded.output("4.8")
+    assert graded.score("4.8") == POINTS["part4"]["4.8"], output
+    skipped = "The exact cases on the grader's own clock are skipped" in output
+    assert skipped != exact, output
+
+
+def test_theoretical_bytes_without_the_factor_2_is_named_once(tmp_path) -> None:
+    graded = mutant_graded(tmp_path, "theory_without_factor_2", {"4.4"})
+    output = graded.output("4.4")
+    assert graded.score("4.4") == 0
+    assert graded.test("4.4")["extra_data"]["causes"] == ["theory_without_factor_2"]
+    assert output.count("leaves out the factor 2 in theoretical_kv_bytes") == 1, output
+    assert re.search(r"\b(\d+) of \1 cases returned a wrong value, all wrong in the same way",
+                     output), output  # fmt: skip
+    assert len(re.findall(r"theoretical_kv_bytes\(.*?\) returned [\d,]+", output)) == 1, output
 
 
 def mutant_graded(tmp_path, name: str, numbers: set[str]):

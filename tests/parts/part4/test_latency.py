@@ -13,12 +13,14 @@ import pytest
 from grader.parts.part4.latency import (
     AVERAGES,
     CLOCKED_CASES,
+    RUN_COUNT_CASE,
     UNTIMED_STARTS,
     clocked_figures,
     clocked_problem,
     follows_call_pattern,
     judge_latency,
     latency_figures,
+    run_count_problem,
     same_figures,
 )
 
@@ -191,3 +193,34 @@ def test_every_clocked_case_gives_every_generation_a_second_call() -> None:
 )
 def test_the_call_pattern_is_the_handouts(lengths, cached: bool, ok: bool) -> None:
     assert follows_call_pattern(lengths, 8, 3, cached) is ok
+
+
+@pytest.mark.parametrize("case", CLOCKED_CASES, ids=lambda c: c.what)
+def test_a_warm_up_of_its_own_is_accepted_only_where_the_clock_saw_one(case) -> None:
+    """Every one of the `repeats` runs timed, after a warm-up of the lab's own (model
+    passes, which leave no mark on the driven clock): right where the grader's clock saw
+    the warm-up (own_warmup), the known no-warm-up mistake otherwise; no other mistake
+    gives the figures of such a reading."""
+    s = case.settings
+    accepted = {(0, s["repeats"], False, 1), (s["warmup"], s["repeats"], False, 1)}
+    for start in UNTIMED_STARTS:
+        for average in AVERAGES:
+            figures = clocked_figures(case, warmup=0, start=start, average=average)
+            assert clocked_problem(case, figures, own_warmup=True) == ("", None)
+            if start == (0, 0) and average is statistics.median:
+                assert clocked_problem(case, figures)[1] == "latency_no_warmup"
+            for h in HYPOTHESES - accepted:
+                mistake = clocked_figures(case, batch=h[3], warmup=h[0], repeats=h[1],
+                                          first_only=h[2])  # fmt: skip
+                assert not same_figures(mistake, figures), (start, average, h)
+
+
+def test_run_counts_accept_repeats_alone_only_after_a_warm_up_of_its_own() -> None:
+    case = RUN_COUNT_CASE
+    timed_only = [L for L in case["L_values"] for _ in range(case["repeats"])]
+    calls = {"no_cache": timed_only, "cache": timed_only}
+    assert run_count_problem(calls, case, own_warmup=True) == ""
+    problem = run_count_problem(calls, case)
+    assert problem and "must run warmup + repeats = 7 times for every L" in problem
+    hard_coded = [L for L in case["L_values"] for _ in range(4)]  # the handout's 1 + 3
+    assert run_count_problem({"no_cache": hard_coded, "cache": hard_coded}, case, own_warmup=True)

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import math
 
-from grader.parts.part4.support import generation_problem, plain_value
+from grader.parts.part4.support import (
+    WrongValue,
+    generation_problem,
+    plain_value,
+    summarise_wrong_values,
+)
 
 
 def test_plain_value_decodes_the_workers_encoding() -> None:
@@ -31,3 +36,27 @@ def test_a_continuation_that_refeeds_the_prompt_is_named() -> None:
     problem = generation_problem(case, True, 2, [4, 1], lambda names: f"named {names}")
     assert "feed only the 2 it does not hold" in problem
     assert "named ['cache_from_refeeds_prompt']" in problem
+
+
+def test_wrong_values_one_mistake_explains_are_summarised_once() -> None:
+    wrong = [
+        WrongValue(f"theoretical_kv_bytes({L}, 768, 6, 2)", L * 768 * 6 * 2,
+                   {"theory_without_factor_2": L * 768 * 6 * 2})
+        for L in (10, 20, 30)
+    ]  # fmt: skip
+    lines, names = summarise_wrong_values(wrong, 16)
+    assert names == ["theory_without_factor_2"]
+    assert lines == [
+        "3 of 16 cases returned a wrong value, all wrong in the same way; "
+        "e.g. theoretical_kv_bytes(10, 768, 6, 2) returned 92,160."
+    ]
+
+
+def test_wrong_values_no_mistake_explains_name_none() -> None:
+    wrong = [
+        WrongValue("f(1)", 5, {"theory_without_factor_2": 5}),
+        WrongValue("f(2)", 7, {"theory_without_factor_2": 8}),
+    ]
+    lines, names = summarise_wrong_values(wrong, 4)
+    assert names == []
+    assert lines == ["f(1) returned 5, which is wrong.", "f(2) returned 7, which is wrong."]
