@@ -313,6 +313,24 @@ def cache_shapes(model: Any) -> list[list[Any]]:
     return found
 
 
+def cache_dtypes(model: Any) -> dict[str, Any]:
+    """The dtypes of every ``cache_k`` / ``cache_v`` tensor the model holds now, and of
+    its first floating-point parameter (a hint for feedback: a cache wider than the
+    model's keys takes more memory than its shape says)."""
+    import torch
+
+    caches = sorted(
+        {
+            str(t.dtype).removeprefix("torch.")
+            for module in model.modules()
+            for t in (getattr(module, "cache_k", None), getattr(module, "cache_v", None))
+            if isinstance(t, torch.Tensor)
+        }
+    )
+    weights = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
+    return {"cache": caches, "model": str(weights).removeprefix("torch.") if weights else None}
+
+
 #: Names under which a tensor is a cache whatever its shape (Meta's).
 CACHE_NAMES = ("cache_k", "cache_v")
 #: How deep lists, tuples, dicts and plain objects are searched for cache tensors.
@@ -495,7 +513,8 @@ def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict
         )
         return {"effect": effect}, {}
     if op == "cache_shapes":  # what cache_k / cache_v every attention layer holds now
-        return {"shapes": cache_shapes(MODELS[_key(request)])}, {}
+        model = MODELS[_key(request)]
+        return {"shapes": cache_shapes(model), "dtypes": cache_dtypes(model)}, {}
     if op == "settle":  # before the grader reads the worker's resident memory
         release_freed_memory()
         return {}, {}

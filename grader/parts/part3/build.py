@@ -22,6 +22,7 @@ from grader.parts.part3.build_generate import (
     full_batch,
     sampling_probe,
     stop_batch,
+    token_texts,
 )
 from grader.parts.part3.build_pools import bench_pools
 from grader.parts.part3.cases import (
@@ -250,6 +251,7 @@ def build(
             for n in (GROWTH_PROMPT, WORK_PROMPT, 64, 128, 256)
         },
         "diagnoses": diagnoses,
+        "token_texts": token_texts(ref, VOCAB),
         "models": {"public": model_entry("public")},
         "cases": [*({**c, "check": "3.2"} for c in cases), capacity],
     }

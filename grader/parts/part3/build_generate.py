@@ -36,8 +36,15 @@ def sampling_probe(ref: Observer) -> dict[str, Any]:
     tok = ref.tokenizer
     ids = np.array([tok.encode(SAMPLE_PROMPT, bos=True, eos=False)], dtype=np.int64)
     logits = ref.forward("public", ids, "no_cache")[0, -1]  # (vocab,)
-    text_of = ["" if i in tok.stop_tokens else tok.decode([i]) for i in range(logits.shape[0])]
-    return sampling_case(logits, text_of)
+    return sampling_case(logits, token_texts(ref, logits.shape[0]))
+
+
+def token_texts(ref: Observer, vocab: int) -> list[str]:
+    """The text ``generate`` returns for each token id drawn as its only new token ("" for
+    a stop token, where the text ends): check 3.10 reads the texts a submission drew as
+    tokens of its own logits' distribution."""
+    tok = ref.tokenizer
+    return ["" if i in tok.stop_tokens else tok.decode([i]) for i in range(vocab)]
 
 
 def full_batch(ref: Observer) -> dict[str, Any]:

@@ -257,13 +257,12 @@ def text_distribution(probs: np.ndarray, text_of: list[str]) -> dict[str, float]
     return out
 
 
-def sampling_case(logits: np.ndarray, text_of: list[str]) -> dict[str, Any]:
-    """What check 3.10 expects of ``generate(temperature=0.6, top_p=0.9)``: the texts
-    the first token may read, and a band for the frequency of the likeliest one.
-
-    A sampler that ignores the temperature, or is always greedy, must fall outside
-    the band or draw a text outside the nucleus; regen refuses a probe where it would not.
-    """
+def sampling_band(logits: np.ndarray, text_of: list[str]) -> dict[str, Any] | None:
+    """What ``generate(temperature=0.6, top_p=0.9)`` must draw as its first token where
+    the model's last-position logits are ``logits``: the texts it may read, and a band
+    for the frequency of the likeliest one. None where a sampler that ignores the
+    temperature, or is always greedy, could pass it (neither outside the band nor
+    drawing a text outside the nucleus), so the probe could not tell them apart."""
     n = SAMPLE_ROWS * SAMPLE_CALLS
     want = text_distribution(
         nucleus_distribution(logits, SAMPLE_TEMPERATURE, SAMPLE_TOP_P), text_of
@@ -273,19 +272,31 @@ def sampling_case(logits: np.ndarray, text_of: list[str]) -> dict[str, Any]:
     band = SAMPLE_SIGMAS * float(np.sqrt(p * (1 - p) / n))
     plain = text_distribution(nucleus_distribution(logits, 1.0, SAMPLE_TOP_P), text_of)
     outside = sum(v for k, v in plain.items() if k not in want)
-    assert abs(plain.get(top, 0.0) - p) > 2 * band or outside > 0.2, "probe cannot tell T"
-    assert 1.0 - p > 2 * band, "probe cannot tell a greedy sampler"
+    tells_t = abs(plain.get(top, 0.0) - p) > 2 * band or outside > 0.2
+    if not (tells_t and 1.0 - p > 2 * band):
+        return None
+    return {
+        "nucleus": sorted(want),
+        "top_text": top,
+        "top_probability": p,
+        "band": band,
+        "top_probability_at_1": plain.get(top, 0.0),
+    }
+
+
+def sampling_case(logits: np.ndarray, text_of: list[str]) -> dict[str, Any]:
+    """What check 3.10 expects of ``generate(temperature=0.6, top_p=0.9)`` on the
+    reference's logits (see :func:`sampling_band`); regen refuses a probe that cannot
+    tell a sampler that ignores the temperature, or is always greedy."""
+    band = sampling_band(logits, text_of)
+    assert band is not None, "probe cannot tell T or a greedy sampler"
     return {
         "prompt": SAMPLE_PROMPT,
         "temperature": SAMPLE_TEMPERATURE,
         "top_p": SAMPLE_TOP_P,
         "rows": SAMPLE_ROWS,
         "calls": SAMPLE_CALLS,
-        "nucleus": sorted(want),
-        "top_text": top,
-        "top_probability": p,
-        "band": band,
-        "top_probability_at_1": plain.get(top, 0.0),
+        **band,
     }
 
 

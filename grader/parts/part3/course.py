@@ -89,17 +89,10 @@ def generation_causes(
 ) -> dict[str, str]:
     """The course template's mistakes that explain a generate whose texts ``got`` differ
     from the reference's ``want``, as the worker saw them (its first token ids and the
-    positions of its forward calls): no BOS, positions past ``max_seq_len``, no stop at
-    ``<|eot_id|>``. Each is named only where the evidence shows it: id -> text."""
-    causes = {}
-    bos = meta.get("bos_id")
-    first = header.get("first_ids") or []
-    if bos is not None and first and any(t != bos for t in first):
-        causes["bos_missing"] = (
-            f"the prompts were encoded without BOS: the first token your generate fed the "
-            f"model is {first[0]}, not <|begin_of_text|> ({bos}). Llama 3 expects it first: "
-            "tokenizer.encode(prompt, bos=True, eos=False)."
-        )
+    positions of its forward calls): no BOS, a left-padded batch, positions past
+    ``max_seq_len``, no stop at ``<|eot_id|>``. Each is named only where the evidence
+    shows it: id -> text."""
+    causes = first_token_causes(header.get("first_ids") or [], meta.get("bos_id"))
     calls = header.get("calls") or []
     reached = max((int(s) + int(n) for s, n in calls), default=0)
     if reached > max_seq_len:
@@ -121,6 +114,37 @@ def generation_causes(
             "there."
         )
     return causes
+
+
+def first_token_causes(first: list[Any], bos: int | None) -> dict[str, str]:
+    """What the first token of each row that generate fed the model shows: no BOS in any
+    row, or BOS in some rows and one other id in the rest, the pad of a left-padded batch
+    (the shorter prompts pushed right, behind pad tokens they attend to, at other
+    positions); nothing where neither explains the ids."""
+    if bos is None or not first or all(t == bos for t in first):
+        return {}
+    if bos not in first:
+        return {
+            "bos_missing": (
+                f"the prompts were encoded without BOS: the first token your generate fed "
+                f"the model is {first[0]}, not <|begin_of_text|> ({bos}). Llama 3 expects it "
+                "first: tokenizer.encode(prompt, bos=True, eos=False)."
+            )
+        }
+    pads = {t for t in first if t != bos}
+    if len(pads) != 1:
+        return {}
+    rows = [i + 1 for i, t in enumerate(first) if t != bos]
+    return {
+        "left_padded": (
+            f"the batch was left-padded: generate fed the model {pads.pop()} as the first "
+            f"token of row(s) {rows} and <|begin_of_text|> ({bos}) in the others, so the "
+            "shorter prompts sit behind pad tokens, which they attend to, at positions "
+            "other than their own. Meta's generate right-pads: tokens[k, : len(t)] = t, "
+            "decoding from min_prompt_len and keeping each prompt's own tokens "
+            "(input_text_mask)."
+        )
+    }
 
 
 def likely_causes(causes: list[str]) -> str:

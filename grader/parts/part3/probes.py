@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from grader.checks.base import with_output
+from grader.checks.base import likely_cause, with_output
 from grader.parts.part3.cases import (
     MAX_CACHE_MEMORY_RATIO,
     MEMORY_MAX_BATCH,
@@ -170,14 +170,56 @@ class Part3Probes(Part3Base):
         )
         if ratio <= MAX_CACHE_MEMORY_RATIO:  # NaN never is
             return []
-        return [
+        problem = (
             f"On the tiny model with max_batch_size={MEMORY_MAX_BATCH} and max_seq_len="
             f"{MEMORY_MAX_SEQ_LEN}, your process's resident memory, read by the grader, grew "
             f"by {grown / MIB:.1f} MiB more with kv_caching=True than without: {ratio:.2f}x a "
-            "cache of (max_batch_size, max_seq_len, n_kv_heads, head_dim). The cache must hold "
-            "n_kv_heads heads (grouped-query attention): store xk and xv as they are and call "
-            "repeat_kv after reading them."
-        ]
+            "cache of (max_batch_size, max_seq_len, n_kv_heads, head_dim) in the model's dtype."
+        )
+        return [f"{problem} {self.cache_size_cause(params)}".strip()]
+
+    def cache_size_cause(self, params: dict[str, Any]) -> str:
+        """Why the cache takes more memory than its size, where what the worker reports of
+        the cached public model shows it: cache tensors wider than the model's weights
+        (float64 for a float32 model), or a cache of every query head (GQA expanded
+        before the cache); "" where it shows neither (a hint: never decides the check)."""
+        report = self.cache_report().get(True, {})
+        heads = {
+            shape[2]
+            for layer in report.get("shapes") or []
+            for shape in (layer if isinstance(layer, list) else [])
+            if isinstance(shape, list) and len(shape) == 4
+        }
+        dtypes = report.get("dtypes") if isinstance(report.get("dtypes"), dict) else {}
+        model, cache = dtypes.get("model"), dtypes.get("cache") or []
+        if heads == {params["n_kv_heads"]} and model and any(d != model for d in cache):
+            return (
+                f"Your process reports caches of the right shape, in {', '.join(cache)} where "
+                f"the model computes in {model}. "
+                + likely_cause(
+                    ["cache_float64"] if "float64" in cache else [], self.meta()["diagnoses"]
+                )
+            ).strip()
+        if heads == {params["n_heads"]} != {params["n_kv_heads"]}:
+            return (
+                "The cache must hold n_kv_heads heads (grouped-query attention): store xk and "
+                "xv as they are and call repeat_kv after reading them."
+            )
+        return ""
+
+    def cache_report(self) -> dict[bool, dict[str, Any]]:
+        """What the worker says the public models' attention layers hold now, per
+        ``kv_caching``: ``shapes`` (cache_k / cache_v per layer) and ``dtypes`` (of the
+        cache tensors and of the model); a mode whose model cannot answer is left out."""
+        found = {}
+        for cache in (True, False):
+            try:
+                header = {"op": "cache_shapes", "model": "public", "kv_caching": cache}
+                reply = self.call(header, {}, f"inspecting cache_k / cache_v (kv_caching={cache})")
+            except SubmissionError:
+                continue
+            found[cache] = reply.header if isinstance(reply.header, dict) else {}
+        return found
 
     def resident_after(
         self, steps: list[tuple[str, bool, bool] | None], settle_on: tuple[str, bool]
@@ -203,14 +245,10 @@ class Part3Probes(Part3Base):
     def reported_shapes(self) -> str:
         """What the worker says the attention layers of the public models hold: a hint for
         feedback (the submission's process reports it, so it never decides a check)."""
-        found = []
-        for cache in (True, False):
-            try:
-                header = {"op": "cache_shapes", "model": "public", "kv_caching": cache}
-                reply = self.call(header, {}, f"inspecting cache_k / cache_v (kv_caching={cache})")
-                found.append(f"kv_caching={cache}: {reply.header.get('shapes', [])}")
-            except SubmissionError:
-                continue
+        found = [
+            f"kv_caching={cache}: {report.get('shapes', [])}"
+            for cache, report in self.cache_report().items()
+        ]
         if not found:
             return ""
         return "Hint, as your process reports them: cache_k / cache_v shapes per layer, " + (
@@ -222,7 +260,8 @@ class Part3Probes(Part3Base):
     def check_mode_switches(self, gen: dict[str, Any]) -> None:
         """``Llama.generate(kv_caching=...)`` switches the model it is called on: a
         cache-free call after cached ones, and a cached call on a model built without
-        the cache, give what a model built for that mode gives."""
+        the cache, give what a model built for that mode gives. A run whose text differs
+        from the reference's as that model's does is not the switch's fault."""
         meta = self.meta()
         runs = {  # name -> (prompts, kv_caching, built with, expected texts)
             "after": (gen["second_prompts"], False, True, meta["expected_second"]),
@@ -239,7 +278,27 @@ class Part3Probes(Part3Base):
                 observed[name] = self.texts(reply)
             except SubmissionError as exc:
                 observed[name] = {"error": exc.signature}
-        problems = [SWITCH_PROBLEMS[n] for n, run in runs.items() if observed[n] != run[3]]
+        wrong = [n for n, run in runs.items() if observed[n] != run[3]]
+        # Text a model built for the run's mode gives too is wrong from the start (check
+        # 3.5's): the switch itself did what it must.
+        same = [n for n in wrong if observed[n] == self.built_for_mode(*runs[n][:2])]
+        for name in same:
+            prompts, cache = runs[name][:2]
+            print(
+                f"generate(kv_caching={cache}) after a switch of the mode gave other text "
+                f"than the reference on {len(prompts)} prompts, the same as your model built "
+                f"with kv_caching={cache}: the switch is right; the text is wrong from the "
+                "start (see check 3.5)."
+            )
+        problems = [SWITCH_PROBLEMS[n] for n in wrong if n not in same]
         if problems:
             problems.append(self.name_mistakes("mode_switch", observed))
             self.fail("\n".join(p for p in problems if p))
+
+    def built_for_mode(self, prompts: list[str], cache: bool) -> list[str] | None:
+        """The texts of ``prompts`` on the public model built with ``kv_caching=cache``,
+        never switched (None where it fails)."""
+        try:
+            return self.texts(self.generate(prompts, cache))
+        except SubmissionError:
+            return None

@@ -42,6 +42,7 @@ from grader.parts.part3.course import (
     rope_convention,
     rope_view,
 )
+from grader.parts.part3.sampling import judge_draws, own_band
 from grader.runtime.client import Reply, SubmissionError
 
 
@@ -330,9 +331,10 @@ class Part3Base(GradedTestCase):
 
     def temperature_problem(self) -> str:
         """ "" when ``generate`` samples the first token from softmax(logits / T) cut to the
-        nucleus: drawn many times, every text lies in the reference's nucleus and the
-        likeliest one comes up as often as its probability says (within a band of
-        six standard deviations, so a correct sampler with any seeding passes); else why not."""
+        nucleus: drawn many times, every text lies in the nucleus and the likeliest one
+        comes up as often as its probability says (within a band of six standard
+        deviations, so a correct sampler with any seeding passes); else why not. Judged
+        against the logits the submission sampled from (see :mod:`.sampling`)."""
         probe = self.meta()["sampling"]
         drawn: list[str] = []
         replies = []
@@ -345,41 +347,28 @@ class Part3Base(GradedTestCase):
                 temperature=probe["temperature"],
                 top_p=probe["top_p"],
                 seed=seed,
-                record_logits=False,
+                record_logits=seed == 0,  # the logits it draws from, once
             )
             replies.append(reply)
             drawn += [t for t in self.texts(reply) if isinstance(t, str)]
-        n = probe["rows"] * probe["calls"]
-        top, p, band = probe["top_text"], probe["top_probability"], probe["band"]
-        outside = sorted({t for t in drawn if t not in probe["nucleus"]})
-        freq = drawn.count(top) / n
-        if len(drawn) == n and not outside and abs(freq - p) <= band:
+        logits = replies[0].arrays.get("step_logits")
+        band = own_band(logits, self.raw().get("token_texts"), self.atol())
+        verdict = judge_draws(drawn, probe, band or probe)
+        if verdict.passed:
             return ""
-        setting = f"temperature={probe['temperature']}, top_p={probe['top_p']}"
-        lines = [
-            f"generate({setting}) was asked {n} times for one token after "
-            f"{probe['prompt']!r} (seeds 0 to {probe['calls'] - 1}, {probe['rows']} rows each)."
-        ]
-        if len(drawn) != n:
-            lines.append(f"It returned {len(drawn)} texts.")
-        if outside:
-            lines.append(
-                f"{len(outside)} of the texts it drew lie outside the top-p nucleus of "
-                f"softmax(logits / {probe['temperature']}), e.g. {outside[:3]}."
-            )
-        lines.append(
-            f"The likeliest token ({top!r}, probability {p:.2f}) came up {freq:.2f} of the "
-            f"time (accepted: {max(0.0, p - band):.2f} to {min(1.0, p + band):.2f})."
-        )
-        names = []
-        if drawn and freq == 1.0:
-            names.append("always_greedy")
-        elif abs(freq - probe["top_probability_at_1"]) <= band:
-            names.append("temperature_ignored")
-        lines.append(
-            self.generation_cause(replies[0], []) or likely_cause(names, self.meta()["diagnoses"])
-        )
-        return "\n".join(line for line in lines if line)
+        if band is None:  # the reference's distribution: the model's logits may explain it
+            cause = self.generation_cause(replies[0], [])
+        else:
+            verdict.lines.insert(1, OWN_LOGITS_NOTE)
+            cause = likely_cause(verdict.names, self.meta()["diagnoses"])
+        return "\n".join(line for line in [*verdict.lines, cause] if line)
+
+
+#: Where check 3.10 judged the draws by the submission's own logits.
+OWN_LOGITS_NOTE = (
+    "The draws are judged against the distribution of your model's own logits for this "
+    "prompt (what your generate samples from), whatever other checks say of them."
+)
 
 
 def describe(mode: str) -> str:

@@ -244,3 +244,80 @@ def test_peak_memory_is_reported_once_per_batch_with_where_it_was_read(
         f"not graded): 0.75x (runs 0.75-0.75x) (the course expects at most "
         f"{bench['max_peak_memory_ratio']:g}x)"
     ]
+
+
+def grade_numbers(tmp_path: Path, file: str, edits: list[tuple[str, str]], numbers: set[str]):
+    """The solution with ``edits``, graded on Part 3's checks ``numbers`` only."""
+    submission = patched_solution(tmp_path / "submission", file, edits)
+    return run_grade(submission, tmp_path / "out", parts=["part3"], limits=LIMITS,
+                     numbers=frozenset(numbers))  # fmt: skip
+
+
+def test_a_float64_cache_is_blamed_on_its_dtype_not_on_gqa(tmp_path: Path) -> None:
+    """The cache of the right shape in float64: twice the memory, as a GQA-expanded cache
+    on the public model, but the shapes the process reports are right, so the dtype is
+    named."""
+    from grader.ta.mutants import load_mutants
+
+    [mutant] = [m for m in load_mutants("part3") if m.name == "cache_float64"]
+    graded = grade_numbers(tmp_path, mutant.file, list(mutant.edits), {"3.1"})
+    output = graded.output("3.1")
+    assert graded.score("3.1") == 0
+    assert "in float64 where the model computes in float32" in output, output
+    assert mutant.diagnosis in output
+    assert "grouped-query attention" not in output
+    assert graded.test("3.1")["extra_data"]["causes"] == ["cache_float64"]
+
+
+def test_a_left_padded_batch_is_named_not_a_missing_bos(tmp_path: Path) -> None:
+    left_pad = [
+        ("""        tokens = torch.full((bsz, total_len), pad_id, dtype=torch.long, device=device)
+        for k, t in enumerate(prompt_tokens):
+            tokens[k, : len(t)] = torch.tensor(t, dtype=torch.long, device=device)
+        is_prompt = tokens != pad_id  # (B, total_len)
+""", """        tokens = torch.zeros((bsz, total_len), dtype=torch.long, device=device)  # 0 pads
+        for k, t in enumerate(prompt_tokens):
+            tokens[k, max_prompt_len - len(t) : max_prompt_len] = torch.tensor(t, device=device)
+        is_prompt = torch.zeros_like(tokens, dtype=torch.bool)
+        is_prompt[:, :max_prompt_len] = True
+        min_prompt_len = max_prompt_len
+"""),
+        ("            start = len(prompt_tokens[k])\n", "            start = max_prompt_len\n"),
+    ]  # fmt: skip
+    graded = grade_numbers(tmp_path, "llama/generation.py", left_pad, {"3.5"})
+    output = graded.output("3.5")
+    assert graded.score("3.5") == 0
+    assert "the batch was left-padded: generate fed the model 0 as the first token" in output
+    assert "without BOS" not in output
+    assert "left_padded" in graded.test("3.5")["extra_data"]["causes"]
+
+
+def test_a_float16_softmax_that_overflows_is_not_blamed_on_set_kv_caching(
+    tmp_path: Path,
+) -> None:
+    """A softmax in float16 without the max subtracted overflows on one prompt in both
+    modes (check 3.5's); a switched model gives what a model built for the mode gives,
+    so check 3.8 keeps its points and says where the text goes wrong."""
+    fp16 = ("scores = F.softmax(scores.float(), dim=-1).type_as(xq)",
+            "e = torch.exp(scores.half())\n"
+            "        scores = (e / e.sum(dim=-1, keepdim=True)).type_as(xq)")  # fmt: skip
+    graded = grade_numbers(tmp_path, "llama/model.py", [fp16], {"3.5", "3.8"})
+    assert graded.score("3.5") == 0
+    output = graded.output("3.8")
+    assert graded.score("3.8") == graded.test("3.8")["max_score"], output
+    assert "set_kv_caching" not in output
+    assert "the switch is right; the text is wrong from the start (see check 3.5)" in output
+
+
+def test_rope_applied_again_to_the_cached_keys_keeps_3_10(tmp_path: Path) -> None:
+    """Keys rotated twice before the cache: the logits are wrong (other checks), but
+    generate samples its own logits as Meta's code does, so 3.10, judged by those
+    logits, keeps its points and blames no temperature."""
+    twice = ("self.cache_k[:bsz, start_pos : start_pos + seqlen] = xk",
+             "self.cache_k[:bsz, start_pos : start_pos + seqlen] = "
+             "apply_rotary_emb(xq, xk, freqs_cis=freqs_cis)[1]")  # fmt: skip
+    graded = grade_numbers(tmp_path, "llama/model.py", [twice], {"3.3", "3.10"})
+    assert graded.score("3.3") < graded.test("3.3")["max_score"]  # the logits are wrong
+    output = graded.output("3.10")
+    assert graded.score("3.10") == graded.test("3.10")["max_score"], output
+    assert "temperature" not in output.lower()

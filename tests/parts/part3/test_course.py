@@ -82,12 +82,23 @@ def header(first: list[int], calls: list[list[int]]) -> dict:
     return {"first_ids": first, "calls": calls}
 
 
-def test_bos_is_named_only_when_the_first_token_is_not_bos() -> None:
-    causes = generation_causes(header([40, BOS], [[0, 5]]), ["a"], ["b"], META, 128)
+def test_bos_is_named_only_when_no_row_starts_with_bos() -> None:
+    causes = generation_causes(header([40, 41], [[0, 5]]), ["a"], ["b"], META, 128)
     assert list(causes) == ["bos_missing"]
     assert "without BOS" in causes["bos_missing"] and "40" in causes["bos_missing"]
     assert generation_causes(header([BOS, BOS], [[0, 5]]), ["a"], ["b"], META, 128) == {}
     assert generation_causes(header([], []), ["a"], ["b"], META, 128) == {}
+
+
+def test_a_left_padded_batch_is_named_not_a_missing_bos() -> None:
+    """The shorter prompts of a left-padded batch start with the pad (0), the longest
+    with BOS: the 0 is a pad, not a prompt encoded without BOS."""
+    causes = generation_causes(header([0, BOS, 0], [[0, 5]]), ["a"], ["b"], META, 128)
+    assert list(causes) == ["left_padded"]
+    assert "left-padded" in causes["left_padded"] and "row(s) [1, 3]" in causes["left_padded"]
+    assert "without BOS" not in causes["left_padded"]
+    # Two other first ids beside BOS: neither explanation fits, so none is named.
+    assert generation_causes(header([0, 7, BOS], [[0, 5]]), ["a"], ["b"], META, 128) == {}
 
 
 def test_positions_past_max_seq_len_are_named() -> None:
