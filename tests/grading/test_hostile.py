@@ -231,7 +231,7 @@ def test_a_symlink_to_the_test_data_is_not_followed(tmp_path: Path) -> None:
     (submission / "answers.json").symlink_to(TEST_CASES / "hidden" / "part1.json")
     graded = run_grade(submission, tmp_path / "out", parts=["part1"], limits=FAST_LIMITS)
     assert graded.data["score"] == 0
-    assert "question1.py was not found" in graded.output("1.1")
+    assert "question1.py is not in your submission" in graded.output("1.1")
     assert "Not graded: question1.py" in graded.data["output"]
     assert "answers.json" in graded.data["output"]
 

@@ -124,12 +124,16 @@ def test_build_without_clear_errors_loses_only_3_1(tmp_path: Path) -> None:
     assert graded.score("3.2") == 4  # the checkpoint itself still loads
 
 
-def test_missing_llama_folder(tmp_path: Path) -> None:
+def test_a_model_py_alone_names_the_file_still_to_upload(tmp_path: Path) -> None:
+    """A flat ``model.py`` is taken as ``llama/model.py``; ``generation.py``, which a
+    student must edit too, is named as missing, with what to upload."""
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "model.py").write_text("x = 1\n")
     graded = run_grade(tmp_path / "sub", tmp_path / "out", parts=["part3"], limits=LIMITS)
     assert graded.data["score"] == 0
-    assert "llama/model.py was not found" in graded.output("3.2")
+    message = graded.output("3.2")
+    assert "llama/generation.py is not in your submission" in message
+    assert "Upload llama/model.py and llama/generation.py" in message
 
 
 def test_generate_returning_strings_is_explained(tmp_path: Path) -> None:

@@ -86,7 +86,8 @@ def plan_export(seed: int = 0) -> list[Entry]:
     """20 submissions with seeded ids and submitters: 4 solutions (one absent from the
     metadata, one by two students, one with plain keys), 2 blanks, 12 mutants, hang, crash."""
     rng = random.Random(seed)
-    kinds = ["solution"] * 4 + ["blank"] * 2 + [f"mutant:{m.name}" for m in load_mutants("part1")]
+    single = [m for m in load_mutants("part1") if not m.combines]  # one named cause each
+    kinds = ["solution"] * 4 + ["blank"] * 2 + [f"mutant:{m.name}" for m in single]
     kinds += ["hang", "crash"]
     ids = rng.sample(range(100_000_000, 1_000_000_000), len(kinds))
     entries = []
