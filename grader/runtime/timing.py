@@ -273,6 +273,30 @@ class Measurement:
     extra_rounds: int = 0  # rounds added to confirm a miss; the verdict is on all rounds
 
 
+#: Rounds a measurement always takes before its verdict may be settled early.
+MIN_ROUNDS = 2
+#: A criterion met by every run this many times past its limit is settled: more rounds
+#: cannot move its median back across the line.
+PASS_MARGIN = 1.25
+#: A criterion missed by every run this many times short of its limit, over at least
+#: ``MIN_MISS_ROUNDS`` rounds, is settled as missed. Wider and later than a pass: noise on
+#: a shared machine comes in bursts, and an honest submission must not lose to one.
+MISS_MARGIN, MIN_MISS_ROUNDS = 2.0, 3
+
+
+def settled(criterion: Criterion, rounds: int) -> bool:
+    """Whether ``criterion``'s verdict is decided after ``rounds`` rounds: every run on one
+    side of its limit by a margin (:data:`PASS_MARGIN`, :data:`MISS_MARGIN`). False for
+    NaN, which keeps measuring and is judged missed in the end."""
+    r, limit = criterion.ratio, criterion.limit
+    worst, best = (r.low, r.high) if criterion.at_least else (r.high, r.low)
+    if criterion.at_least:
+        passed, missed = worst >= limit * PASS_MARGIN, best <= limit / MISS_MARGIN
+    else:
+        passed, missed = worst <= limit / PASS_MARGIN, best >= limit * MISS_MARGIN
+    return passed or (missed and rounds >= MIN_MISS_ROUNDS)
+
+
 def measure(
     run: Callable[[str, int], Sample],
     variants: Sequence[str],
@@ -282,16 +306,33 @@ def measure(
     judge: Callable[[dict[str, Timing]], list[Criterion]],
     confirm_repeats: int = 0,
 ) -> Measurement:
-    """Time ``variants`` with :func:`interleaved` and ``judge`` the timings; if a
-    criterion is missed, time ``confirm_repeats`` more rounds and judge again on all
-    of them, so that one burst of background load cannot decide the verdict."""
-    timings = interleaved(run, variants, warmup=warmup, repeats=repeats)
-    criteria = judge(timings)
-    if confirm_repeats <= 0 or all(c.passed for c in criteria):
-        return Measurement(timings, criteria)
-    more = interleaved(run, variants, warmup=0, repeats=confirm_repeats)
-    pooled = {v: Timing(timings[v].samples + more[v].samples) for v in variants}
-    return Measurement(pooled, judge(pooled), confirm_repeats)
+    """Time ``variants`` interleaved, one round at a time, and ``judge`` the timings
+    until the verdict is decided (a sequential rule, not a fixed count):
+
+    - after :data:`MIN_ROUNDS` rounds, stop once every criterion is :func:`settled`
+      (a reference that passes with a 3-10x margin needs no more);
+    - after ``repeats`` rounds, stop if every criterion is met;
+    - otherwise go on, up to ``confirm_repeats`` rounds more, so that one burst of
+      background load cannot decide a miss; the verdict is on all rounds.
+    """
+    kept: dict[str, list[Sample]] = {v: [] for v in variants}
+    for i in range(warmup):
+        for variant in variants:
+            run(variant, i)
+    most, rounds = repeats + max(0, confirm_repeats), 0
+    while True:
+        for variant in variants:
+            kept[variant].append(run(variant, warmup + rounds))
+        rounds += 1
+        timings = {v: Timing(tuple(samples)) for v, samples in kept.items()}
+        criteria = judge(timings)
+        if rounds >= min(MIN_ROUNDS, repeats) and all(settled(c, rounds) for c in criteria):
+            break
+        if rounds == repeats and all(c.passed for c in criteria):
+            break
+        if rounds >= most:
+            break
+    return Measurement(timings, criteria, max(0, rounds - repeats))
 
 
 def _threads_cpu(pid: int) -> float:

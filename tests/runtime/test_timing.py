@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from grader.runtime.timing import (
+    MIN_MISS_ROUNDS,
+    MIN_ROUNDS,
     BenchmarkRecord,
     Criterion,
     Measurement,
@@ -25,6 +27,7 @@ from grader.runtime.timing import (
     interleaved,
     measure,
     rss_peak,
+    settled,
 )
 from tests.conftest import SOLUTION
 
@@ -124,12 +127,38 @@ def scripted(times: dict[str, list[float]]):
     return run, calls
 
 
-def test_measure_without_a_miss_times_no_more_rounds() -> None:
+def test_measure_stops_once_every_run_clears_the_limit() -> None:
+    """A 9x speedup against 2x needed is decided after MIN_ROUNDS rounds, before repeats."""
     run, calls = scripted({"plain": [9.0] * 10, "cached": [1.0] * 10})
     m = measure(run, ["plain", "cached"], warmup=1, repeats=3, judge=speedup_at_least(2.0),
                 confirm_repeats=6)  # fmt: skip
-    assert len(calls) == 2 * 4 and m.extra_rounds == 0
+    assert len(calls) == 2 * (1 + MIN_ROUNDS) and m.extra_rounds == 0
     assert [c.passed for c in m.criteria] == [True]
+
+
+def test_measure_near_the_line_times_its_repeats() -> None:
+    """2.2x against 2x needed is met but not by a margin: all ``repeats`` rounds."""
+    run, calls = scripted({"plain": [2.2] * 10, "cached": [1.0] * 10})
+    m = measure(run, ["plain", "cached"], warmup=1, repeats=4, judge=speedup_at_least(2.0),
+                confirm_repeats=6)  # fmt: skip
+    assert len(calls) == 2 * 5 and m.extra_rounds == 0 and m.criteria[0].passed
+
+
+def test_measure_stops_a_miss_far_below_the_line_without_confirming_it() -> None:
+    """0.5x against 2x needed, in every one of MIN_MISS_ROUNDS rounds: decided."""
+    run, calls = scripted({"plain": [0.5] * 12, "cached": [1.0] * 12})
+    m = measure(run, ["plain", "cached"], warmup=1, repeats=3, judge=speedup_at_least(2.0),
+                confirm_repeats=6)  # fmt: skip
+    assert len(calls) == 2 * (1 + MIN_MISS_ROUNDS) and not m.criteria[0].passed
+
+
+def test_a_nan_ratio_is_never_settled_and_never_passes() -> None:
+    nan = Criterion("k", "label", Ratio(math.nan, math.nan, math.nan), 2.0, True)
+    assert not settled(nan, 10) and not nan.passed
+    above = Criterion("k", "label", Ratio(3.0, 2.6, 3.5), 2.0, True)
+    assert settled(above, MIN_ROUNDS)
+    within = Criterion("k", "label", Ratio(1.0, 0.9, 1.2), 2.0, False)  # at most 2x
+    assert settled(within, MIN_ROUNDS) and within.passed
 
 
 def test_measure_confirms_a_miss_caused_by_a_burst_of_stalls() -> None:
@@ -139,7 +168,7 @@ def test_measure_confirms_a_miss_caused_by_a_burst_of_stalls() -> None:
     m = measure(run, ["plain", "cached"], warmup=1, repeats=3, judge=speedup_at_least(2.0),
                 confirm_repeats=6)  # fmt: skip
     assert m.extra_rounds == 6 and len(calls) == 2 * 10  # no second warm-up
-    assert calls[-2:] == [("plain", 5), ("cached", 5)]
+    assert calls[-2:] == [("plain", 9), ("cached", 9)]  # every round has its own index
     assert len(m.timings["cached"].samples) == 9  # verdict on every timed round
     assert m.criteria[0].passed and m.criteria[0].ratio.median == pytest.approx(4.0)
 

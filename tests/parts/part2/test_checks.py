@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 
 from grader.core.points import POINTS, part_total
+from grader.core.thresholds import load_thresholds
 from grader.parts.part2.cases import frequency_band, softmax64
+from grader.runtime.timing import MIN_ROUNDS
 from grader.ta.mutants import load_mutants
 from tests.conftest import PART2_LIMITS, ROOT, SOLUTION, patched_solution, run_grade
 
@@ -51,7 +53,9 @@ def test_benchmark_check_is_tagged_and_reports_its_figures(solution_graded) -> N
         "without the cache",
         "the reference, with the cache",
     }
-    assert len(record["timings"]["with the cache"]["runs_s"]) == 5  # the cpu profile's repeats
+    # The reference clears every limit by a margin: decided after MIN_ROUNDS, within repeats.
+    repeats = load_thresholds("cpu")["part2"]["repeats"]
+    assert MIN_ROUNDS <= len(record["timings"]["with the cache"]["runs_s"]) <= repeats
     assert "benchmark" not in solution_graded.test("2.2")["tags"]
 
 

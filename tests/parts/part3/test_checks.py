@@ -10,6 +10,7 @@ import pytest
 
 from grader.core.points import POINTS, part_total
 from grader.core.thresholds import load_thresholds
+from grader.runtime.timing import MIN_ROUNDS
 from grader.sandbox.sandbox import Limits
 from tests.conftest import Graded, patched_solution, run_grade
 
@@ -74,7 +75,8 @@ def test_benchmark_confirms_a_miss_caused_by_stalls(tmp_path: Path) -> None:
     timing = record["timings"]["batch 1, with the cache"]
     assert len(timing["runs_s"]) == 3 + confirm
     assert sum(r > 0.4 for r in timing["cpu_runs_s"]) == 2
-    assert len(record["timings"]["batch 8, with the cache"]["runs_s"]) == 3  # no miss there
+    # No miss there: decided once every run cleared its limits (MIN_ROUNDS up to repeats).
+    assert MIN_ROUNDS <= len(record["timings"]["batch 8, with the cache"]["runs_s"]) <= 3
     assert f"timed {confirm} more times" in graded.output("3.11")
 
 
