@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 import textwrap
 
-from grader.core.results import GradingResults, TestResult
+from grader.core.results import GradingResults
+from grader.core.score import is_bonus, part_scores, score_of
 
 #: Control characters a terminal acts on (C0 but newline and tab, DEL, C1): a student's
 #: output could clear the screen, draw a forged table or write the clipboard (OSC 52).
@@ -17,39 +18,21 @@ def terminal_safe(text: str) -> str:
     return CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
-def is_bonus(t: TestResult) -> bool:
-    """Extra credit: a check whose maximum is 0 (its points come on top of the part's)."""
-    return "bonus" in t.tags or (t.max_score == 0 and t.score > 0)
-
-
-def _score(regular: float, bonus: float, max_score: float) -> str:
-    """ "16 / 20 + 4 bonus": the regular points apart from the extra credit, so that a
-    bonus never hides a failed check behind a full-looking total."""
-    text = f"{regular:g} / {max_score:g}"
-    return f"{text} + {bonus:g} bonus" if bonus else text
-
-
 def score_table(results: GradingResults, *, width: int = 110) -> str:
-    """One line per check, grouped by part, with part totals and the overall score."""
+    """One line per check, grouped by part, with part totals and the overall score (the
+    bonus apart: :mod:`grader.core.score`)."""
     lines = []
-    totals = [0.0, 0.0, 0.0]  # regular, bonus, maximum
-    for part in results.by_part():
-        tests = [t for t in results.tests if t.part == part]
-        bonus = sum(t.score for t in tests if is_bonus(t))
-        regular = sum(t.score for t in tests if not is_bonus(t))
-        max_score = sum(t.max_score for t in tests)
-        totals = [totals[0] + regular, totals[1] + bonus, totals[2] + max_score]
-        lines.append(f"{part}  {_score(regular, bonus, max_score)}")
-        for t in tests:
+    parts = part_scores(results.tests)
+    for part, score in parts.items():
+        lines.append(f"{part}  {score.text()}")
+        for t in (t for t in results.tests if t.part == part):
             mark = "PASS" if t.status == "passed" else "FAIL"
-            points = f"{t.score:>5g} / {t.max_score:<4g}"
-            if is_bonus(t):
-                points = f"{t.score:>5g} bonus"
+            points = f"{t.score:>5g} bonus" if is_bonus(t) else f"{t.score:>5g} / {t.max_score:<4g}"
             # A long title wraps under itself: never cut (the points stay on its first line).
             name, *rest = textwrap.wrap(t.name, width - 22) or [""]
             lines.append(f"  {mark}  {name:<{width - 22}} {points}")
             lines += [f"        {more}" for more in rest]
-    lines.append(f"TOTAL  {_score(*totals)}")
+    lines.append(f"TOTAL  {score_of(results.tests).text()}")
     return "\n".join(lines)
 
 

@@ -26,6 +26,7 @@ from grader.core.results import (
     reserve_results,
     write_results,
 )
+from grader.core.score import part_scores, score_of
 from grader.core.thresholds import (
     grading_budget_s,
     leaderboard_entries,
@@ -62,12 +63,13 @@ CRASHED = (
 
 
 def summary(results: GradingResults, notes: list[str]) -> str:
-    """The top-of-page text a student sees on Gradescope."""
+    """The top-of-page text a student sees on Gradescope (the bonus apart, as every view
+    shows it: :mod:`grader.core.score`)."""
     lines = []
-    for part, (score, max_score) in results.by_part().items():
+    for part, score in part_scores(results.tests).items():
         title = PARTS[part].title if part in PARTS else part
-        lines.append(f"{part} ({title}): {score:g} / {max_score:g}")
-    lines.append(f"Total: {results.score:g} / {results.max_score:g}")
+        lines.append(f"{part} ({title}): {score.text()}")
+    lines.append(f"Total: {score_of(results.tests).text()}")
     if notes:
         lines += ["", *notes]
     return "\n".join(lines)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.core.figures import png_uri, pyplot
+from grader.core.score import check_text
 
 #: The reference's benchmark records, measured by ``python -m grader reference-benchmarks``
 #: and shipped beside selfcheck.py.
@@ -136,8 +137,23 @@ def logit_error_figure(tests: list[dict[str, Any]]) -> Any:
 PICTURES = (
     ("part4", "Part 4: latency against L", "the check 4.6 timed nothing (it failed before)"),
     ("part3", "Part 3: speedup per batch size", "the check 3.11 timed nothing (it failed before)"),
-    ("part2", "Part 2: per-position logit error", "no Part 2 logits check failed"),
+    ("part2", "Part 2: per-position logit error", ""),  # see logits_missing
 )
+#: Part 2's public logits checks: the ones that record their errors per position.
+LOGITS_CHECKS = ("2.2", "2.3", "2.4", "2.5")
+
+
+def logits_missing(tests: list[dict[str, Any]]) -> str:
+    """Why Part 2 has no picture: every logits check passed, or those that failed had no
+    logits to compare (an exception, a wrong shape: their feedback says which)."""
+    failed = [str(t.get("number")) for t in tests
+              if t.get("number") in LOGITS_CHECKS and t.get("status") != "passed"]  # fmt: skip
+    if not failed:
+        return "every Part 2 logits check passed"
+    return (
+        f"{'check ' + failed[0] if len(failed) == 1 else 'checks ' + ', '.join(failed)} "
+        "failed before any logits could be compared (their feedback below says why)"
+    )
 
 
 def pictures(data: dict[str, Any], reference: dict[str, Any]) -> dict[str, str]:
@@ -163,6 +179,7 @@ def render(data: dict[str, Any], reference: dict[str, Any]) -> str:
     for part, title, missing in PICTURES:
         if part not in graded:
             continue
+        missing = missing or logits_missing(data.get("tests", []))
         body = (f'<img alt="{esc(title)}" src="{drawn[part]}">' if part in drawn
                 else f"<p>No picture: {esc(missing)}.</p>")  # fmt: skip
         blocks.append(f"<h2>{esc(title)}</h2>{body}")
@@ -171,7 +188,7 @@ def render(data: dict[str, Any], reference: dict[str, Any]) -> str:
                       "</small></p>")  # fmt: skip
     checks = "".join(
         f'<h3 class="{"passed" if t.get("status") == "passed" else "failed"}">'
-        f"{esc(str(t.get('name', '')))} ({t.get('score', 0):g} / {t.get('max_score', 0):g})"
+        f"{esc(str(t.get('name', '')))} ({esc(check_text(t))})"
         f"</h3><pre>{esc(str(t.get('output', '')))}</pre>"
         for t in data.get("tests", [])
     )

@@ -92,7 +92,22 @@ def test_a_part_without_data_says_why_instead_of_drawing() -> None:
     page = render(data, {})
     assert images(page) == {}
     assert "No picture: the check 4.6 timed nothing" in page
-    assert "No picture: no Part 2 logits check failed" in page
+    assert "No picture: check 2.4 failed before any logits could be compared" in page
+
+
+def test_the_blank_skeleton_is_not_told_that_no_logits_check_failed() -> None:
+    data = results()
+    data["tests"] = [
+        {"number": n, "name": f"{n} logits", "status": "failed", "score": 0, "max_score": 4,
+         "tags": ["part2"], "output": "It raised NotImplementedError."}
+        for n in ("2.1", "2.2", "2.3", "2.4", "2.5")
+    ]  # fmt: skip
+    page = render(data, {})
+    assert "no Part 2 logits check failed" not in page
+    assert "checks 2.2, 2.3, 2.4, 2.5 failed before any logits could be compared" in page
+    for t in data["tests"]:
+        t.update(status="passed", score=4)
+    assert "No picture: every Part 2 logits check passed" in render(data, {})
 
 
 def test_the_curves_are_read_by_variant_and_l_and_drawn_relative() -> None:

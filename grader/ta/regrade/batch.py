@@ -198,9 +198,7 @@ def main(
     def record(folder: str, status: str) -> None:
         data = load_valid(results_of[folder]) or fallback_results("no results file")
         rows[folder] = row = make_row(folder, metadata.get(folder, []), data, status)
-        bar.set_postfix_str(
-            f"{row.status} {row.submission_id} ({row.total:g}/{row.max_score:g})", refresh=False
-        )
+        bar.set_postfix_str(f"{row.status} {row.submission_id} ({row.score.text()})", refresh=False)
         bar.update()
 
     run = dict(parts=parts, timeout_s=timeout_s, python=python, device=device, tags=tags)

@@ -16,6 +16,7 @@ from typing import Any
 
 from grader.core.figures import png_uri, pyplot
 from grader.core.registry import PARTS
+from grader.core.score import check_text
 from grader.ta.regrade.census import Cause, Measure, census, measures
 from grader.ta.regrade.report import Row, pass_rates
 
@@ -118,7 +119,7 @@ def students_table(rows: list[Row]) -> str:
         body.append(
             f'<tr><td><a href="#{anchor(r.submission_id)}">{esc(r.submission_id)}</a></td>'
             f"<td>{esc(names)}</td><td>{esc(r.status)}</td>{scores}"
-            f'<td class="num">{r.total:g} / {r.max_score:g}</td></tr>'
+            f'<td class="num">{esc(r.score.text())}</td></tr>'
         )
     return (
         f"<table><tr><th>submission</th><th>names</th><th>status</th>{head}<th>total</th></tr>"
@@ -133,13 +134,13 @@ def feedback_sections(rows: list[Row], results: dict[str, dict[str, Any]]) -> st
         data = results.get(r.submission_id) or {}
         failed = [t for t in data.get("tests", []) if t.get("status") != "passed"]
         checks = "".join(
-            f'<h4 class="failed">{esc(t.get("name", ""))} ({t.get("score", 0):g} / '
-            f"{t.get('max_score', 0):g})</h4><pre>{esc(t.get('output', ''))}</pre>"
+            f'<h4 class="failed">{esc(t.get("name", ""))} ({esc(check_text(t))})</h4>'
+            f"<pre>{esc(t.get('output', ''))}</pre>"
             for t in failed
         )
         sections.append(
             f'<details id="{anchor(r.submission_id)}"><summary>{esc(r.submission_id)}: '
-            f"{r.total:g} / {r.max_score:g}, {len(failed)} failed</summary>"
+            f"{esc(r.score.text())}, {len(failed)} failed</summary>"
             f"<pre>{esc(data.get('output', ''))}</pre>{checks}</details>"
         )
     return "".join(sections)

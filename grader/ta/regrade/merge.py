@@ -18,7 +18,8 @@ keeps its CPU checks and is flagged ``gpu-missing``. Without ``--gpu`` a CPU-onl
 ``results/<submission>/results.json`` (Gradescope's format; each check's
 ``extra_data.graded_by`` says which run, device and profile it came from),
 ``scores.csv`` (one row per student: Name, SID, Email, Total Score, Max Points, ready
-for Gradescope's score upload) and ``merge.json``.
+for Gradescope's score upload; then each part's regular points and the Bonus, which the
+Total Score includes, by the rule of :mod:`grader.core.score`) and ``merge.json``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 from grader.core.points import part_total
 from grader.core.registry import PARTS
 from grader.core.results import validate_results, write_results
+from grader.core.score import file_score
 from grader.ta.regrade.class_report import write_class_report
 from grader.ta.regrade.report import (
     Submitter,
@@ -251,13 +253,13 @@ def main(*, cpu: Path, gpu: Path | None, out_dir: Path) -> MergeSummary:
         people = (c.people if c and c.people else None) or (g.people if g else []) or [Submitter()]
         rows.append(make_row(folders[key], people, data, status))
         merged[folders[key]] = data
-        max_score = sum(float(t.get("max_score") or 0.0) for t in data["tests"])
-        scores = part_scores(data)
+        score, scores = file_score(data), part_scores(data)
         for p in people:
             table.append(
-                [*(safe_cell(x) for x in (p.name, p.sid, p.email)), f"{data['score']:g}",
-                 f"{max_score:g}", safe_cell(key),
+                [*(safe_cell(x) for x in (p.name, p.sid, p.email)), f"{score.total:g}",
+                 f"{score.max_score:g}", safe_cell(key),
                  *("" if scores[x] is None else f"{scores[x]:g}" for x in PARTS),
+                 f"{score.bonus:g}",
                  " ".join(records[folders[key]]["checks_from_gpu"]),
                  g.device if g else "", g.profile if g else "", c.profile if c else "", status]
             )  # fmt: skip
@@ -266,8 +268,8 @@ def main(*, cpu: Path, gpu: Path | None, out_dir: Path) -> MergeSummary:
     with open(out_dir / "scores.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(
-            [*CSV_COLUMNS, *PARTS, "GPU checks", "GPU device", "GPU profile", "CPU profile",
-             "merge status"]
+            [*CSV_COLUMNS, *PARTS, "Bonus", "GPU checks", "GPU device", "GPU profile",
+             "CPU profile", "merge status"]
         )  # fmt: skip
         writer.writerows(table)
     doc = {"cpu": str(cpu), "gpu": gpu and str(gpu), "counts": summary.counts,

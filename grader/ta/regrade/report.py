@@ -10,12 +10,15 @@ from __future__ import annotations
 import csv
 import json
 import re
+import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from grader.core.figures import pyplot
 from grader.core.registry import PARTS
+from grader.core.score import Score, file_score
+from grader.core.score import part_scores as check_part_scores
 
 #: ``died``: a cluster task that never finished (time limit, node failure, out of memory);
 #: it is submitted again by the next run.
@@ -37,9 +40,14 @@ class Row:
     submitters: list[Submitter]
     status: str  # one of STATUSES
     parts: dict[str, float | None]  # None: the results hold no check of that part
-    total: float
+    total: float  # the regular points plus the bonus (what Gradescope records)
     max_score: float
     bonus: float = 0.0  # extra credit within ``total`` (checks whose maximum is 0)
+
+    @property
+    def score(self) -> Score:
+        """The row's points as every view shows them (:mod:`grader.core.score`)."""
+        return Score(self.total - self.bonus, self.bonus, self.max_score)
 
 
 @dataclass(frozen=True)
@@ -69,19 +77,24 @@ def natural_key(name: str) -> list[tuple[int, Any]]:
 
 
 def part_scores(data: dict[str, Any]) -> dict[str, float | None]:
-    """Sum of the scores of the checks tagged with each part (None where a part has none)."""
-    scores: dict[str, float | None] = dict.fromkeys(PARTS)
-    for test in data.get("tests", []):
-        for part in set(PARTS) & set(test.get("tags") or []):
-            scores[part] = (scores[part] or 0.0) + float(test.get("score") or 0.0)
-    return scores
+    """The regular points of the checks of each part (None where a part has none); the
+    extra credit is the row's ``bonus``, as every view sets it apart."""
+    found = check_part_scores(data.get("tests", []))
+    return {p: found[p].regular if p in found else None for p in PARTS}
 
 
 def make_row(sub_id: str, people: list[Submitter], data: dict[str, Any], status: str) -> Row:
-    tests = data.get("tests", [])
-    max_score = sum(float(t.get("max_score") or 0.0) for t in tests)
-    bonus = sum(float(t.get("score") or 0.0) for t in tests if not t.get("max_score"))
-    return Row(sub_id, people, status, part_scores(data), float(data["score"]), max_score, bonus)
+    """One submission's row, its numbers by the one rule of :mod:`grader.core.score`."""
+    score = file_score(data)
+    return Row(sub_id, people, status, part_scores(data), score.total, score.max_score, score.bonus)
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """mean / median / min / max of ``values`` (zeros for none), rounded for a file."""
+    if not values:
+        return dict.fromkeys(("mean", "median", "min", "max"), 0.0)
+    found = (statistics.fmean(values), float(statistics.median(values)), min(values), max(values))
+    return {k: round(v, 4) for k, v in zip(("mean", "median", "min", "max"), found, strict=True)}
 
 
 def pass_rates(results: list[dict[str, Any]]) -> list[CheckRate]:
@@ -120,8 +133,11 @@ SUMMARY_MD = """# Regrade summary
 
 {submissions} submissions: {counts_text} ({elapsed_s:.0f} s).
 
-Total out of {max_score:g}: mean {total[mean]:.2f}, median {total[median]:g}, \
-min {total[min]:g}, max {total[max]:g}.
+Score out of {max_score:g}, the bonus apart: mean {score[mean]:.2f}, median \
+{score[median]:g}, min {score[min]:g}, max {score[max]:g}. {bonus_text}
+
+Total (score + bonus, what Gradescope records): mean {total[mean]:.2f}, median \
+{total[median]:g}, min {total[min]:g}, max {total[max]:g}.
 
 ![score histogram](score_histogram.png)
 
@@ -154,8 +170,8 @@ def write_outputs(summary: BatchSummary) -> None:
     with open(out / "scores.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(
-            ["submission_id", "names", "emails", "sids", *PARTS, "total", "bonus", "max_score",
-             "status"]
+            ["submission_id", "names", "emails", "sids", *PARTS, "score", "bonus", "total",
+             "max_score", "status"]
         )  # fmt: skip
         for r in rows:
             people = [
@@ -163,7 +179,9 @@ def write_outputs(summary: BatchSummary) -> None:
                 for k in ("name", "email", "sid")
             ]
             scores = ["" if r.parts[p] is None else f"{r.parts[p]:g}" for p in PARTS]
-            totals = [f"{r.total:g}", f"{r.bonus:g}", f"{r.max_score:g}", r.status]
+            score = r.score
+            totals = [f"{score.regular:g}", f"{score.bonus:g}", f"{score.total:g}",
+                      f"{score.max_score:g}", r.status]  # fmt: skip
             writer.writerow([safe_cell(r.submission_id), *people, *scores, *totals])
     people = {r.submission_id: [asdict(p) for p in r.submitters] for r in rows}
     (out / "submitters.json").write_text(json.dumps(people, indent=2) + "\n")
@@ -172,6 +190,11 @@ def write_outputs(summary: BatchSummary) -> None:
     doc = {
         "submissions": len(rows),
         "counts": summary.counts,
+        "score": spread([r.score.regular for r in rows]),
+        "bonus": {
+            "submissions": sum(r.bonus > 0 for r in rows),
+            **spread([r.bonus for r in rows if r.bonus > 0]),
+        },
         "total": {k: round(v, 4) for k, v in summary.stats.items()},
         "max_score": top,
         "elapsed_s": round(summary.elapsed_s, 2),
@@ -189,9 +212,20 @@ def write_outputs(summary: BatchSummary) -> None:
     )
     died = "".join(f"### {k}\n\n```\n{v}\n```\n\n" for k, v in summary.died.items())
     (out / "summary.md").write_text(
-        SUMMARY_MD.format(counts_text=counts_text, **doc) + table + (DIED_MD + died if died else "")
+        SUMMARY_MD.format(counts_text=counts_text, bonus_text=bonus_sentence(doc["bonus"]), **doc)
+        + table
+        + (DIED_MD + died if died else "")
     )
     save_histogram(bins, out / "score_histogram.png", max_score=top)
+
+
+def bonus_sentence(bonus: dict[str, float]) -> str:
+    """How many submissions earned extra credit, and how much on average."""
+    if not bonus["submissions"]:
+        return "No submission earned extra credit."
+    n = int(bonus["submissions"])
+    who = "1 submission" if n == 1 else f"{n} submissions"
+    return f"{who} earned extra credit ({bonus['mean']:g} bonus points on average)."
 
 
 def save_histogram(bins: list[tuple], path: Path, max_score: float = 0.0) -> None:

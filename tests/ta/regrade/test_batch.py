@@ -215,7 +215,7 @@ def test_scores_csv_has_the_expected_part1_totals(regraded: Regraded) -> None:
     assert list(rows) == [r.submission_id for r in regraded.summary.rows]
     assert set(rows) == {e.folder for e in regraded.entries}
     assert list(next(iter(rows.values()))) == [
-        "submission_id", "names", "emails", "sids", *PARTS, "total", "bonus", "max_score",
+        "submission_id", "names", "emails", "sids", *PARTS, "score", "bonus", "total", "max_score",
         "status",
     ]  # fmt: skip
     for e in regraded.entries:
@@ -513,6 +513,7 @@ def test_a_row_counts_its_bonus_apart() -> None:
     }
     row = batch.make_row("submission_1", [], data, "graded")
     assert (row.total, row.bonus, row.max_score) == (24, 4, 20)
+    assert row.parts["part4"] == 20 and row.score.text() == "20 / 20 + 4 bonus"
 
 
 def test_folders_and_metadata_that_disagree_are_warned_both_ways(
