@@ -311,28 +311,30 @@ def run_latency_runs(mod: Any, model: Any, request: dict[str, Any]) -> dict[str,
 #: The clocks a lab may time with: each is driven while ``measure_latency`` runs.
 DRIVEN_CLOCKS = (
     "perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "time_ns",
-    "process_time", "process_time_ns",
 )  # fmt: skip
+#: The process's CPU-time clocks: driven too, but they miss the time a run spends outside
+#: the process's computing (the driven clock's extra per generation), as CPU time does.
+#: The course's lab asks for latency, so figures read from them are the wrong ones.
+CPU_CLOCKS = ("process_time", "process_time_ns")
 
 
 def _clock_places(mod: Any, state: dict[str, Any]) -> tuple[list, dict[int, Any]]:
     """Where the lab can reach a standard clock (the ``time`` module, ``timeit``'s default
     timer, aliases in ``mod``) with the real clock found there, and the driven stand-in
-    of each real clock (by id): ``state["now"]`` in seconds, or in ns for ``*_ns``."""
+    of each real clock (by id): ``state["now"]`` in seconds, or in ns for ``*_ns``;
+    ``state["cpu"]`` for the CPU-time clocks (``CPU_CLOCKS``)."""
     import time as clock_module
     import timeit
 
-    reals = {name: getattr(clock_module, name) for name in DRIVEN_CLOCKS}
+    reals = {name: getattr(clock_module, name) for name in DRIVEN_CLOCKS + CPU_CLOCKS}
 
-    def seconds() -> float:
-        return state["now"]
+    def stand_in(name: str) -> Any:
+        key = "cpu" if name in CPU_CLOCKS else "now"
+        if name.endswith("_ns"):
+            return lambda: round(state[key] * 1e9)
+        return lambda: state[key]
 
-    def nanoseconds() -> int:
-        return round(state["now"] * 1e9)
-
-    fakes = {
-        id(real): nanoseconds if name.endswith("_ns") else seconds for name, real in reals.items()
-    }
+    fakes = {id(real): stand_in(name) for name, real in reals.items()}
     places = [(clock_module, name) for name in reals] + [(timeit, "default_timer")]
     places += [(mod, name) for name in list(vars(mod))]
     saved = [
@@ -342,21 +344,23 @@ def _clock_places(mod: Any, state: dict[str, Any]) -> tuple[list, dict[int, Any]
 
 
 def run_latency_clock(mod: Any, model: Any, request: dict[str, Any]) -> dict[str, Any]:
-    """The student's ``measure_latency`` with every standard clock (``time.perf_counter``,
-    ``monotonic``, ``time``, ``process_time``, their ``_ns`` forms, ``timeit``'s default
-    timer and any alias the module holds: the lab leaves the clock open) replaced by a
-    clock that moves only inside the model's calls: ``per_token_s`` per token fed, and in
-    the second call of every generation (when its mode shows)
+    """The student's ``measure_latency`` with every standard wall clock
+    (``time.perf_counter``, ``monotonic``, ``time``, their ``_ns`` forms, ``timeit``'s
+    default timer and any alias the module holds: the lab leaves the clock open) replaced
+    by a clock that moves only inside the model's calls: ``per_token_s`` per token fed,
+    and in the second call of every generation (when its mode shows)
     ``run_extra_s[(2 k + cached) % len]`` for the mode's k-th generation (the modes take
-    turns along the list). A generation starts with a call of exactly ``prompt_len``
-    tokens. The parent knows from this rule what every figure must be; the real clock is
-    back afterwards. ``args`` are the keyword arguments passed (none: the defaults)."""
+    turns along the list). ``process_time`` moves by the tokens fed alone, as CPU time
+    misses what a run waits for: the lab asks for latency, so its figures are told apart.
+    A generation starts with a call of exactly ``prompt_len`` tokens. The parent knows
+    from this rule what every figure must be; the real clocks are back afterwards.
+    ``args`` are the keyword arguments passed (none: the defaults)."""
     from values import encode_value
 
     rule = request["clock"]
     prompt_len, per_token = int(rule["prompt_len"]), float(rule["per_token_s"])
     extras = [float(x) for x in rule["run_extra_s"]]
-    state: dict[str, Any] = {"now": 1000.0, "call": None, "runs": {True: 0, False: 0}}
+    state: dict[str, Any] = {"now": 1000.0, "cpu": 1.0, "call": None, "runs": {True: 0, False: 0}}
     original = model.forward
 
     def ticking(*args: Any, **kwargs: Any) -> Any:
@@ -366,7 +370,9 @@ def run_latency_clock(mod: Any, model: Any, request: dict[str, Any]) -> dict[str
             state["call"] = 0
         elif state["call"] is not None:
             state["call"] += 1
-        state["now"] += per_token * (int(given.numel()) if hasattr(given, "numel") else 0)
+        work = per_token * (int(given.numel()) if hasattr(given, "numel") else 0)
+        state["now"] += work
+        state["cpu"] += work  # CPU time: the work alone, never the extras below
         if state["call"] == 1:
             cached = length == 1
             k = state["runs"][cached]

@@ -119,15 +119,15 @@ def test_the_driven_clock_tells_a_changed_measure_latency(monkeypatch, lab_model
 
 @pytest.mark.parametrize(
     "clock",
-    ["time.monotonic()", "time.time()", "time.process_time()", "time.monotonic_ns() / 1e9",
-     "timeit.default_timer()"],
+    ["time.monotonic()", "time.time()", "time.monotonic_ns() / 1e9", "timeit.default_timer()"],
 )  # fmt: skip
 def test_every_standard_clock_is_driven(monkeypatch, lab_model, clock):
     """The lab leaves the clock open: a measure_latency timed with any standard clock gets
     the figures the driven clock foretells, and every real clock is back afterwards."""
     import time as time_module
 
-    reals = {name: getattr(time_module, name) for name in adapter_part4.DRIVEN_CLOCKS}
+    clocks = adapter_part4.DRIVEN_CLOCKS + adapter_part4.CPU_CLOCKS
+    reals = {name: getattr(time_module, name) for name in clocks}
     lab = reference_lab(
         monkeypatch,
         ("import time\n", "import time\nimport timeit\n"),
@@ -137,6 +137,23 @@ def test_every_standard_clock_is_driven(monkeypatch, lab_model, clock):
     assert clocked_problem(case, clocked(lab, lab_model, case)) == ("", None)
     assert {name: getattr(time_module, name) for name in reals} == reals
     assert timeit.default_timer is time.perf_counter
+
+
+@pytest.mark.parametrize(
+    "clock", ["time.process_time()", "time.process_time_ns() / 1e9", "time.thread_time()"]
+)
+def test_latency_timed_in_cpu_time_is_not_latency(monkeypatch, lab_model, clock):
+    """The lab asks for latency: a measure_latency timed with the process's (or the
+    thread's) CPU time gets figures of its own, and process_time's are named."""
+    import time as time_module
+
+    real = time_module.process_time
+    lab = reference_lab(monkeypatch, ("time.perf_counter()", clock))
+    for case in CLOCKED_CASES:
+        problem, name = clocked_problem(case, clocked(lab, lab_model, case))
+        assert problem and name is None
+        assert ("time.process_time" in problem) is ("process_time" in clock), problem
+    assert time_module.process_time is real
 
 
 def test_a_clock_alias_taken_at_import_is_driven_too(monkeypatch, lab_model):
