@@ -288,6 +288,9 @@ def server_for(
     server = _SERVERS.get(key)
     if server is not None and server.alive:
         return server
+    for known in _SERVERS.values():  # one that preloads more serves as well
+        if known.alive and known.env == env and set(preload) <= set(known.preload):
+            return known
     close_all()
     server = ForkServer(preload, env)
     try:

@@ -83,3 +83,30 @@ def test_a_workers_gpu_selection_is_the_graders(tmp_path: Path, monkeypatch, for
         graded = run_grade(submission, tmp_path / visible, parts=["part1"], limits=FAST_LIMITS)
         assert (graded.score("1.1") > 0) is passes, graded.output("1.1")
     assert "not passed" in graded.output("1.1")
+
+
+def test_one_fork_server_serves_every_part_of_a_grading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A grading of Parts 1 and 2 starts one server, preloading both parts' libraries: a
+    server costs an interpreter's imports, and each part would otherwise pay them again."""
+    forkserver.close_all()
+    started: list[tuple[str, ...]] = []
+    start = ForkServer.start
+
+    def counting(self: ForkServer, *args, **kwargs):
+        started.append(self.preload)
+        return start(self, *args, **kwargs)
+
+    monkeypatch.setattr(ForkServer, "start", counting)
+    graded = run_grade(
+        SOLUTION,
+        tmp_path,
+        parts=["part1", "part2"],
+        limits=FAST_LIMITS,
+        numbers=frozenset({"1.1", "2.2"}),
+    )
+    assert graded.score("1.1") == graded.test("1.1")["max_score"]
+    assert graded.score("2.2") == graded.test("2.2")["max_score"]
+    assert started == [(*PARTS["part1"].preload, *PARTS["part2"].preload)]
+    forkserver.close_all()
