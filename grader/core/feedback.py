@@ -1,25 +1,47 @@
-"""Gradescope feedback in its Markdown format (``output_format: "md"``).
+"""A check's feedback: its plain sentences laid out as structure, rendered for the reader.
 
-The checks write plain sentences; this module lays them out for the page a student
-reads: a verdict line, the named likely cause, the failing cases as an expected/got
-table, what the submission printed in a fenced block, the measurements of a benchmark
-check as tables, and one thing to try. Pure functions over the results: the runner
-applies :func:`markdown_results` to the file it writes and keeps its plain text for
-the terminal.
+The checks write plain sentences; this module lays them out as blocks
+(:mod:`grader.core.document`): a verdict line, the named likely cause, the failing cases as
+an expected/got table, what the submission printed, the measurements of a benchmark check
+as tables, and one thing to try. :func:`markdown_results` renders them as Gradescope's
+Markdown (``output_format: "md"``) and keeps the blocks in each check's
+``extra_data.feedback``, so that the terminal (:func:`check_text`) and the HTML reports
+(:func:`check_html`) render the same feedback for their medium, from a live grading or a
+results file read back.
 
-Text that comes from the submission (values it returned, what it printed) is either
-fenced or escaped, so it cannot draw links, images or HTML on the page. A check with
-hidden cases shows its score, its count of cases and nothing else about them.
+Text that comes from the submission (values it returned, what it printed) is fenced or
+escaped once in each medium, so it cannot draw links, images or HTML on the page. A check
+with hidden cases shows its score, its count of cases and nothing else about them.
 """
 
 from __future__ import annotations
 
-import html
 import re
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from grader.core.document import (
+    Block,
+    Line,
+    advice,
+    bullets,
+    code,
+    escape,
+    fenced,
+    paragraph,
+    plain,
+    span,
+    table,
+    to_html,
+    to_markdown,
+    to_text,
+    unescape,
+)
 from grader.core.results import GradingResults, TestResult, truncate
+from grader.core.score import is_bonus, points_text
+
+__all__ = ["escape", "fenced", "markdown_output", "markdown_results", "shorten_arrays"]
 
 #: Numbers in a bracketed list beyond which it is cut ("a few values" and the count).
 MOST_VALUES = 4
@@ -55,74 +77,43 @@ HIDDEN_NOTE = (
 )
 
 
-#: What makes a line of text a Markdown block of its own where it starts a line (after up
-#: to any indent): a heading (``#``), a setext underline (``===``, ``---``), a rule
-#: (``---``, ``___``), a list item (``- ``, ``+ ``), a ``~~~`` fence. The star, the
-#: backtick, ``|`` and ``>`` (as ``&gt;``) are escaped wherever they are; ``-7.25`` and
-#: ``_name`` stay as they are.
-BLOCK_MARK = re.compile(r"^([ \t]*)(#|=|~(?=~)|[-_](?=[-_ \t]|$)|\+(?=[ \t]|$))", re.M)
-#: An ordered list item ("1. ", "2) "): its dot or parenthesis is escaped, never a number.
-ORDERED_MARK = re.compile(r"^([ \t]*\d{1,9})([.)])(?=[ \t]|$)", re.M)
-
-
-def escape(text: str) -> str:
-    """``text`` safe in a Markdown paragraph or table cell: HTML and the characters that
-    start links, images, code or tables are escaped, and so is whatever would make one of
-    its lines a heading, a list item, a rule or a fence (text from a submission may hold
-    line breaks, and each line is a line of the page); words with underscores stay as they
-    are (CommonMark does not emphasise inside a word). A backslash before punctuation
-    renders as the punctuation alone, so the student reads their text unchanged."""
-    text = html.escape(re.sub(r"\r\n?", "\n", text), quote=False)
-    text = re.sub(r"([\\`*\[\]|!])", r"\\\1", text)
-    text = BLOCK_MARK.sub(r"\1\\\2", text)
-    return ORDERED_MARK.sub(r"\1\\\2", text)
-
-
-def fenced(text: str, info: str = "text") -> str:
-    """``text`` in a code fence longer than any run of backticks inside it."""
-    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}{info}\n{text.rstrip()}\n{fence}"
-
-
 def shorten_arrays(text: str) -> str:
     """Every bracketed list of more than :data:`MOST_VALUES` numbers cut to its first few,
-    its length and its largest magnitude: a long array never lands on the page whole."""
+    its length and its largest value (its largest magnitude where some are negative): a
+    long array never lands on the page whole."""
 
     def cut(match: re.Match[str]) -> str:
         values = [v.strip() for v in match.group()[1:-1].split(",")]
         try:
-            largest = max(abs(float(v)) for v in values)
+            numbers = [float(v) for v in values]
         except ValueError:
             return match.group()
         head = ", ".join(values[:MOST_VALUES])
+        if min(numbers) >= 0:
+            return f"[{head}, ... ({len(values)} values, the largest {max(numbers):g})]"
+        largest = max(abs(v) for v in numbers)
         return f"[{head}, ... ({len(values)} values, largest magnitude {largest:g})]"
 
     return NUMBER_LIST.sub(cut, text)
 
 
-def verdict(test: TestResult, count: str = "") -> str:
+def verdict(test: TestResult, count: str = "") -> Block:
     """The first line: passed or not, the points, and how many cases were right."""
-    if "bonus" in test.tags:
+    if is_bonus(test):
         mark = "Extra credit" if test.score > 0 else "No extra credit"
-        line = f"**{mark}: {test.score:g} points.**"
+        line = f"{mark}: {points_text(test.score)}."
     else:
         mark = "Passed" if test.status == "passed" else "Failed"
-        line = f"**{mark}: {test.score:g} / {test.max_score:g} points.**"
-    return f"{line} {escape(count)}" if count else line
+        line = f"{mark}: {points_text(test.score, test.max_score)}."
+    return paragraph([span(line, "strong"), *([span(f" {count}")] if count else [])])
 
 
-def cause_block(causes: list[str]) -> str:
+def cause_block(causes: list[str]) -> list[Block]:
     """The named causes, each once: a sentence for one, a list for several."""
     if len(causes) == 1:
-        return f"**Likely cause:** {escape(causes[0])}."
-    return "**Likely causes:**\n\n" + "\n".join(f"- {escape(c)}" for c in causes)
-
-
-def table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell.replace("\n", " ") for cell in row) + " |" for row in rows]
-    return "\n".join(lines)
+        return [paragraph([span("Likely cause:", "strong"), span(" "), span(causes[0]),
+                           span(".")])]  # fmt: skip
+    return [paragraph([span("Likely causes:", "strong")]), bullets([[span(c)] for c in causes])]
 
 
 def split_causes(lines: list[str]) -> tuple[list[str], list[str]]:
@@ -162,26 +153,28 @@ def case_row(line: str) -> list[str] | None:
     return None
 
 
-def case_section(lines: list[str]) -> list[str]:
+def case_section(lines: list[str]) -> list[Block]:
     """The failing cases as one table (rows in the checks' order); the other lines as
     paragraphs around it."""
-    before, rows, after = [], [], []
+    before: list[Line] = []
+    after: list[Line] = []
+    rows: list[list[str]] = []
     for line in lines:
         row = case_row(line)
         if row is not None:
-            rows.append([escape(shorten_arrays(c)) for c in row])
+            rows.append([shorten_arrays(c) for c in row])
         elif MORE.match(line) and rows:
-            after.append(f"*{escape(line)}*")
+            after.append([span(line, "em")])
         else:
-            (after if rows else before).append(escape(shorten_arrays(line)))
-    blocks = ["  \n".join(before)] if before else []
+            (after if rows else before).append([span(shorten_arrays(line))])
+    blocks = [paragraph(*before)] if before else []
     if rows:
         with_expected = any(r[1] for r in rows)
         header = ["case", "expected", "got"] if with_expected else ["case", "what happened"]
         body = rows if with_expected else [[r[0], r[2]] for r in rows]
-        blocks.append(table(header, body))
+        blocks.append(table(header, [[[span(c)] for c in r] for r in body]))
     if after:
-        blocks.append("  \n".join(after))
+        blocks.append(paragraph(*after))
     return blocks
 
 
@@ -190,17 +183,12 @@ def case_section(lines: list[str]) -> list[str]:
 NOT_GRADED = "not_graded"
 
 
-def try_next(test: TestResult, causes: list[str], cases: bool) -> str:
-    """The one thing to try, for a failed check."""
+def try_next(test: TestResult, causes: list[str], cases: bool) -> Block:
+    """The one thing to try, for a failed check (worded by the medium that shows it)."""
     part = test.part.removeprefix("part")
-    selfcheck = f"`python selfcheck.py --parts {part}`" if part else "`python selfcheck.py`"
     if test.extra_data.get(NOT_GRADED) == "missing":
-        return "**Try:** upload the files named above and resubmit."
-    if causes:
-        return f"**Try:** fix the likely cause above, then run {selfcheck} again."
-    if cases:
-        return f"**Try:** start with the first case in the table; {selfcheck} runs it locally."
-    return f"**Try:** {selfcheck} runs this check on your machine, with this message."
+        return advice("upload", part)
+    return advice("cause" if causes else "case" if cases else "check", part)
 
 
 #: Where a benchmark run's peak memory was read (``Sample.peak_source``), as a column name.
@@ -223,7 +211,11 @@ def megabytes(n: Any) -> str:
     return f"{n / 2**20:.1f}" if isinstance(n, (int, float)) else ""
 
 
-def benchmark_tables(record: dict[str, Any], device: str) -> list[str]:
+def cells(*texts: str) -> list[Line]:
+    return [[span(t)] for t in texts]
+
+
+def benchmark_tables(record: dict[str, Any], device: str) -> list[Block]:
     """What a benchmark check measured: its thresholds, met or not, then every timed run."""
     criteria = []
     for c in record.get("criteria", []):
@@ -231,19 +223,20 @@ def benchmark_tables(record: dict[str, Any], device: str) -> list[str]:
         measured = f"{ratio.get('median', float('nan')):.2f}x"
         spread = f"{ratio.get('low', float('nan')):.2f}-{ratio.get('high', float('nan')):.2f}x"
         need = f"{'at least' if c.get('at_least') else 'at most'} {c.get('limit', 0):g}x"
-        criteria.append([escape(str(c.get("label", ""))), measured, spread, need,
-                         "yes" if c.get("passed") else "**no**"])  # fmt: skip
+        met = [span("yes")] if c.get("passed") else [span("no", "strong")]
+        criteria.append([*cells(str(c.get("label", "")), measured, spread, need), met])
     timings = (record.get("timings") or {}).values()
     memory = memory_label([t.get("peak_source") for t in timings], record.get("profile")) + " (MB)"
     held = any(t.get("gpu_held_bytes") is not None for t in timings)
     runs = []
     for name, t in (record.get("timings") or {}).items():
-        runs.append([escape(name), f"{t.get('median_s', 0) * 1000:.1f}",
-                     f"{t.get('cpu_median_s', 0) * 1000:.1f}", str(len(t.get("runs_s", []))),
-                     f"{t.get('spread', 0):.0%}", megabytes(t.get("peak_bytes")),
-                     *([megabytes(t.get("gpu_held_bytes"))] if held else [])])  # fmt: skip
-    blocks = [f"Timed by the grader on **{escape(device)}**, "
-              f"**{escape(str(record.get('profile', '')))}** threshold profile."]  # fmt: skip
+        runs.append(cells(name, f"{t.get('median_s', 0) * 1000:.1f}",
+                          f"{t.get('cpu_median_s', 0) * 1000:.1f}", str(len(t.get("runs_s", []))),
+                          f"{t.get('spread', 0):.0%}", megabytes(t.get("peak_bytes")),
+                          *([megabytes(t.get("gpu_held_bytes"))] if held else [])))  # fmt: skip
+    blocks = [paragraph([span("Timed by the grader on "), span(device, "strong"), span(", "),
+                         span(str(record.get("profile", "")), "strong"),
+                         span(" threshold profile.")])]  # fmt: skip
     if criteria:
         blocks.append(table(["measure", "measured", "runs", "needed", "met"], criteria))
     if runs:
@@ -251,7 +244,7 @@ def benchmark_tables(record: dict[str, Any], device: str) -> list[str]:
         header += [f"{GPU_HELD} (MB)"] if held else []
         blocks.append(table(header, runs))
     if record.get("extra_rounds"):
-        blocks.append(confirmed(record["extra_rounds"]))
+        blocks.append(plain(confirmed(record["extra_rounds"])))
     return blocks
 
 
@@ -273,30 +266,33 @@ def benchmark_words(output: str) -> list[str]:
     return [line for line in lines if line.strip() and not line.startswith("  ")]
 
 
-def markdown_output(test: TestResult, benchmark: dict[str, Any] | None, device: str) -> str:
-    """One check's feedback in Markdown."""
+def feedback_blocks(test: TestResult, benchmark: dict[str, Any] | None, device: str) -> list[Block]:
+    """One check's feedback as blocks, from the plain text the check wrote."""
     output, printed = test.output, ""
     if PRINTED in output:
         output, printed = output.split(PRINTED, 1)
     lines = [x for x in output.splitlines() if x.strip()]
     count = lines.pop(0) if lines and COUNT.match(lines[0]) else ""
     if "hidden" in test.tags:
-        blocks = [verdict(test, count)]
-        if test.status != "passed":
-            blocks.append(HIDDEN_NOTE)
-        return "\n\n".join(blocks)
+        return [verdict(test, count), *([plain(HIDDEN_NOTE)] if test.status != "passed" else [])]
     if benchmark is not None:
         words, causes = split_causes(benchmark_words("\n".join(lines)))
-        body = [*benchmark_tables(benchmark, device), *(escape(w) for w in words)]
+        body = [*benchmark_tables(benchmark, device), *(plain(w) for w in words)]
     else:
         kept, causes = split_causes(lines)
         body = case_section(kept)
-    blocks = [verdict(test, count), *([cause_block(causes)] if causes else []), *body]
+    blocks = [verdict(test, count), *(cause_block(causes) if causes else []), *body]
     if printed.strip():  # cut first, so that the page's own limit never cuts the fence
-        blocks += ["Your code printed:", fenced(truncate(printed.strip(), MAX_PRINTED_CHARS))]
+        blocks += [plain("Your code printed:"), code(truncate(printed.strip(), MAX_PRINTED_CHARS))]
     if test.status != "passed" and benchmark is None:
-        blocks.append(try_next(test, causes, any(b.startswith("| case") for b in body)))
-    return "\n\n".join(blocks)
+        cases = any(b["kind"] == "table" and b["header"][0] == "case" for b in body)
+        blocks.append(try_next(test, causes, cases))
+    return blocks
+
+
+def markdown_output(test: TestResult, benchmark: dict[str, Any] | None, device: str) -> str:
+    """One check's feedback in Markdown."""
+    return to_markdown(feedback_blocks(test, benchmark, device))
 
 
 def summary_markdown(text: str) -> str:
@@ -305,19 +301,56 @@ def summary_markdown(text: str) -> str:
     return "\n\n".join("  \n".join(escape(x) for x in p.splitlines()) for p in paragraphs)
 
 
+#: The ``extra_data`` key that keeps a check's feedback as blocks in a results file.
+FEEDBACK = "feedback"
+
+
 def markdown_results(results: GradingResults) -> GradingResults:
-    """A copy of ``results`` whose page and checks speak Markdown (``output_format: md``);
-    a check's numbers come from the benchmark records the run kept in ``extra_data``."""
+    """A copy of ``results`` whose page and checks speak Markdown (``output_format: md``),
+    each check keeping its blocks in ``extra_data.feedback`` for the other readers; a
+    check's numbers come from the benchmark records the run kept in ``extra_data``."""
     benchmarks = results.extra_data.get("benchmarks") or {}
     device = str(results.extra_data.get("device", ""))
-    tests = [
-        replace(
-            t,
-            output=markdown_output(t, benchmarks.get(t.number), device),
-            output_format="md",
-        )
-        for t in results.tests
-    ]
+    tests = []
+    for t in results.tests:
+        blocks = feedback_blocks(t, benchmarks.get(t.number), device)
+        tests.append(replace(t, output=to_markdown(blocks), output_format="md",
+                             extra_data={**t.extra_data, FEEDBACK: blocks}))  # fmt: skip
     return replace(
         results, tests=tests, output=summary_markdown(results.output), output_format="md"
     )
+
+
+# ------------------------------------------------------------------ the other readers
+
+
+def blocks_of(check: TestResult | Mapping[str, Any], page: Mapping[str, Any]) -> list[Block]:
+    """A check's feedback as blocks, in either form: kept beside its Markdown, built from
+    its plain text (``page``: the results' ``extra_data``, for the benchmark records), or,
+    from a file written before the blocks were kept, its Markdown read back as text."""
+    test = check if isinstance(check, TestResult) else TestResult.from_gradescope(dict(check))
+    kept = test.extra_data.get(FEEDBACK)
+    if isinstance(kept, list):
+        return kept
+    if test.output_format == "md":
+        return [plain(*unescape(test.output.replace("**", "")).splitlines())]
+    record = (page.get("benchmarks") or {}).get(test.number)
+    return feedback_blocks(test, record, str(page.get("device", "")))
+
+
+def check_text(check: TestResult | Mapping[str, Any], page: Mapping[str, Any], *,
+               local: bool = False) -> str:  # fmt: skip
+    """A check's feedback for a terminal (the caller makes control characters visible)."""
+    return to_text(blocks_of(check, page), local=local)
+
+
+def check_html(check: TestResult | Mapping[str, Any], page: Mapping[str, Any], *,
+               local: bool = False) -> str:  # fmt: skip
+    """A check's feedback for an HTML report, escaped once."""
+    return to_html(blocks_of(check, page), local=local)
+
+
+def page_text(output: str, output_format: str) -> str:
+    """The page's summary as plain text, from either form (its Markdown lines end in hard
+    breaks: :func:`summary_markdown`)."""
+    return unescape(output.replace("  \n", "\n")) if output_format == "md" else output

@@ -1,10 +1,12 @@
-"""A readable score table for the terminal (``make grade``, ``--table``)."""
+"""What a grading shows in a terminal (``make grade``, ``--table``, ``show``): the score
+table and each failed check's feedback as plain text."""
 
 from __future__ import annotations
 
 import re
 import textwrap
 
+from grader.core.feedback import check_text, page_text
 from grader.core.results import GradingResults
 from grader.core.score import is_bonus, part_scores, score_of
 
@@ -36,18 +38,23 @@ def score_table(results: GradingResults, *, width: int = 110) -> str:
     return "\n".join(lines)
 
 
-def failure_details(results: GradingResults) -> str:
-    """The feedback of every failed check, as the student sees it (safe for a terminal)."""
+def failure_details(results: GradingResults, *, local: bool = False) -> str:
+    """The feedback of every failed check as plain text (safe for a terminal); ``local``:
+    the reader just ran this grading (``grade``, the self-check), not a stored one."""
     blocks = []
     for t in results.tests:
         if t.status == "failed":
-            blocks.append(f"[{t.number}] {t.name}\n{t.output.strip()}")
+            text = check_text(t, results.extra_data, local=local)
+            blocks.append(f"[{t.number}] {t.name}\n{text}")
     return terminal_safe("\n\n".join(blocks))
 
 
-def terminal_report(results: GradingResults, *, details: bool) -> str:
+def terminal_report(results: GradingResults, *, details: bool, local: bool = False) -> str:
     """What a grading shows in a terminal: the score table (the run's own output where it
     holds no check) and, with ``details``, the failed checks' feedback after a blank line."""
-    text = score_table(results) if results.tests else terminal_safe(results.output)
-    feedback = failure_details(results) if details else ""
+    if results.tests:
+        text = score_table(results)
+    else:
+        text = terminal_safe(page_text(results.output, results.output_format))
+    feedback = failure_details(results, local=local) if details else ""
     return f"{text}\n\n{feedback}" if feedback else text

@@ -40,7 +40,6 @@ def tag_set(text: str) -> frozenset[str] | None:
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
-    from grader.core.feedback import markdown_results
     from grader.core.report import terminal_report
     from grader.grading.runner import grade
 
@@ -65,8 +64,9 @@ def cmd_grade(args: argparse.Namespace) -> int:
     if results is None:
         print(f"grading failed; a fallback results file was written to {args.results}")
         return 0
-    if args.table:  # the feedback as Gradescope shows it (and `show` reprints it)
-        print(terminal_report(markdown_results(results), details=args.details))
+    if args.table:  # the feedback as text, as `show` reprints it; a public-only grading is
+        # the self-check, whose advice never says to run what was just run
+        print(terminal_report(results, details=args.details, local=args.public_only))
     print(f"results written to {args.results}")
     return 0
 

@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from grader.core.feedback import check_html, page_text
 from grader.core.figures import png_uri, pyplot
 from grader.core.score import check_text
 
@@ -34,6 +35,8 @@ body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 60em; co
 pre { white-space: pre-wrap; background: #f7f7f7; padding: .6em; }
 img { max-width: 100%; border: 1px solid #ddd; }
 .failed { color: #a00; } .passed { color: #070; }
+table { border-collapse: collapse; margin: .6em 0; }
+th, td { border: 1px solid #ccc; padding: .3em .6em; text-align: left; vertical-align: top; }
 """
 
 
@@ -186,16 +189,18 @@ def render(data: dict[str, Any], reference: dict[str, Any]) -> str:
     if reference.get("measured"):
         blocks.append(f"<p><small>The reference's curves: {esc(str(reference['measured']))}."
                       "</small></p>")  # fmt: skip
+    page = data.get("extra_data") or {}
     checks = "".join(
         f'<h3 class="{"passed" if t.get("status") == "passed" else "failed"}">'
-        f"{esc(str(t.get('name', '')))} ({esc(check_text(t))})"
-        f"</h3><pre>{esc(str(t.get('output', '')))}</pre>"
+        f"{esc(str(t.get('name', '')))} ({esc(check_text(t))})</h3>"
+        f'<div class="feedback">{check_html(t, page, local=True)}</div>'
         for t in data.get("tests", [])
     )
+    summary = page_text(str(data.get("output", "")), str(data.get("output_format", "")))
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>Self-check report</title>"
         f"<style>{STYLE}</style></head><body><h1>Self-check report</h1>"
-        f"<pre>{esc(str(data.get('output', '')))}</pre>{''.join(blocks)}"
+        f"<pre>{esc(summary)}</pre>{''.join(blocks)}"
         f"<h2>Every check's feedback</h2>{checks}</body></html>\n"
     )
 

@@ -32,6 +32,13 @@ def _display_name(filename: str, submission: Path | None) -> str:
     return path.name
 
 
+def syntax_message(exc: SyntaxError) -> str:
+    """A syntax error's message without its location (``where`` names it once) and with
+    the line it is in: ``"invalid syntax; the line reads: x = = 1"``."""
+    line = (exc.text or "").strip()
+    return f"{exc.msg}; the line reads: {line}" if line else str(exc.msg)
+
+
 def describe_exception(exc: BaseException, submission: Path | None = None) -> dict[str, Any]:
     """The exception's type, message, the line of the submission it came from, and a
     traceback of the submission's own frames (the worker's and libraries' left out)."""
@@ -51,8 +58,10 @@ def describe_exception(exc: BaseException, submission: Path | None = None) -> di
         where = (
             f"{_display_name(anchor.filename, submission)}, line {anchor.lineno}, in {anchor.name}"
         )
+    message = str(exc)
     if isinstance(exc, SyntaxError) and exc.filename:
         where = f"{_display_name(exc.filename, submission)}, line {exc.lineno}"
+        message = syntax_message(exc)
     # "Traceback (your code)": the submission's frames only (torch's and other libraries'
     # frames say nothing a student can act on); all frames when none is the submission's.
     shown = [
@@ -61,7 +70,7 @@ def describe_exception(exc: BaseException, submission: Path | None = None) -> di
     ]
     return {
         "type": type(exc).__name__,
-        "message": str(exc)[:2000],
+        "message": message[:2000],
         "where": where,
         "traceback": "".join(traceback.format_list(shown))[-4000:],
     }

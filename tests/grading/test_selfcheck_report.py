@@ -118,3 +118,17 @@ def test_the_curves_are_read_by_variant_and_l_and_drawn_relative() -> None:
     lines = {line.get_label(): list(line.get_ydata()) for line in fig.axes[0].get_lines()}
     assert lines["your code, with the cache"] == pytest.approx([1.0, 1.1])  # cached, L = 32
     assert lines["your code, without the cache"] == pytest.approx([1.3, 2.8])
+
+
+def test_the_feedback_is_html_and_never_says_to_run_the_self_check_again() -> None:
+    from grader.core.feedback import markdown_results
+    from grader.core.results import GradingResults, TestResult
+
+    raised = "It raised NameError: name <module> is not defined."
+    test = TestResult("2.2 logits", 0, 1, "failed", "2.2", raised, ["part2"])
+    data = markdown_results(GradingResults(tests=[test], output="part2: 0 / 1 <x>")).to_gradescope()
+    page = render(data, {})
+    assert "selfcheck.py" not in page and "**" not in page and "&amp;lt;" not in page
+    assert "<strong>Failed: 0 / 1 point.</strong>" in page
+    assert "name &lt;module&gt; is not defined" in page
+    assert "<pre>part2: 0 / 1 &lt;x&gt;</pre>" in page

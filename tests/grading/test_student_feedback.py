@@ -110,3 +110,16 @@ def test_check_titles_are_whole_sentences_on_gradescope_and_in_the_table(solutio
             title.append(more.strip())
         assert " ".join(title) == names[number], number
     assert "..." not in table
+
+
+def test_a_syntax_error_names_its_place_once_and_shows_the_line(
+    tmp_path: Path, describe_exception: Any
+) -> None:
+    (tmp_path / "question1.py").write_text("def ok():\n    return 1\n\nx = = 1\n")
+    try:
+        compile((tmp_path / "question1.py").read_text(), str(tmp_path / "question1.py"), "exec")
+    except SyntaxError as exc:
+        described = describe_exception(exc, tmp_path.resolve())
+    assert described["where"] == "question1.py, line 4"
+    assert "line 4" not in described["message"]  # `where` names it, once
+    assert described["message"].endswith("the line reads: x = = 1")

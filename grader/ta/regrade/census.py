@@ -4,10 +4,12 @@ class report (:mod:`grader.ta.regrade.class_report`) draws and writes them."""
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
+
+from grader.core.document import to_text
+from grader.core.feedback import blocks_of
 
 #: A check's feedback is shown up to this many characters as the census's example.
 EXAMPLE_CHARS = 600
@@ -68,10 +70,14 @@ def counted(named: dict[str, set[str]]) -> set[str]:
     }
 
 
-def example_text(test: dict[str, Any]) -> str:
-    """A check's feedback as an anonymous example: what the submission printed is cut."""
-    text = str(test.get("output", ""))
-    text = re.split(r"\n+Your code printed:\n", text)[0]
+def example_text(test: dict[str, Any], page: dict[str, Any] | None = None) -> str:
+    """A check's feedback as an anonymous example, in plain text: what the submission
+    printed is cut (``page``: its results' ``extra_data``)."""
+    blocks = blocks_of(test, page or {})
+    at = next((i for i, b in enumerate(blocks) if b["kind"] == "code"), len(blocks))
+    if at < len(blocks) and at and blocks[at - 1]["kind"] == "paragraph":
+        at -= 1  # its "Your code printed:" line
+    text = to_text(blocks[:at])
     return text if len(text) <= EXAMPLE_CHARS else text[:EXAMPLE_CHARS] + " [...]"
 
 
@@ -92,7 +98,8 @@ def census(results: dict[str, dict[str, Any]]) -> list[Cause]:
                     for t in data["tests"]
                     if cause in (t.get("extra_data") or {}).get("causes", [])
                 )
-                entry.example = f"{test.get('name', '')}\n\n{example_text(test)}"
+                example = example_text(test, data.get("extra_data"))
+                entry.example = f"{test.get('name', '')}\n\n{example}"
     return sorted(causes.values(), key=lambda c: (-c.count, c.cause))
 
 

@@ -14,9 +14,10 @@ import html
 from pathlib import Path
 from typing import Any
 
+from grader.core.feedback import check_html, page_text
 from grader.core.figures import png_uri, pyplot
 from grader.core.registry import PARTS
-from grader.core.score import check_text
+from grader.core.score import check_text as points_of
 from grader.ta.regrade.census import Cause, Measure, census, measures
 from grader.ta.regrade.report import Row, pass_rates
 
@@ -27,6 +28,7 @@ th, td { border: 1px solid #ccc; padding: .3em .6em; text-align: left; vertical-
 th { background: #f3f3f3; }
 td.num { text-align: right; }
 pre { white-space: pre-wrap; background: #f7f7f7; padding: .6em; max-width: 60em; }
+.feedback { margin-left: 1em; max-width: 60em; }
 img { max-width: 100%; }
 .failed { color: #a00; }
 """
@@ -128,20 +130,23 @@ def students_table(rows: list[Row]) -> str:
 
 
 def feedback_sections(rows: list[Row], results: dict[str, dict[str, Any]]) -> str:
-    """Each submission's failed checks, as its student read them."""
+    """Each submission's failed checks, as its student read them, in HTML (the student's
+    text escaped once)."""
     sections = []
     for r in rows:
         data = results.get(r.submission_id) or {}
+        page = data.get("extra_data") or {}
         failed = [t for t in data.get("tests", []) if t.get("status") != "passed"]
         checks = "".join(
-            f'<h4 class="failed">{esc(t.get("name", ""))} ({esc(check_text(t))})</h4>'
-            f"<pre>{esc(t.get('output', ''))}</pre>"
+            f'<h4 class="failed">{esc(t.get("name", ""))} ({esc(points_of(t))})</h4>'
+            f'<div class="feedback">{check_html(t, page)}</div>'
             for t in failed
         )
+        summary = page_text(str(data.get("output", "")), str(data.get("output_format", "")))
         sections.append(
             f'<details id="{anchor(r.submission_id)}"><summary>{esc(r.submission_id)}: '
             f"{esc(r.score.text())}, {len(failed)} failed</summary>"
-            f"<pre>{esc(data.get('output', ''))}</pre>{checks}</details>"
+            f"<pre>{esc(summary)}</pre>{checks}</details>"
         )
     return "".join(sections)
 

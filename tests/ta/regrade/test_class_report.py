@@ -122,3 +122,17 @@ def test_benchmark_measurements_are_drawn_with_their_thresholds() -> None:
     rows = [make_row(k, [], d, "graded") for k, d in data.items()]
     page = Page(render(rows, data, "t"))
     assert len(page.images) == 2  # the part histogram and the benchmark distributions
+
+
+def test_the_feedback_is_html_with_the_students_text_escaped_once() -> None:
+    from grader.core.feedback import markdown_results
+    from grader.core.results import GradingResults, TestResult
+
+    raised = "case 1: forward raised NameError: <module> [8, 9, 10, 11, 12, 13]"
+    test = TestResult("2.2 logits", 0, 4, "failed", "2.2", raised, ["part2"])
+    data = markdown_results(GradingResults(tests=[test], output="a <b> c")).to_gradescope()
+    data["tests"][0]["extra_data"]["causes"] = ["cause_x"]
+    page = render([make_row("submission_1", [], data, "graded")], {"submission_1": data}, "t")
+    assert "&amp;lt;" not in page and "&amp;gt;" not in page and "**" not in page
+    assert "\\[" not in page and "<table>" in page and "&lt;module&gt;" in page
+    assert "<pre>a &lt;b&gt; c</pre>" in page
