@@ -1,5 +1,6 @@
 # KV-cache course kit. `make grade` and `make test` set everything up themselves.
 #
+#   make help                     this list (also what a bare `make` prints)
 #   make grade [SUBMISSION=dir]   grade a submission (default: the reference solution)
 #   make test                     the project's own test suite (no slow benchmarks)
 #   make mutant-tests             the suite's mutation runs: every library mistake graded
@@ -19,6 +20,7 @@
 #   make mbu                      reference Llama decode vs memory bandwidth and transformers
 #   make budget                   time and memory of a whole grading run (also at 1/2 CPU)
 #   make slurm-tests              start a single-node Slurm here (root, apt), grade through it
+#   make format / make clean      ruff's formatting applied / the venv and build outputs removed
 
 # The system interpreter is preferred: the sandboxed worker runs as an
 # unprivileged user, who must be able to execute the venv's interpreter
@@ -49,7 +51,13 @@ TORCH_WHEELS ?=
 LOCK_TARGET  := --python-version 3.11 --python-platform x86_64-manylinux_2_35 --custom-compile-command "make lock"
 LOCK_SOURCES := $(if $(TORCH_WHEELS),--find-links $(TORCH_WHEELS),--extra-index-url $(TORCH_INDEX) --index-strategy unsafe-best-match)
 
-.PHONY: grade test lint format regen check-cases venv clean dist bench calibrate stability mbu budget slow-tests lock \
+.DEFAULT_GOAL := help
+
+# The header comment above, without its `# ` (each target with its one line).
+help:
+	@sed -n '1,/^$$/{s/^# \{0,1\}//p}' $(firstword $(MAKEFILE_LIST))
+
+.PHONY: help grade test lint format regen check-cases venv clean dist bench calibrate stability mbu budget slow-tests lock \
 	run-local mutants mutation batch slurm-tests mutant-tests
 
 venv: $(STAMP)

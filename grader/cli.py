@@ -1,9 +1,12 @@
-"""``python -m grader``: one command, thin subcommands over keyword-only functions."""
+"""``python -m grader`` (``.venv/bin/kvgrader``): the TA's command line. Each subcommand
+is a thin wrapper over a keyword-only function; what ``--help`` says is :data:`DESCRIPTION`,
+written for a TA."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from pathlib import Path
 
 from grader.core.registry import parse_parts
@@ -379,14 +382,50 @@ def add_reference_benchmarks(sub: argparse._SubParsersAction) -> None:
 
 #: The subcommands, in the order ``--help`` lists them.
 COMMANDS = (
-    add_grade, add_show, add_regen, add_mutants, add_build, add_run_local, add_gradescope,
+    add_grade, add_show, add_regen, add_mutants, add_build, add_run_local,
+    partial(add_gradescope, listed=False),
     add_calibrate, add_batch, add_merge, add_similarity, add_reference_benchmarks,
 )  # fmt: skip
 
 
+DESCRIPTION = """\
+Grade the KV-cache assignment as Gradescope does, and the TA's tools around it: grade
+one folder and print its score table, reprint a stored result, regenerate the test
+cases from the solution, build the Gradescope and student zips, run the autograder zip
+as Gradescope would, regrade a class export, merge CPU and GPU scores, and rank
+similar submissions."""
+
+EPILOG = """\
+examples:
+  .venv/bin/kvgrader grade path/to/folder --table --details
+  .venv/bin/kvgrader show regrade/results/submission_1/results.json
+  .venv/bin/kvgrader batch EXPORT_DIR --out regrade --jobs 2
+
+Each command's options: .venv/bin/kvgrader COMMAND --help. The make targets: make help."""
+
+
+def version() -> str:
+    """The kit's installed version ("unknown" when it runs from a tree never installed)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("kv-cache-course-kit")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m grader", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    """The parser; ``gradescope`` (what the zip's run_autograder calls) works but is not
+    listed."""
+    parser = argparse.ArgumentParser(
+        prog="kvgrader",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in COMMANDS:
         add(sub)
     return parser

@@ -97,3 +97,23 @@ def test_show_refuses_a_file_that_is_not_a_results_file(tmp_path: Path) -> None:
     proc = run("show", str(bad))
     assert proc.returncode == 2
     assert "is not a readable results file" in proc.stderr and "schema" not in proc.stderr
+
+
+def test_help_opens_with_what_the_tool_does_and_hides_the_internal_command() -> None:
+    proc = run("--help")
+    assert proc.returncode == 0, proc.stderr
+    opening = proc.stdout.split("\n\n")[1]
+    assert opening.startswith("Grade the KV-cache assignment as Gradescope does"), opening
+    assert "keyword-only" not in proc.stdout and "thin subcommands" not in proc.stdout
+    listed = [line.split()[0] for line in proc.stdout.splitlines() if line.startswith("    ")]
+    assert "grade" in listed and "batch" in listed and "gradescope" not in listed
+    assert run("gradescope", "--help").returncode == 0  # run_autograder's command still works
+
+
+def test_version() -> None:
+    from importlib.metadata import version
+
+    proc = run("--version")
+    assert (
+        proc.returncode == 0 and proc.stdout.strip() == f"kvgrader {version('kv-cache-course-kit')}"
+    )

@@ -50,3 +50,18 @@ def test_make_target_exists(target: str) -> None:
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_scripts_named_in_the_readme_exist(script: str) -> None:
     assert (ROOT / script).is_file()
+
+
+def test_every_kvgrader_command_is_written_with_its_path() -> None:
+    # `kvgrader` alone is not on a plain shell's PATH: the README writes .venv/bin/kvgrader
+    assert not re.findall(r"(?<![/\w])kvgrader [a-z-]+", README)
+
+
+def test_a_bare_make_prints_the_targets_each_with_one_line() -> None:
+    bare, helped = in_plain_shell("make"), in_plain_shell("make", "help")
+    assert bare.returncode == 0 and "Nothing to be done" not in bare.stdout + bare.stderr
+    assert bare.stdout == helped.stdout
+    listed = set(re.findall(r"^  make ([a-z][a-z-]+)", helped.stdout, re.MULTILINE))
+    assert {"help", "grade", "test", "dist", "run-local", "batch", "lint"} <= listed
+    for target in listed:
+        assert in_plain_shell("make", "-n", target, "EXPORT=export").returncode == 0, target

@@ -103,8 +103,11 @@ def cmd_gradescope(args: argparse.Namespace) -> int:
     return autograde(root=Path(args.root), parts=parse_parts(args.parts))
 
 
-def add_gradescope(sub: argparse._SubParsersAction) -> None:
-    gs = sub.add_parser("gradescope", help="what run_autograder calls inside Gradescope")
+def add_gradescope(sub: argparse._SubParsersAction, *, listed: bool = True) -> None:
+    """``gradescope``: what run_autograder calls inside Gradescope (``listed``: whether
+    ``--help`` names it; the TA's CLI keeps it working but unlisted)."""
+    about = {"help": "what run_autograder calls inside Gradescope"} if listed else {}
+    gs = sub.add_parser("gradescope", **about)
     gs.add_argument("--root", default=GRADESCOPE_ROOT, help="the Gradescope tree")
     add_parts_option(gs)
     gs.set_defaults(func=cmd_gradescope)

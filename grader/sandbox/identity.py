@@ -60,6 +60,16 @@ def _interpreter_usable_by(uid: int, gid: int) -> bool:
     return result.returncode == 0
 
 
+def missing_account(preferred: str, used: str) -> str:
+    """The warning when the worker account is missing, with the one command (as root) that
+    creates the pool, as Gradescope's set-up does."""
+    script = Path(__file__).resolve().with_name("create_worker_user.sh")
+    return (
+        f"user {preferred!r} does not exist; using {used!r}. Create the worker accounts "
+        f"once, as root: bash {script} {preferred} {POOL_SIZE}"
+    )
+
+
 def resolve_identity(preferred: str = WORKER_USER) -> WorkerIdentity:
     """Pick the worker's account: unprivileged when we are root, else ourselves."""
     me = pwd.getpwuid(os.getuid())
@@ -80,7 +90,7 @@ def resolve_identity(preferred: str = WORKER_USER) -> WorkerIdentity:
         except KeyError:
             continue
         if _interpreter_usable_by(entry.pw_uid, entry.pw_gid):
-            note = "" if name == preferred else f"user {preferred!r} does not exist; using {name!r}"
+            note = "" if name == preferred else missing_account(preferred, name)
             return WorkerIdentity(entry.pw_uid, entry.pw_gid, name, dropped=True, warning=note)
     return WorkerIdentity(
         0,

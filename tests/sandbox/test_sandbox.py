@@ -205,6 +205,7 @@ def test_without_a_pool_the_warning_names_the_fallback_not_a_busy_pool() -> None
     told which account runs the worker, not that every account is in use."""
     identity = claim_identity("kvgrader-absent", size=2)
     assert "does not exist" in identity.warning
+    assert "create_worker_user.sh kvgrader-absent 8" in identity.warning  # what to run
     assert "in use" not in identity.warning
 
 
