@@ -202,7 +202,7 @@ def _html_line(line: Line) -> str:
     tags = {"strong": "strong", "em": "em", "code": "code"}
     parts = []
     for style, text in line:
-        body = html.escape(text)
+        body = html.escape(text, quote=False)
         parts.append(f"<{tags[style]}>{body}</{tags[style]}>" if style in tags else body)
     return "".join(parts)
 
@@ -224,7 +224,7 @@ def to_html(blocks: list[Block], *, local: bool = False) -> str:
             )
             out.append(f"<table><tr>{head}</tr>{body}</table>")
         elif kind == "code":
-            out.append(f"<pre>{html.escape(b['text'].rstrip())}</pre>")
+            out.append(f"<pre>{html.escape(b['text'].rstrip(), quote=False)}</pre>")
         elif kind == "try" and (line := try_line(b, local=local)):
             out.append(f"<p>{_html_line(line)}</p>")
     return "".join(out)
