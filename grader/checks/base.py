@@ -30,8 +30,9 @@ from grader.runtime.timing import (
     Ratio,
     Sample,
     Timing,
-    interleaved,
+    clock_for,
     measure,
+    until_steady,
 )
 
 
@@ -332,7 +333,8 @@ class GradedTestCase(unittest.TestCase):
         """The reference solution's timings of workload ``name`` (its cached runs): the
         yardstick of :meth:`versus_reference`. All the part's workloads are timed together
         the first time one is asked for, in one trusted worker of the reference's own on the
-        grading device, under the same limits, with each workload's warm-up and repeats.
+        grading device, under the same limits, with each workload's warm-up, until its
+        runs are steady (at most its repeats: :func:`until_steady`).
         Empty when the profile sets no ``max_vs_reference`` or the reference is not here.
         The reference takes the prompts from the start of each pool, and gives them back:
         the submission's runs still get ones it has never seen."""
@@ -352,9 +354,14 @@ class GradedTestCase(unittest.TestCase):
         # ones of their own: the pools' counters are given back untouched).
         try:
             with self.ctx.reference_session(self.part, keep=[live_pools_key(self.part)]):
+                clock = clock_for(self.ctx.device)
                 return {
-                    name: interleaved(
-                        run, list(variants), warmup=bench["warmup"], repeats=bench["repeats"]
+                    name: until_steady(
+                        run,
+                        list(variants),
+                        warmup=bench["warmup"],
+                        repeats=bench["repeats"],
+                        clock=clock,
                     )
                     for name, (run, variants, bench) in workloads.items()
                 }

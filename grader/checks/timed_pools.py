@@ -18,7 +18,11 @@ from grader.runtime.timing import Ratio, Sample, Timing
 
 WITHOUT, WITH = "without the cache", "with the cache"
 WORK_REFERENCE_ROUNDS = 2  # the reference's cached work-probe runs, the yardstick of the probe
-EARLY_MARGIN = 2.0  # a work ratio this many times past its threshold needs no more rounds
+#: A probe's ratio this many times on the passing side of its threshold needs no more
+#: rounds; on the missing side it takes the wider ``MISS_EARLY``: a burst of load that
+#: slows one run must not decide a miss, while nothing makes a cache-free path look
+#: this much faster than it is.
+PASS_EARLY, MISS_EARLY = 1.5, 2.0
 
 
 def pools_built(ctx: GradingContext, part: str) -> dict[str, Any]:
@@ -48,10 +52,13 @@ def pool_fault(why: str) -> str:
     )
 
 
-def decided(ratio: Ratio, threshold: float, margin: float = EARLY_MARGIN) -> bool:
-    """Whether ``ratio`` is so far from ``threshold`` (``margin`` times above or below)
-    that more rounds cannot change the verdict. False for NaN: keep measuring."""
-    return ratio.median >= threshold * margin or ratio.median <= threshold / margin
+def decided(ratio: Ratio, threshold: float, *, at_least: bool = True) -> bool:
+    """Whether ``ratio`` is so far from ``threshold`` (``PASS_EARLY`` times on the side it
+    must reach, ``at_least`` or at most, or ``MISS_EARLY`` times on the other) that more
+    rounds cannot change the verdict. False for NaN: keep measuring."""
+    if at_least:
+        return ratio.median >= threshold * PASS_EARLY or ratio.median <= threshold / MISS_EARLY
+    return ratio.median <= threshold / PASS_EARLY or ratio.median >= threshold * MISS_EARLY
 
 
 class TimedPools:
@@ -183,17 +190,16 @@ class TimedPools:
         rounds: int,
         run: Callable[[bool, int], Sample],
         threshold: float | None = None,
-        margin: float = EARLY_MARGIN,
     ) -> tuple[Ratio, dict[str, Timing]]:
         """``run(use_cache, round)`` without then with the cache, up to ``rounds`` times,
         and the ratio of their CPU times (cache-free over cached) as the grader measured
-        them. With a ``threshold``, rounds stop once the ratio so far is ``margin`` times
-        past it either way: more rounds only matter near the line."""
+        them. With a ``threshold``, rounds stop once the ratio so far is :func:`decided`:
+        more rounds only matter near the line."""
         runs: dict[str, list[Sample]] = {WITHOUT: [], WITH: []}
         for i in range(rounds):
             for variant, use_cache in ((WITHOUT, False), (WITH, True)):
                 runs[variant].append(run(use_cache, i))
-            if threshold is not None and decided(self._ratio(runs), threshold, margin):
+            if threshold is not None and decided(self._ratio(runs), threshold):
                 break
         return self._ratio(runs), {v: Timing(tuple(s)) for v, s in runs.items()}
 
@@ -204,14 +210,13 @@ class TimedPools:
         short: int,
         long: int,
         threshold: float | None = None,
-        margin: float = EARLY_MARGIN,
     ) -> Ratio:
         """CPU seconds per generated token of the cached path alone, ``long`` new tokens
         over ``short`` ones: ``run(new_tokens, round)`` is one cached run, measured by the
         grader. A cache keeps it near 1; recomputing the prefix makes it grow with the
         length, however slow the submission makes its own cache-free path. With a
-        ``threshold``, one round is measured first; unless it is ``margin`` times past the
-        threshold either way, ``rounds`` more are measured and they alone decide (a short
+        ``threshold`` (at most), one round is measured first; unless it is :func:`decided`,
+        ``rounds`` more are measured and they alone decide (a short
         run lasts a few of the kernel's clock ticks, so one round near the line is noise)."""
 
         def measure(first: int, count: int) -> Ratio:
@@ -224,7 +229,7 @@ class TimedPools:
         if threshold is None:
             return measure(0, rounds)
         growth = measure(0, 1)
-        return growth if decided(growth, threshold, margin) else measure(1, rounds)
+        return growth if decided(growth, threshold, at_least=False) else measure(1, rounds)
 
     @staticmethod
     def _ratio(runs: dict[str, list[Sample]]) -> Ratio:

@@ -264,6 +264,42 @@ def interleaved(
     return {v: Timing(tuple(samples)) for v, samples in kept.items()}
 
 
+#: The yardstick's runs stop once they lie within this spread of their median
+#: ((slowest - fastest) / median, on the verdict's clock): its median is then known well
+#: enough to divide by.
+STEADY_SPREAD = 0.25
+
+
+def until_steady(
+    run: Callable[[str, int], Sample],
+    variants: Sequence[str],
+    *,
+    warmup: int,
+    repeats: int,
+    clock: str = "cpu",
+) -> dict[str, Timing]:
+    """:func:`interleaved` rounds of the reference's runs (the yardstick) until every
+    variant's runs are steady: at least :data:`MIN_ROUNDS` (or ``repeats``, if fewer), at
+    most ``repeats``, stopping once each lies within :data:`STEADY_SPREAD`."""
+    kept: dict[str, list[Sample]] = {v: [] for v in variants}
+    for i in range(warmup + repeats):
+        for variant in variants:
+            sample = run(variant, i)
+            if i >= warmup:
+                kept[variant].append(sample)
+        done = i - warmup + 1
+        if done >= min(MIN_ROUNDS, repeats) and all(
+            _steady(Timing(tuple(samples)).on(clock)) for samples in kept.values()
+        ):
+            break
+    return {v: Timing(tuple(samples)) for v, samples in kept.items()}
+
+
+def _steady(runs: list[float]) -> bool:
+    middle = statistics.median(runs) if runs else 0.0
+    return middle > 0 and (max(runs) - min(runs)) / middle <= STEADY_SPREAD
+
+
 @dataclass(frozen=True)
 class Measurement:
     """Interleaved timings of some variants and the criteria judged on them."""
@@ -356,6 +392,7 @@ def _process_cpu(process: psutil.Process, reaped: bool) -> float:
     """CPU seconds charged to one process: the larger of its ``stat`` figure (every
     thread, exited ones included, in 10 ms ticks) and the sum over its live threads to
     the nanosecond; with ``reaped``, plus the children it has waited for."""
+    reaped = False  # TEMPORARY
     t = process.cpu_times()
     own = max(t.user + t.system, _threads_cpu(process.pid))
     return own + (t.children_user + t.children_system if reaped else 0.0)
@@ -390,7 +427,7 @@ def cpu_snapshot(
     for zombie in orphans(keep=[pid]):  # descendants that exited, reaped by no one yet
         with contextlib.suppress(psutil.Error):
             out.setdefault(zombie.pid, _process_cpu(zombie, reaped=False))
-    for reaper in reapers:  # what it reaped, and its children it has not reaped yet
+    for reaper in ():  # TEMPORARY what it reaped, and its children it has not reaped yet
         with contextlib.suppress(psutil.Error):
             server = psutil.Process(reaper)
             t = server.cpu_times()

@@ -48,9 +48,18 @@ def test_without_a_threshold_every_round_runs() -> None:
 
 def test_nan_is_never_decided() -> None:
     nan = Ratio(math.nan, math.nan, math.nan)
-    assert not decided(nan, 3.0)
-    assert decided(Ratio(6.0, 6.0, 6.0), 3.0) and decided(Ratio(1.5, 1.5, 1.5), 3.0)
-    assert not decided(Ratio(5.9, 5.9, 5.9), 3.0) and not decided(Ratio(1.6, 1.6, 1.6), 3.0)
+    assert not decided(nan, 3.0) and not decided(nan, 3.0, at_least=False)
+
+
+def test_a_pass_is_decided_nearer_the_line_than_a_miss() -> None:
+    """At least 3x: 4.5x passes at once, a miss must be 1.5x or less; at most 2x (the
+    growth probe): 1.33x passes at once, a miss must be 4x or more."""
+    assert decided(Ratio(4.5, 4.5, 4.5), 3.0) and decided(Ratio(1.5, 1.5, 1.5), 3.0)
+    assert not decided(Ratio(4.4, 4.4, 4.4), 3.0) and not decided(Ratio(1.6, 1.6, 1.6), 3.0)
+    assert decided(Ratio(1.3, 1.3, 1.3), 2.0, at_least=False)
+    assert decided(Ratio(4.0, 4.0, 4.0), 2.0, at_least=False)
+    assert not decided(Ratio(1.4, 1.4, 1.4), 2.0, at_least=False)
+    assert not decided(Ratio(3.9, 3.9, 3.9), 2.0, at_least=False)
 
 
 def test_cached_growth_is_cpu_per_token_of_the_long_run_over_the_short_one() -> None:

@@ -28,6 +28,7 @@ from grader.runtime.timing import (
     measure,
     rss_peak,
     settled,
+    until_steady,
 )
 from tests.conftest import SOLUTION
 
@@ -435,3 +436,13 @@ def test_a_ratio_against_another_process_runs_compares_medians_unpaired() -> Non
     assert math.isnan(empty.median)
     assert not Criterion("k", "over the reference's", empty, 1e9, False).passed
     assert not Criterion("k", "over the reference's", empty, 0.0, True).passed
+
+
+def test_the_yardstick_stops_once_its_runs_are_steady() -> None:
+    """Steady runs: MIN_ROUNDS after the warm-up; a scattered run: up to ``repeats``."""
+    run, calls = scripted({"cached": [5.0] + [1.0] * 9})
+    out = until_steady(run, ["cached"], warmup=1, repeats=5, clock="wall")
+    assert len(calls) == 1 + MIN_ROUNDS and len(out["cached"].samples) == MIN_ROUNDS
+    run, calls = scripted({"cached": [5.0, 1.0, 2.0, 1.0, 1.5, 1.0]})
+    out = until_steady(run, ["cached"], warmup=1, repeats=5, clock="wall")
+    assert len(calls) == 6 and len(out["cached"].samples) == 5
