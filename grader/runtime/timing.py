@@ -392,7 +392,6 @@ def _process_cpu(process: psutil.Process, reaped: bool) -> float:
     """CPU seconds charged to one process: the larger of its ``stat`` figure (every
     thread, exited ones included, in 10 ms ticks) and the sum over its live threads to
     the nanosecond; with ``reaped``, plus the children it has waited for."""
-    reaped = False  # TEMPORARY
     t = process.cpu_times()
     own = max(t.user + t.system, _threads_cpu(process.pid))
     return own + (t.children_user + t.children_system if reaped else 0.0)
@@ -427,7 +426,7 @@ def cpu_snapshot(
     for zombie in orphans(keep=[pid]):  # descendants that exited, reaped by no one yet
         with contextlib.suppress(psutil.Error):
             out.setdefault(zombie.pid, _process_cpu(zombie, reaped=False))
-    for reaper in ():  # TEMPORARY what it reaped, and its children it has not reaped yet
+    for reaper in reapers:  # what it reaped, and its children it has not reaped yet
         with contextlib.suppress(psutil.Error):
             server = psutil.Process(reaper)
             t = server.cpu_times()
