@@ -12,7 +12,8 @@
 #   make mutants [PARTS=part2]    how many known mistakes the grader catches and names
 #   make mutation [PARTS=part1 JOBS=2 NICE=10]  cosmic-ray's mutants of solution/ graded (on a
 #                                 scratch copy); scores, survivors, triage (docs/mutation/)
-#   make batch EXPORT=dir [OUT=regrade JOBS=2]  regrade a Gradescope export
+#   make batch EXPORT=dir [OUT=regrade JOBS=2 REGRADE=1]  regrade a Gradescope export
+#                                 (REGRADE=1: grade again what OUT already holds)
 #   make bench                    every benchmark below, then the slow tests (about 1.5 h)
 #   make calibrate                time the benchmark checks, propose thresholds (DEVICE=cpu|cuda)
 #   make stability                50 graded runs: do benchmark verdicts hold on a busy machine?
@@ -36,6 +37,7 @@ TEST_JOBS  ?= auto
 DEVICE     ?= auto
 RUNS       ?= 50
 EXPORT     ?=
+REGRADE    ?=
 OUT        ?= regrade
 JOBS       ?= 2
 KVGRADER   := $(VENV)/bin/kvgrader
@@ -125,8 +127,8 @@ mutation: $(STAMP)
 	$(PY) -m grader.ta.mutation run $(if $(PARTS),--parts $(PARTS),) --jobs $(JOBS) --nice $(NICE)
 
 batch: $(STAMP)
-	@test -n "$(EXPORT)" || { echo "usage: make batch EXPORT=dir [OUT=regrade JOBS=2]" >&2; exit 2; }
-	$(KVGRADER) batch $(EXPORT) --out $(OUT) --jobs $(JOBS) $(if $(PARTS),--parts $(PARTS),)
+	@test -n "$(EXPORT)" || { echo "usage: make batch EXPORT=dir [OUT=regrade JOBS=2 REGRADE=1]" >&2; exit 2; }
+	$(KVGRADER) batch $(EXPORT) --out $(OUT) --jobs $(JOBS) $(if $(PARTS),--parts $(PARTS),) $(if $(REGRADE),--regrade,)
 
 bench: calibrate stability mbu budget slow-tests
 

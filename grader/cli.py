@@ -144,6 +144,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
             device=args.device,
             tags=args.tags,
             cluster=options_from_args(args),
+            regrade=args.regrade,
         )
     except (ValueError, ClusterError) as exc:  # a bad export or option; no usable cluster
         print(f"error: {exc}", file=sys.stderr)
@@ -268,7 +269,11 @@ def add_calibrate(sub: argparse._SubParsersAction) -> None:
 
 def add_batch(sub: argparse._SubParsersAction) -> None:
     ba = sub.add_parser("batch", help="regrade a Gradescope 'Export Submissions' folder")
-    ba.add_argument("export_dir", help="the unzipped export (submission_metadata.yml + folders)")
+    ba.add_argument(
+        "export_dir",
+        help="the unzipped export (submission_metadata.yml + folders), or the folder it was "
+        "unzipped into",
+    )
     ba.add_argument("--out", required=True, help="output folder (a re-run resumes here)")
     ba.add_argument("--jobs", type=int, default=2, help="submissions graded at once")
     add_parts_option(ba)
@@ -281,7 +286,11 @@ def add_batch(sub: argparse._SubParsersAction) -> None:
     )
     add_device_option(ba)
     add_tags_option(ba)
-    ba.add_argument("--quiet", action="store_true", help="no progress bar")
+    ba.add_argument("--quiet", action="store_true", help="no progress bar or lines")
+    ba.add_argument(
+        "--regrade", action="store_true",
+        help="grade again what a previous run into --out graded (after a threshold change)",
+    )  # fmt: skip
     add_cluster_options(ba)
     ba.set_defaults(func=cmd_batch)
 

@@ -1,12 +1,16 @@
 """Regrade a Gradescope "Export Submissions" folder: every submission, one process each.
 
 Gradescope's export is ``submission_metadata.yml`` plus one folder per submission
-(``submission_123456789/``). Each folder is graded by ``python -m grader grade`` in
-its own process group under a wall-clock timeout, so a submission that hangs or
-kills its grader costs one fallback results file, never the batch. Results land
-in ``OUT/results/<folder>/results.json``; a valid one is kept on a re-run, so an
-interrupted batch resumes where it stopped. ``scores.csv``, ``summary.md``,
+(``submission_123456789/``), found where it was named or one folder down
+(:func:`grader.ta.regrade.export.find_export`). Each folder is graded by
+``python -m grader grade`` in its own process group under a wall-clock timeout, so a
+submission that hangs or kills its grader costs one fallback results file, never the batch.
+Results land in ``OUT/results/<folder>/results.json``; a valid one is kept on a re-run, so
+an interrupted batch resumes where it stopped, unless ``regrade`` asks for every submission
+to be graded again (after a threshold changed). ``scores.csv``, ``summary.md``,
 ``summary.json`` and ``score_histogram.png`` are rebuilt from every results file.
+Progress is a tqdm bar on a terminal; where stdout is not one (``make batch > log``), a
+line per submission as it ends, so a log shows how far the batch got.
 
 Where the gradings run is the executor's choice: ``local`` (threads on this
 machine), or one Slurm array task per submission through submitit
@@ -36,7 +40,7 @@ from grader.core.thresholds import resolve_device
 from grader.grading.runner import limits_for
 from grader.ta.regrade.class_report import write_class_report
 from grader.ta.regrade.cluster import ClusterOptions, planned_device
-from grader.ta.regrade.export import submission_folders
+from grader.ta.regrade.export import METADATA, ExportError, find_export, submission_folders
 from grader.ta.regrade.one import allow_running, grade_one, load_valid, stop_running
 from grader.ta.regrade.report import (
     STATUSES,
@@ -53,18 +57,13 @@ from grader.ta.regrade.report import (
 )
 
 __all__ = [
-    "STATUSES", "BatchSummary", "CheckRate", "ExportError", "Row", "Submitter", "grade_one",
-    "histogram", "main", "make_row", "natural_key", "parse_metadata", "part_scores",
-    "pass_rates", "write_outputs",
+    "METADATA", "STATUSES", "BatchSummary", "CheckRate", "ExportError", "Row", "Submitter",
+    "grade_one", "histogram", "main", "make_row", "natural_key", "parse_metadata",
+    "part_scores", "pass_rates", "write_outputs",
 ]  # fmt: skip
 
-METADATA = "submission_metadata.yml"
 #: Written beside a cluster task's results: its job id, state and log files.
 TASK_FILE = "task.json"
-
-
-class ExportError(ValueError):
-    """The export folder or its metadata cannot be used (the CLI exits with status 2)."""
 
 
 class _Loader(yaml.SafeLoader):
@@ -140,6 +139,37 @@ def progress_bar(
     )
 
 
+class LineLog:
+    """A line per submission as its grading ends, for a log rather than a terminal
+    (``make batch > log``: a bar would only reach the file at the end, if at all)."""
+
+    def __init__(self, total: int, skipped: int, file: IO | None, *, enabled: bool = True) -> None:
+        """Print to ``file`` (default stdout) only when enabled and it is not a terminal;
+        ``skipped`` submissions were graded before and are announced in one line."""
+        file = sys.stdout if file is None else file
+        self.file = None if not enabled or _is_terminal(file) else file
+        self.total, self.done, self.started = total, skipped, time.monotonic()
+        if self.file is not None and skipped:
+            print(f"{skipped} of {total} already graded: kept (--regrade grades them again)",
+                  file=self.file, flush=True)  # fmt: skip
+
+    def record(self, row: Row) -> None:
+        """One line: the count, the submission, its students, status, score, elapsed time."""
+        self.done += 1
+        if self.file is None:
+            return
+        names = ", ".join(p.name for p in row.submitters if p.name) or "(no name)"
+        elapsed = time.monotonic() - self.started
+        print(f"[{self.done}/{self.total}] {row.submission_id} {names}: {row.status} "
+              f"{row.score.text()} ({elapsed:.0f} s)", file=self.file, flush=True)  # fmt: skip
+
+
+def _is_terminal(file: IO) -> bool:
+    """Whether ``file`` is a terminal (a file without ``isatty`` is not)."""
+    isatty = getattr(file, "isatty", None)
+    return bool(isatty and isatty())
+
+
 #: Seconds a regrade allows beyond the grading's own budget: the grader's start (torch's
 #: import, the sandbox), the reference's runs before the submission's, and the close.
 SETUP_ALLOWANCE_S = 420
@@ -170,16 +200,22 @@ def main(
     tags: str = "",
     cluster: ClusterOptions | None = None,
     progress_file: IO | None = None,
+    regrade: bool = False,
+    line_file: IO | None = None,
 ) -> BatchSummary:
     """Regrade every submission of ``export_dir`` into ``out_dir`` (resuming) and summarise.
 
     ``cluster`` None grades ``jobs`` submissions at a time on this machine; otherwise each
     submission is one submitit array task (:func:`grader.ta.regrade.cluster.run_grading_tasks`).
-    ``device`` and ``tags`` are passed to every ``grade`` (e.g. ``cuda`` and ``benchmark``)."""
+    ``device`` and ``tags`` are passed to every ``grade`` (e.g. ``cuda`` and ``benchmark``).
+    ``regrade`` grades again what a previous run graded. With ``progress``, a bar on
+    ``progress_file`` (stderr) when it is a terminal, and a line per submission on
+    ``line_file`` (stdout) when that is not one."""
     started = time.monotonic()
     if timeout_s is None:
         timeout_s = default_timeout_s(device, cluster)
-    export_dir, out_dir = Path(export_dir).resolve(), Path(out_dir).resolve()
+    export_dir = find_export(Path(export_dir)).resolve()
+    out_dir = Path(out_dir).resolve()
     parts = parse_parts(",".join(parts or []))
     metadata, folders = read_export(export_dir, out_dir)
     results_of = {f: out_dir / "results" / f / "results.json" for f in folders}
@@ -187,19 +223,21 @@ def main(
     died: dict[str, str] = {}
     todo = []
     for folder in folders:
-        data = is_done(results_of[folder])
+        data = None if regrade else is_done(results_of[folder])
         if data is None:
             todo.append(folder)
             (results_of[folder].parent / TASK_FILE).unlink(missing_ok=True)
         else:
             rows[folder] = make_row(folder, metadata.get(folder, []), data, "skipped")
     bar = progress_bar(len(folders), initial=len(rows), enabled=progress, file=progress_file)
+    lines = LineLog(len(folders), len(rows), line_file, enabled=progress)
 
     def record(folder: str, status: str) -> None:
         data = load_valid(results_of[folder]) or fallback_results("no results file")
         rows[folder] = row = make_row(folder, metadata.get(folder, []), data, status)
         bar.set_postfix_str(f"{row.status} {row.submission_id} ({row.score.text()})", refresh=False)
         bar.update()
+        lines.record(row)
 
     run = dict(parts=parts, timeout_s=timeout_s, python=python, device=device, tags=tags)
     try:

@@ -6,6 +6,12 @@ whoever unpacked it: a submission "folder" that is a link would make ``batch`` g
 files, a TA's home folder). Only real folders directly inside the export are
 submissions; a link, or anything that resolves elsewhere, is skipped with a warning that
 names it.
+
+Gradescope's "Export Submissions" is a zip that unpacks to one folder
+(``assignment_<id>_export/``) holding ``submission_metadata.yml`` and one folder per
+submission (``submission_<id>/``). A TA may name either the folder the zip was unpacked
+into or that folder itself: :func:`find_export` looks one level down when the metadata is
+not where it was told, and takes the one folder that has it.
 """
 
 from __future__ import annotations
@@ -14,6 +20,44 @@ import sys
 from pathlib import Path
 
 from grader.ta.regrade.report import natural_key
+
+#: The export's list of submissions and their submitters.
+METADATA = "submission_metadata.yml"
+
+
+class ExportError(ValueError):
+    """The export folder or its metadata cannot be used (the CLI exits with status 2)."""
+
+
+def find_export(path: Path) -> Path:
+    """The export folder for ``path``: ``path`` itself when it holds :data:`METADATA`,
+    else the one folder directly inside it that does (where unzipping Gradescope's export
+    puts it), announced on stderr. Several such folders, or none, is an
+    :class:`ExportError` that says what was looked at."""
+    path = Path(path)
+    if (path / METADATA).is_file():
+        return path
+    if not path.is_dir():
+        raise ExportError(f"cannot read {METADATA}: {path} is not a folder")
+    below = sorted(
+        (e for e in path.iterdir() if not e.name.startswith(".") and not e.is_symlink()),
+        key=lambda e: natural_key(e.name),
+    )
+    found = [e for e in below if e.is_dir() and (e / METADATA).is_file()]
+    if len(found) == 1:
+        print(f"the export is {found[0]} (the folder in {path} that holds {METADATA})",
+              file=sys.stderr)  # fmt: skip
+        return found[0]
+    if found:
+        names = ", ".join(e.name for e in found)
+        raise ExportError(
+            f"{path} holds several exports ({names}): name the one to read, e.g. {found[0]}"
+        )
+    raise ExportError(
+        f"cannot read {METADATA} in {path}, nor in a folder directly inside it: name the "
+        "folder Gradescope's export unzipped to (it holds submission_metadata.yml and one "
+        "submission_<id>/ folder per submission)"
+    )
 
 
 def refusal(entry: Path, export_dir: Path) -> str | None:

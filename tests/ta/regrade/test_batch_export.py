@@ -1,0 +1,119 @@
+"""The batch as a TA runs it: the export found one folder down, a regrade on demand, and a
+line per submission where the output is a log rather than a terminal."""
+
+from __future__ import annotations
+
+import io
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from grader import cli
+from grader.ta.regrade import batch, one
+from grader.ta.regrade.export import METADATA, ExportError, find_export
+from tests.conftest import ROOT
+from tests.ta.regrade.conftest import Regraded
+
+# The shared regraded export lives on the "batch" worker.
+pytestmark = pytest.mark.xdist_group("batch")
+
+
+def _unzipped(regraded: Regraded, tmp_path: Path) -> Path:
+    """The folder a TA unzipped the export into: Gradescope's zip holds one folder."""
+    shutil.copytree(regraded.export, tmp_path / "unzipped" / "assignment_7_export")
+    return tmp_path / "unzipped"
+
+
+def test_find_export_takes_the_folder_named_or_the_one_below_it(tmp_path: Path) -> None:
+    export = tmp_path / "unzipped" / "assignment_7_export"
+    export.mkdir(parents=True)
+    (export / METADATA).write_text("{}\n")
+    (tmp_path / "unzipped" / "notes").mkdir()  # another folder without metadata: no matter
+    assert find_export(export) == export
+    assert find_export(tmp_path / "unzipped") == export
+    with pytest.raises(ExportError, match="nor in a folder directly inside it"):
+        find_export(tmp_path / "unzipped" / "notes")
+    other = tmp_path / "unzipped" / "assignment_8_export"
+    other.mkdir()
+    (other / METADATA).write_text("{}\n")
+    with pytest.raises(ExportError, match=r"several exports .*assignment_7_export"):
+        find_export(tmp_path / "unzipped")
+
+
+def test_the_folder_the_export_was_unzipped_into_is_regraded(
+    regraded: Regraded,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = shutil.copytree(regraded.out, tmp_path / "out")
+    monkeypatch.setattr(one.subprocess, "Popen", _no_process)
+    log = io.StringIO()
+    again = batch.main(
+        export_dir=_unzipped(regraded, tmp_path), out_dir=out, parts=["part1"], line_file=log
+    )
+    assert again.counts["skipped"] == 20
+    assert "the export is " in capsys.readouterr().err
+    assert log.getvalue().startswith("20 of 20 already graded: kept (--regrade")
+
+
+def _no_process(*args: object, **kwargs: object) -> None:
+    raise AssertionError("a kept submission started a process")
+
+
+def test_regrade_grades_again_and_a_log_gets_a_line_per_submission(
+    regraded: Regraded, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = shutil.copytree(regraded.out, tmp_path / "out")
+    graded: list[str] = []
+
+    def fake_grade(submission: Path, results: Path, **run: object) -> str:
+        graded.append(submission.name)
+        return "graded"  # the copied results file stands for the new grading
+
+    monkeypatch.setattr(batch, "grade_one", fake_grade)
+    log = io.StringIO()  # not a terminal, as stdout is under `make batch > log`
+    again = batch.main(
+        export_dir=regraded.export, out_dir=out, parts=["part1"], regrade=True, line_file=log
+    )
+    assert len(graded) == 20 and again.counts["graded"] == 20
+    lines = log.getvalue().splitlines()
+    assert len(lines) == 20
+    assert re.fullmatch(r"\[1/20\] submission_\d+ .+: graded [\d.]+ / \d+.*\(\d+ s\)", lines[0])
+    assert lines[-1].startswith("[20/20] ")
+    assert any("Student" in line or "," in line for line in lines)  # the students are named
+
+
+def test_no_line_is_printed_on_a_terminal_or_when_quiet() -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    row = batch.make_row("submission_1", [batch.Submitter("Ada", "1", "")], {"tests": []}, "graded")
+    for file, enabled in ((Terminal(), True), (io.StringIO(), False)):
+        log = batch.LineLog(1, 0, file, enabled=enabled)
+        log.record(row)
+        assert file.getvalue() == ""
+    file = io.StringIO()
+    batch.LineLog(1, 0, file).record(row)
+    assert file.getvalue().startswith("[1/1] submission_1 Ada: graded 0 / 0")
+
+
+def test_regrade_is_an_option_of_the_cli_and_of_make() -> None:
+    args = cli.build_parser().parse_args(["batch", "x", "--out", "o", "--regrade"])
+    assert args.regrade is True
+    dry = subprocess.run(
+        ["make", "-n", "batch", "EXPORT=x", "REGRADE=1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "--regrade" in dry.stdout
+    dry = subprocess.run(
+        ["make", "-n", "batch", "EXPORT=x"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert "--regrade" not in dry.stdout
