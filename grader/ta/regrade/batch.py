@@ -38,6 +38,7 @@ from grader.core.registry import parse_parts
 from grader.core.results import fallback_results
 from grader.core.thresholds import resolve_device
 from grader.grading.runner import limits_for
+from grader.ta.regrade.census import census
 from grader.ta.regrade.class_report import write_class_report
 from grader.ta.regrade.cluster import ClusterOptions, planned_device
 from grader.ta.regrade.export import METADATA, ExportError, find_export, submission_folders
@@ -298,6 +299,7 @@ def summarise(
         rates=pass_rates(list(results.values())),
         elapsed_s=time.monotonic() - started,
         died=died,
+        causes=census(results),
     )
 
 

@@ -126,3 +126,44 @@ def measures(results: dict[str, dict[str, Any]]) -> list[Measure]:
         )
         for key, c in found.items()
     ]
+
+
+def census_records(causes: list[Cause], submissions: int) -> list[dict[str, Any]]:
+    """The census as ``summary.json`` keeps it: per cause, how many submissions made it
+    (and their share of the class), which ones, the checks that named it and the example."""
+    return [
+        {
+            "cause": c.cause,
+            "submissions": c.count,
+            "percent": round(100 * c.count / submissions, 1) if submissions else 0.0,
+            "submission_ids": list(c.submissions),
+            "checks": dict(sorted(c.checks.items())),
+            "example": c.example,
+        }
+        for c in causes
+    ]
+
+
+CENSUS_MD = """
+## Mistake census
+
+How many submissions each named mistake was found in, most frequent first: what to
+explain in the next lecture. A cause named only beside another (its look-alike on some
+input) is not counted as a second mistake. Examples: `report.html`.
+
+"""
+
+
+def census_markdown(causes: list[Cause], submissions: int) -> str:
+    """The census as a section of ``summary.md``: a table of cause, submissions, share of
+    the class and the checks that named it (how many times each)."""
+    if not causes:
+        return CENSUS_MD + "No known mistake was named.\n"
+    rows = [
+        f"| `{r['cause']}` | {r['submissions']} | {r['percent']:.0f} | "
+        + ", ".join(f"{n} ({k})" for n, k in r["checks"].items())
+        + " |"
+        for r in census_records(causes, submissions)
+    ]
+    head = "| cause | submissions | % | named by check (how many) |\n| --- | --- | --- | --- |\n"
+    return CENSUS_MD + head + "\n".join(rows) + "\n"

@@ -19,6 +19,7 @@ from grader.core.figures import pyplot
 from grader.core.registry import PARTS
 from grader.core.score import Score, file_score
 from grader.core.score import part_scores as check_part_scores
+from grader.ta.regrade.census import Cause, census_markdown, census_records
 
 #: ``died``: a cluster task that never finished (time limit, node failure, out of memory);
 #: it is submitted again by the next run.
@@ -69,6 +70,7 @@ class BatchSummary:
     rates: list[CheckRate]
     elapsed_s: float
     died: dict[str, str] = field(default_factory=dict)  # submission -> why its task died
+    causes: list[Cause] = field(default_factory=list)  # the mistake census (most made first)
 
 
 def natural_key(name: str) -> list[tuple[int, Any]]:
@@ -163,8 +165,8 @@ def safe_cell(text: str) -> str:
 
 
 def write_outputs(summary: BatchSummary) -> None:
-    """``scores.csv``, ``submitters.json``, ``summary.json``, ``summary.md`` and
-    ``score_histogram.png``."""
+    """``scores.csv``, ``submitters.json``, ``summary.json``, ``summary.md`` (both with the
+    mistake census, as ``report.html`` has it) and ``score_histogram.png``."""
     out, rows = summary.out_dir, summary.rows
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "scores.csv", "w", newline="") as f:
@@ -202,6 +204,7 @@ def write_outputs(summary: BatchSummary) -> None:
         "pass_rates": [
             {**asdict(c), "percent": round(100 * c.passed / c.total, 1)} for c in summary.rates
         ],
+        "census": census_records(summary.causes, len(rows)),
         "died": summary.died,
     }
     (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
@@ -214,6 +217,7 @@ def write_outputs(summary: BatchSummary) -> None:
     (out / "summary.md").write_text(
         SUMMARY_MD.format(counts_text=counts_text, bonus_text=bonus_sentence(doc["bonus"]), **doc)
         + table
+        + census_markdown(summary.causes, len(rows))
         + (DIED_MD + died if died else "")
     )
     save_histogram(bins, out / "score_histogram.png", max_score=top)

@@ -4,6 +4,7 @@ line per submission where the output is a log rather than a terminal."""
 from __future__ import annotations
 
 import io
+import json
 import re
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ import pytest
 
 from grader import cli
 from grader.ta.regrade import batch, one
+from grader.ta.regrade.census import census
 from grader.ta.regrade.export import METADATA, ExportError, find_export
 from tests.conftest import ROOT
 from tests.ta.regrade.conftest import Regraded
@@ -117,3 +119,24 @@ def test_regrade_is_an_option_of_the_cli_and_of_make() -> None:
         ["make", "-n", "batch", "EXPORT=x"], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert "--regrade" not in dry.stdout
+
+
+def test_the_mistake_census_is_in_both_summaries_as_in_the_report(regraded: Regraded) -> None:
+    results = {
+        p.parent.name: json.loads(p.read_text())
+        for p in (regraded.out / "results").glob("*/results.json")
+    }
+    causes = census(results)
+    assert len(causes) >= 10  # the export's planted mistakes, each named
+    doc = json.loads((regraded.out / "summary.json").read_text())
+    assert [(r["cause"], r["submissions"]) for r in doc["census"]] == [
+        (c.cause, c.count) for c in causes
+    ]
+    assert doc["census"][0]["percent"] == round(100 * causes[0].count / 20, 1)
+    assert set(doc["census"][0]["submission_ids"]) == set(causes[0].submissions)
+    md = (regraded.out / "summary.md").read_text()
+    assert "## Mistake census" in md
+    for c in causes:
+        assert re.search(rf"^\| `{re.escape(c.cause)}` \| {c.count} \| \d+ \| ", md, re.M)
+    html = (regraded.out / "report.html").read_text()
+    assert all(c.cause in html for c in causes)
