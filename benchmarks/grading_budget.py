@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import shutil
 import subprocess
 import sys
@@ -73,6 +74,7 @@ def measure(submission: Path, half_cpu: bool, poll_s: float = 0.1) -> dict[str, 
             raise SystemExit("--half-cpu needs taskset (util-linux)")
         command = ["taskset", "-c", "0", *command]
     loop = hog(0) if half_cpu else None
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         start = time.perf_counter()
         child = subprocess.Popen(
@@ -86,6 +88,7 @@ def measure(submission: Path, half_cpu: bool, poll_s: float = 0.1) -> dict[str, 
                 peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
             time.sleep(poll_s or 0.1)
         seconds = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
         data = json.loads(results.read_text())
     finally:
         if loop is not None:
@@ -93,8 +96,12 @@ def measure(submission: Path, half_cpu: bool, poll_s: float = 0.1) -> dict[str, 
             loop.wait()
         shutil.rmtree(results.parent, ignore_errors=True)
     benchmarks = data.get("extra_data", {}).get("benchmarks", {})
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {
         "seconds": seconds,
+        # User + system CPU seconds of the grader and every process it and its children
+        # waited for (the fork server, the workers): what the grading cost the machine.
+        "cpu_seconds": cpu,
         "peak_rss_mib": peak_rss / 2**20,
         "peak_pss_mib": peak_pss / 2**20,
         "score": data["score"],
@@ -125,9 +132,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         extra = f", confirmation rounds in {', '.join(m['confirmed'])}" if m["confirmed"] else ""
         runs, slow = m["timed_runs"]
+        spent = f" ({m['cpu_seconds']:.1f} CPU s)"
         print(
             f"graded {args.submission} on {cpu}: score {m['score']:g}, {m['seconds']:.1f} s"
-            f"{memory}; {slow} of {runs} timed runs stalled by > 150 ms{extra}",
+            f"{spent}{memory}; {slow} of {runs} timed runs stalled by > 150 ms{extra}",
             flush=True,
         )
         for number, output in m["failed"]:

@@ -21,11 +21,13 @@ def test_budget_runs_report_scores_and_confirmations(
 ) -> None:
     figures = iter(
         [
-            {"score": 104, "seconds": 25.0, "failed": [], "confirmed": ["3.11"],
-             "timed_runs": (36, 2)},
-            {"score": 102, "seconds": 27.0, "failed": [("3.11", "batch 8 speedup")],
-             "confirmed": ["3.11"], "timed_runs": (42, 9)},
-            {"score": 104, "seconds": 24.0, "failed": [], "confirmed": [], "timed_runs": (36, 0)},
+            {"score": 104, "seconds": 25.0, "cpu_seconds": 21.5, "failed": [],
+             "confirmed": ["3.11"], "timed_runs": (36, 2)},
+            {"score": 102, "seconds": 27.0, "cpu_seconds": 24.0,
+             "failed": [("3.11", "batch 8 speedup")], "confirmed": ["3.11"],
+             "timed_runs": (42, 9)},
+            {"score": 104, "seconds": 24.0, "cpu_seconds": 20.0, "failed": [], "confirmed": [],
+             "timed_runs": (36, 0)},
         ]
     )  # fmt: skip
     polls = []
@@ -41,6 +43,7 @@ def test_budget_runs_report_scores_and_confirmations(
     assert "peak memory" not in out  # nothing was sampled
     assert "confirmation rounds in 3.11" in out and "check 3.11 failed" in out
     assert "9 of 42 timed runs stalled" in out
+    assert "25.0 s (21.5 CPU s)" in out  # what the grading cost, beside its wall time
     assert out.strip().splitlines()[-1] == (
         "3 gradings: 2 scored 104 (lowest 102); 2 needed confirmation rounds; 11 of 114 timed "
         "runs stalled by > 150 ms (slower than the fastest run of their variant)"
