@@ -9,8 +9,10 @@ tree first (links are not followed, and a submission folder that is a link is sk
 a warning: :mod:`grader.ta.regrade.export`), and copydetect tokenises that copy.
 
 Output: ``similarity.csv`` and ``similarity.md`` (submission pairs ranked by their most
-similar file), ``similarity_by_submission.csv`` (each submission's highest score) and
-copydetect's ``similarity.html`` with the matching regions highlighted. Every name and
+similar file, each pair with its students' names from the export's metadata, as
+``scores.csv`` has them, and every file the two share), ``similarity_by_submission.csv``
+(each submission's highest score) and ``similarity.html``: the ranked pairs first, then
+each listed pair's files side by side with the matching regions highlighted. Every name and
 line of code a student chose is escaped once in each page (:mod:`grader.ta.similarity_html`,
 and :func:`grader.core.feedback.escape` in the Markdown).
 A high rank is a reason to read two submissions side by side, never a verdict.
@@ -31,10 +33,10 @@ import numpy as np
 
 from grader.core.feedback import escape
 from grader.core.paths import ASSIGNMENT
-from grader.ta.regrade.batch import METADATA
-from grader.ta.regrade.export import submission_folders
-from grader.ta.regrade.report import natural_key
-from grader.ta.similarity_html import report_html
+from grader.ta.regrade.batch import parse_metadata
+from grader.ta.regrade.export import METADATA, ExportError, find_export, submission_folders
+from grader.ta.regrade.report import natural_key, safe_cell
+from grader.ta.similarity_html import Code, report_html
 
 #: Files larger than this are not compared (generated data, not a student's code).
 MAX_FILE_BYTES = 512 * 1024
@@ -46,8 +48,19 @@ NOISE_T, GUARANTEE_T = 25, 30
 
 
 @dataclass(frozen=True)
+class SharedFile:
+    """One file two submissions both hold, and how alike their two copies are."""
+
+    name: str  # its path in the submission (``llama/model.py``)
+    score: float  # the mean of both directions' shares, 0..1
+    first_share: float  # the share of the first submission's copy found in the second's
+    second_share: float
+
+
+@dataclass(frozen=True)
 class Pair:
-    """Two submissions and how alike their most similar file is."""
+    """Two submissions and how alike their most similar file is (``files``: every file
+    both hold, most similar first)."""
 
     first: str
     second: str
@@ -55,6 +68,15 @@ class Pair:
     file: str  # the file name that scored it
     first_share: float  # the share of ``first``'s file found in ``second``'s
     second_share: float
+    files: tuple[SharedFile, ...] = ()
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A submission's file as copied for copydetect: whose it is, and its own path."""
+
+    folder: str
+    rel: str
 
 
 def code_files(folder: Path) -> dict[str, Path]:
@@ -93,13 +115,15 @@ def submissions_of(export: Path, skip: Path | None = None) -> list[Path]:
     return submission_folders(export, skip=skip)[0]
 
 
-def stage(folders: list[Path], scratch: Path, skeleton: dict[str, bytes | None]) -> dict[str, str]:
+def stage(
+    folders: list[Path], scratch: Path, skeleton: dict[str, bytes | None]
+) -> dict[str, Staged]:
     """Copy every submission's code files under ``scratch/<folder>/``, each file flattened
     to one name (``llama/model.py`` -> ``llama__model.py``) so that copydetect pairs files
     by name across submissions. A file byte for byte the skeleton's (``skeleton``: path ->
     content) holds nothing of the student's and is left out. Returns staged path ->
-    submission folder name."""
-    owner = {}
+    its submission and path there."""
+    owner: dict[str, Staged] = {}
     for folder in folders:
         for rel, path in code_files(folder).items():
             code = read_code(path)
@@ -108,30 +132,34 @@ def stage(folders: list[Path], scratch: Path, skeleton: dict[str, bytes | None])
             dest = scratch / folder.name / rel.replace("/", "__")
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(code)
-            owner[str(dest)] = folder.name
+            owner[str(dest)] = Staged(folder.name, rel)
     return owner
 
 
-def ranked_pairs(files: list[str], matrix: np.ndarray, owner: dict[str, str]) -> list[Pair]:
+def ranked_pairs(files: list[str], matrix: np.ndarray, owner: dict[str, Staged]) -> list[Pair]:
     """Every pair of submissions that share a compared file, ranked by their most similar
-    one (``matrix[i, j] = (share of i found in j, share of j found in i)``, -1 where not
-    compared)."""
-    best: dict[tuple[str, str], Pair] = {}
+    one, with every file they share (``matrix[i, j] = (share of i found in j, share of j
+    found in i)``, -1 where not compared)."""
+    shared: dict[tuple[str, str], list[SharedFile]] = {}
     compared = np.triu(np.all(matrix >= 0, axis=2), k=1)
     for i, j in zip(*np.nonzero(compared), strict=True):
         a, b = owner.get(files[i]), owner.get(files[j])
-        if a is None or b is None or a == b:
+        if a is None or b is None or a.folder == b.folder:
             continue
         (first, s1), (second, s2) = sorted(
-            [(a, float(matrix[i, j, 0])), (b, float(matrix[i, j, 1]))],
+            [(a.folder, float(matrix[i, j, 0])), (b.folder, float(matrix[i, j, 1]))],
             key=lambda x: natural_key(x[0]),
         )
-        pair = Pair(first, second, (s1 + s2) / 2, Path(files[i]).name, s1, s2)
-        if (first, second) not in best or pair.score > best[(first, second)].score:
-            best[(first, second)] = pair
-    return sorted(
-        best.values(), key=lambda p: (-p.score, natural_key(p.first), natural_key(p.second))
-    )
+        shared.setdefault((first, second), []).append(SharedFile(a.rel, (s1 + s2) / 2, s1, s2))
+    pairs = []
+    for (first, second), found in shared.items():
+        found.sort(key=lambda f: (-f.score, f.name))
+        top = found[0]
+        pairs.append(
+            Pair(first, second, top.score, top.name, top.first_share, top.second_share,
+                 tuple(found))
+        )  # fmt: skip
+    return sorted(pairs, key=lambda p: (-p.score, natural_key(p.first), natural_key(p.second)))
 
 
 def highest(pairs: list[Pair], folders: list[str]) -> dict[str, float]:
@@ -143,32 +171,75 @@ def highest(pairs: list[Pair], folders: list[str]) -> dict[str, float]:
     return best
 
 
-def write_outputs(pairs: list[Pair], out_dir: Path, folders: list[str]) -> None:
-    """``similarity.csv`` (every pair) and ``similarity.md`` (the top pairs, and how to
-    read them; the names in its table are escaped for Markdown, as a student chose them)."""
+def names_of(export_dir: Path) -> dict[str, str]:
+    """Each submission folder's students, as ``scores.csv`` names them (``"Ada; Grace"``),
+    from the export's metadata; empty where it has none."""
+    path = export_dir / METADATA
+    if not path.is_file():
+        return {}
+    people = parse_metadata(path.read_text())
+    return {folder: "; ".join(p.name for p in found if p.name) for folder, found in people.items()}
+
+
+def label(folder: str, names: dict[str, str]) -> str:
+    """A submission as a TA recognises it: its students, then its folder."""
+    return f"{names[folder]} ({folder})" if names.get(folder) else folder
+
+
+def files_text(pair: Pair) -> str:
+    """Every file a pair shares with its score, most similar first."""
+    return "; ".join(f"{f.name} {f.score:.2f}" for f in pair.files)
+
+
+def write_outputs(
+    pairs: list[Pair], out_dir: Path, folders: list[str], names: dict[str, str] | None = None
+) -> None:
+    """``similarity.csv`` (every pair), ``similarity.md`` (the top pairs, and how to read
+    them; the names in its table are escaped for Markdown, as a student chose them) and
+    ``similarity_by_submission.csv``."""
+    names = names or {}
     with open(out_dir / "similarity.csv", "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["rank", "first", "second", "score", "file", "first_share", "second_share"])
+        writer.writerow(["rank", "first", "second", "first_names", "second_names", "score",
+                         "file", "first_share", "second_share", "files"])  # fmt: skip
         for rank, p in enumerate(pairs, 1):
-            writer.writerow([rank, p.first, p.second, f"{p.score:.3f}", p.file,
-                             f"{p.first_share:.3f}", f"{p.second_share:.3f}"])  # fmt: skip
+            people = [safe_cell(names.get(x, "")) for x in (p.first, p.second)]
+            writer.writerow([rank, p.first, p.second, *people, f"{p.score:.3f}", p.file,
+                             f"{p.first_share:.3f}", f"{p.second_share:.3f}",
+                             files_text(p)])  # fmt: skip
     lines = [
         "# Code similarity", "",
         f"{len(folders)} submissions compared, file against the file of the same name, with the "
         "skeleton's code as boilerplate. A score is the share of a file's fingerprints "
-        "found in the other's (both directions averaged). A high rank is a reason to read "
+        "found in the other's (both directions averaged); a pair is ranked by its most "
+        "similar file, and every file it shares is listed. A high rank is a reason to read "
         "the two submissions side by side in `similarity.html`, never a verdict: short "
         "files, the course's own hints and the handout's formulas make honest work alike.",
-        "", "| rank | first | second | score | file |", "| --- | --- | --- | --- | --- |",
+        "", "| rank | first | second | score | shared files |", "| --- | --- | --- | --- | --- |",
     ]  # fmt: skip
-    lines += [f"| {r} | {escape(p.first)} | {escape(p.second)} | {p.score:.2f} | {escape(p.file)} |"
+    lines += [f"| {r} | {escape(label(p.first, names))} | {escape(label(p.second, names))} | "
+              f"{p.score:.2f} | {escape(files_text(p))} |"
               for r, p in enumerate(pairs[:TOP_PAIRS], 1)]  # fmt: skip
     (out_dir / "similarity.md").write_text("\n".join(lines) + "\n")
     with open(out_dir / "similarity_by_submission.csv", "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["submission", "highest_score"])
+        writer.writerow(["submission", "names", "highest_score"])
         for folder, score in highest(pairs, folders).items():
-            writer.writerow([folder, f"{score:.3f}"])
+            writer.writerow([folder, safe_cell(names.get(folder, "")), f"{score:.3f}"])
+
+
+def export_of(export_dir: Path) -> Path:
+    """The export to compare: where :func:`~grader.ta.regrade.export.find_export` finds its
+    metadata, else the folder itself (every subfolder a submission, with a warning)."""
+    export_dir = Path(export_dir).resolve()
+    if not export_dir.is_dir():
+        raise FileNotFoundError(f"{export_dir} is not a folder")
+    try:
+        return find_export(export_dir).resolve()
+    except ExportError:
+        print(f"warning: {export_dir} has no {METADATA}; every subfolder is a submission",
+              file=sys.stderr)  # fmt: skip
+        return export_dir
 
 
 def main(*, export_dir: Path, out_dir: Path, boilerplate: Path = ASSIGNMENT) -> list[Pair]:
@@ -176,31 +247,30 @@ def main(*, export_dir: Path, out_dir: Path, boilerplate: Path = ASSIGNMENT) -> 
     highlighted report into ``out_dir``; return the pairs, most similar first."""
     import matplotlib
 
-    matplotlib.use("Agg")  # copydetect draws its figures with pyplot
+    matplotlib.use("Agg")  # copydetect imports pyplot
 
-    export_dir, out_dir = Path(export_dir).resolve(), Path(out_dir).resolve()
-    if not export_dir.is_dir():
-        raise FileNotFoundError(f"{export_dir} is not a folder")
-    if not (export_dir / METADATA).exists():
-        print(f"warning: {export_dir} has no {METADATA}; every subfolder is a submission",
-              file=sys.stderr)  # fmt: skip
+    export_dir, out_dir = export_of(export_dir), Path(out_dir).resolve()
     folders = submissions_of(export_dir, skip=out_dir)
+    names = names_of(export_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="similarity-") as tmp:
         scratch = Path(tmp)
         skeleton = {rel: read_code(path) for rel, path in code_files(boilerplate).items()}
         owner = stage(folders, scratch / "submissions", skeleton)
         stage([boilerplate], scratch / "boilerplate", {})
-        # Relative paths: the report names "submissions/submission_1/question1.py".
+        # Relative paths: copydetect names "submissions/submission_1/question1.py".
         with contextlib.chdir(scratch):
-            pairs = compare(out_dir, {os.path.relpath(k, scratch): v for k, v in owner.items()})
-    write_outputs(pairs, out_dir, [f.name for f in folders])
+            pairs, code = compare({os.path.relpath(k, scratch): v for k, v in owner.items()})
+    write_outputs(pairs, out_dir, [f.name for f in folders], names)
+    page = report_html(pairs[:TOP_PAIRS], code, names, submissions=len(folders))
+    (out_dir / "similarity.html").write_text(page, encoding="utf-8")
     return pairs
 
 
-def compare(out_dir: Path, owner: dict[str, str]) -> list[Pair]:
-    """copydetect over ``submissions/`` against ``boilerplate/`` (in the working folder),
-    its report written to ``out_dir``; the ranked pairs."""
+def compare(owner: dict[str, Staged]) -> tuple[list[Pair], dict[tuple[str, str, str], Code]]:
+    """copydetect over ``submissions/`` against ``boilerplate/`` (in the working folder):
+    the ranked pairs, and the highlighted code of each file pair copydetect shows (above
+    its display threshold), by (first, second, file) with the first submission's first."""
     from copydetect import CopyDetector
 
     detector = CopyDetector(
@@ -212,11 +282,17 @@ def compare(out_dir: Path, owner: dict[str, str]) -> list[Pair]:
         same_name_only=True,
         autoopen=False,
         silent=True,
-        out_file=str(out_dir / "similarity.html"),
     )
     detector.run()
     files = [str(f) for f in detector.test_files]
-    pairs = ranked_pairs(files, detector.similarity_matrix, owner) if owner else []
-    if pairs:  # copydetect's own writer leaves file names unescaped
-        (out_dir / "similarity.html").write_text(report_html(detector), encoding="utf-8")
-    return pairs
+    if not owner:
+        return [], {}
+    code: dict[tuple[str, str, str], Code] = {}
+    for entry in detector.get_copied_code_list():
+        a, b = owner.get(str(entry[2])), owner.get(str(entry[3]))
+        if a is None or b is None or a.folder == b.folder:
+            continue
+        ends = [(a.folder, entry[4]), (b.folder, entry[5])]
+        ends.sort(key=lambda x: natural_key(x[0]))
+        code[(ends[0][0], ends[1][0], a.rel)] = Code(ends[0][1], ends[1][1])
+    return ranked_pairs(files, detector.similarity_matrix, owner), code

@@ -1,91 +1,132 @@
-"""copydetect's side-by-side report (``similarity.html``), every student string escaped once.
+"""``similarity.html``: the ranked pairs first, then each pair's shared files side by side.
 
-copydetect 0.5 renders its report with a Jinja template that does not escape: its lists
-of compared files print each path raw, so a student's file named
-``<img src=x onerror=alert(document.domain)>.py`` would run its script in the browser of
-the TA who opens the report. Here the same template is rendered with autoescaping on, so
-that every file and folder name is escaped exactly once (the template's own ``|e`` on a
-name yields markup that autoescaping leaves alone). The highlighted code is the one
-string already escaped: copydetect escapes the student's code and then wraps the matching
-regions in its two ``<span>`` tags. It is marked safe only when those tags are all the
-markup it holds; anything else is escaped again, visibly, rather than run.
+A TA opens this page to decide which pairs to read, so its first screen is the ranking:
+each pair by its students' names (from the export's metadata) and folders, its score and
+every file the two share, each linking to that file's two copies further down with the
+matching regions highlighted (copydetect's highlighting). The page is one offline file:
+no script, no style sheet fetched from the network.
+
+Every file name, folder name, student name and line of code is escaped exactly once. The
+highlighted code is the one string already escaped: copydetect escapes the student's code
+and then wraps the matching regions in its two ``<span>`` tags. It is kept as markup only
+when those tags are all the markup it holds; anything else is escaped again, visibly,
+rather than run.
 """
 
 from __future__ import annotations
 
-import base64
-import importlib.resources
-import io
-import json
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
+import html
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from copydetect import CopyDetector
-    from markupsafe import Markup
+    from grader.ta.similarity import Pair
 
 #: The tags copydetect wraps around the matching regions of the (escaped) code.
 HIGHLIGHTS = ("<span class='highlight-red'>", "<span class='highlight-green'>", "</span>")
 
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1400px; }
+table { border-collapse: collapse; } td, th { border: 1px solid #ccc; padding: 3px 8px; }
+th { background: #eee; text-align: left; } td.num { text-align: right; }
+.code { display: flex; gap: 1em; } .code > div { flex: 1; min-width: 0; }
+pre { background: #fafafa; border: 1px solid #ddd; padding: 6px; overflow-x: auto;
+      font-size: 12px; max-height: 40em; }
+.highlight-red { background: #f2b6b6; } .highlight-green { background: #b6f2b6; }
+"""
 
-def highlighted(code: str) -> Markup:
-    """copydetect's highlighted code as markup: as it is when the highlight tags are its
+INTRO = (
+    "Pairs of submissions ranked by their most similar file: the share of a file's "
+    "fingerprints (copydetect's winnowing, names normalised) found in the other's copy, "
+    "both directions averaged, with the skeleton's code as boilerplate. A rank is a lead, "
+    "never a verdict: the handout's formulas, the course's hints and short functions make "
+    "honest work alike, and students allowed to collaborate rank high. Read the shared "
+    "regions below before talking to anyone."
+)
+
+
+@dataclass(frozen=True)
+class Code:
+    """One shared file's two copies as copydetect highlighted them (escaped HTML)."""
+
+    first: str
+    second: str
+
+
+def highlighted(code: str) -> str:
+    """copydetect's highlighted code as HTML: as it is when the highlight tags are its
     only markup (copydetect escaped the rest), else escaped as a whole."""
-    from markupsafe import Markup, escape
-
     bare = code
     for tag in HIGHLIGHTS:
         bare = bare.replace(tag, "")
-    return Markup(code) if "<" not in bare and ">" not in bare else escape(code)
+    return code if "<" not in bare and ">" not in bare else html.escape(code)
 
 
-def figure_png(values: np.ndarray, kind: str) -> str:
-    """The similarity matrix (``kind`` "matrix") or the histogram of the scores ("hist")
-    as copydetect draws them, a base64 PNG."""
-    import matplotlib.pyplot as plt
-
-    if kind == "matrix":
-        plt.imshow(values)
-        plt.colorbar()
-    else:
-        plt.hist(values, bins=20)
-    plt.tight_layout()
-    buffer = io.BytesIO()
-    plt.savefig(buffer)
-    plt.close()
-    return base64.b64encode(buffer.getvalue()).decode()
+def _who(folder: str, names: dict[str, str]) -> str:
+    """A submission's cell: its students (escaped) over its folder."""
+    people = html.escape(names.get(folder) or "(no name)")
+    return f"{people}<br><small>{html.escape(folder)}</small>"
 
 
-def report_html(detector: CopyDetector) -> str:
-    """The page copydetect's ``generate_html_report`` writes, with the same template and
-    figures, rendered with autoescaping (every variable the template uses is given; a
-    template of a later copydetect that wants another fails rather than shows a blank)."""
-    import copydetect
-    import copydetect.data
-    from jinja2 import Environment, StrictUndefined
+def pairs_table(pairs: list[Pair], names: dict[str, str]) -> str:
+    """The ranking: rank, both submissions, score, and every shared file linked below."""
+    rows = []
+    for rank, p in enumerate(pairs, 1):
+        files = ", ".join(
+            f'<a href="#pair-{rank}-{k}">{html.escape(f.name)}</a> {f.score:.2f}'
+            for k, f in enumerate(p.files, 1)
+        )
+        rows.append(
+            f'<tr><td class="num"><a href="#pair-{rank}">{rank}</a></td>'
+            f"<td>{_who(p.first, names)}</td><td>{_who(p.second, names)}</td>"
+            f'<td class="num"><b>{p.score:.2f}</b></td><td>{files}</td></tr>'
+        )
+    head = "<tr><th>#</th><th>first</th><th>second</th><th>score</th><th>shared files</th></tr>"
+    return f'<table id="pairs">{head}{"".join(rows)}</table>'
 
-    scores = detector.similarity_matrix[:, :, 0]
-    matrix = np.where(scores == -1, np.nan, scores)
-    code_list = [
-        [*code[:4], highlighted(code[4]), highlighted(code[5]), *code[6:]]
-        for code in detector.get_copied_code_list()
-    ]
-    source = importlib.resources.files(copydetect.data).joinpath("report.html")
-    template = Environment(autoescape=True, undefined=StrictUndefined).from_string(
-        source.read_text(encoding="utf-8")
+
+def pair_section(
+    rank: int, pair: Pair, code: dict[tuple[str, str, str], Code], names: dict[str, str]
+) -> str:
+    """One pair: each shared file's two copies side by side (the most similar open)."""
+    first, second = (html.escape(_plain(x, names)) for x in (pair.first, pair.second))
+    parts = [f'<h3 id="pair-{rank}">{rank}. {first} and {second}: {pair.score:.2f}</h3>']
+    for k, f in enumerate(pair.files, 1):
+        shares = f"{f.first_share:.0%} of the first's copy, {f.second_share:.0%} of the second's"
+        found = code.get((pair.first, pair.second, f.name))
+        body = (
+            f'<div class="code"><div><pre>{highlighted(found.first)}</pre></div>'
+            f"<div><pre>{highlighted(found.second)}</pre></div></div>"
+            if found
+            else "<p>Too little in common to highlight.</p>"
+        )
+        opened = " open" if k == 1 and found else ""
+        parts.append(
+            f'<details id="pair-{rank}-{k}"{opened}><summary><code>{html.escape(f.name)}'
+            f"</code> {f.score:.2f} ({shares})</summary>{body}</details>"
+        )
+    return "<section>" + "".join(parts) + "</section>"
+
+
+def _plain(folder: str, names: dict[str, str]) -> str:
+    return f"{names[folder]} ({folder})" if names.get(folder) else folder
+
+
+def report_html(
+    pairs: list[Pair],
+    code: dict[tuple[str, str, str], Code],
+    names: dict[str, str],
+    *,
+    submissions: int,
+) -> str:
+    """The whole page: the ranking of ``pairs`` (the top of all pairs), then each pair's
+    files with the highlighted ``code`` copydetect found (by first, second, file)."""
+    sections = "".join(pair_section(r, p, code, names) for r, p in enumerate(pairs, 1))
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f"<title>Code similarity</title><style>{STYLE}</style></head><body>"
+        f"<h1>Code similarity: {submissions} submissions</h1><p>{html.escape(INTRO)}</p>"
+        f"<h2>Ranked pairs (top {len(pairs)}; every pair is in similarity.csv)</h2>"
+        f"{pairs_table(pairs, names) if pairs else '<p>No two submissions share a file.</p>'}"
+        f"<h2>Shared files, side by side</h2>{sections}</body></html>"
     )
-    variables: dict[str, Any] = {
-        "config_params": json.dumps(detector.conf.to_json(), indent=4),
-        "css_files": detector.conf.css_files,
-        "version": copydetect.__version__,
-        "test_count": len(detector.test_files),
-        "test_files": [str(f) for f in detector.test_files],
-        "compare_count": len(detector.ref_files),
-        "compare_files": [str(f) for f in detector.ref_files],
-        "flagged_file_count": int(np.sum(np.any(scores > detector.conf.display_t, axis=1))),
-        "code_list": code_list,
-        "sim_mtx_base64": figure_png(matrix, "matrix"),
-        "sim_hist_base64": figure_png(scores[scores != -1], "hist"),
-    }
-    return template.render(**variables)

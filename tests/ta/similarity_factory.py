@@ -88,7 +88,8 @@ def disguised(source: str) -> str:
 
 def build_similarity_export(dest: Path, independent: int) -> dict[str, str]:
     """An export of the original, a verbatim copy, a disguised copy, the untouched
-    skeleton and ``independent`` submissions of unrelated code. Returns folder -> role."""
+        skeleton and ``independent`` submissions of unrelated code; ``submission_N`` is by
+    "Student N". Returns folder -> role."""
     roles = {"submission_1": "original", "submission_2": "verbatim", "submission_3": "disguised",
              "submission_4": "skeleton"}  # fmt: skip
     for i in range(independent):
@@ -105,7 +106,7 @@ def build_similarity_export(dest: Path, independent: int) -> dict[str, str]:
             elif role == "independent":
                 (target / name).write_text(stdlib_source(next(pool)))
     (dest / "submission_metadata.yml").write_text(
-        "".join(f"{f}:\n  :submitters: []\n" for f in roles)
+        "".join(f"{f}:\n  :submitters:\n  - :name: Student {f.rsplit('_', 1)[1]}\n" for f in roles)
     )
     return roles
 

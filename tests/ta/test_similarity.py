@@ -14,6 +14,7 @@ import pytest
 from grader import cli
 from grader.ta import similarity
 from tests.ta.similarity_factory import (
+    COPIED,
     HOSTILE_FILE,
     HOSTILE_FOLDER,
     OUTSIDE,
@@ -62,9 +63,42 @@ def test_the_skeleton_alone_scores_near_zero(compared) -> None:
 def test_the_reports_say_how_to_read_them_and_highlight_the_matches(compared) -> None:
     _, out = compared
     md = (out / "similarity.md").read_text()
-    assert "never a verdict" in md and "| 1 | submission_1 | submission_2 | 1.00 |" in md
+    assert "never a verdict" in md
+    assert "| 1 | Student 1 (submission_1) | Student 2 (submission_2) | 1.00 |" in md
     page = (out / "similarity.html").read_text()
     assert "question1.py" in page and "<span" in page  # copydetect's highlighted regions
+
+
+def test_a_pair_is_named_by_its_students_with_every_file_it_shares(compared) -> None:
+    _, out = compared
+    top = ranked(out)[0]
+    assert (top["first_names"], top["second_names"]) == ("Student 1", "Student 2")
+    shared = [f.rsplit(" ", 1) for f in top["files"].split("; ")]
+    assert sorted(name for name, _ in shared) == sorted(COPIED)  # both copied files, scored
+    assert all(float(score) > 0.9 for _, score in shared)
+    md = (out / "similarity.md").read_text()
+    assert "question1.py 1.00" in md and "transformer_skeleton.py 1.00" in md
+
+
+def test_the_page_opens_on_the_ranked_pairs_not_a_file_matrix(compared) -> None:
+    _, out = compared
+    page = (out / "similarity.html").read_text()
+    assert "Similarity Matrix" not in page and "<img" not in page  # copydetect's stock page
+    assert "cdn.jsdelivr" not in page and "<script" not in page  # one offline file
+    ranking, code = page.index('<table id="pairs">'), page.index("<pre>")
+    assert ranking < code  # the ranking first, then the code
+    first_row = page[ranking:].split("</tr>")[1]
+    assert "Student 1" in first_row and "Student 2" in first_row
+    assert first_row.count('href="#pair-1-') == len(COPIED)  # every shared file, linked
+    assert 'id="pair-1-2"' in page  # ... to its copies side by side
+
+
+def test_the_folder_the_export_was_unzipped_into_is_compared(tmp_path: Path) -> None:
+    export = tmp_path / "unzipped" / "assignment_7_export"
+    build_similarity_export(export, independent=0)
+    out = tmp_path / "out"
+    assert cli.main(["similarity", str(tmp_path / "unzipped"), "--out", str(out)]) == 0
+    assert ranked(out)[0]["first"] == "submission_1"
 
 
 def test_the_disguise_renames_and_reorders_but_keeps_the_code() -> None:
