@@ -16,11 +16,37 @@ rather than run.
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from grader.ta.similarity import Pair
+
+class SharedFile(Protocol):
+    """What the page shows of a file two submissions share
+    (:class:`grader.ta.similarity.SharedFile`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def score(self) -> float: ...
+    @property
+    def first_share(self) -> float: ...
+    @property
+    def second_share(self) -> float: ...
+
+
+class Pair(Protocol):
+    """What the page shows of a pair (:class:`grader.ta.similarity.Pair`)."""
+
+    @property
+    def first(self) -> str: ...
+    @property
+    def second(self) -> str: ...
+    @property
+    def score(self) -> float: ...
+    @property
+    def files(self) -> Sequence[SharedFile]: ...
+
 
 #: The tags copydetect wraps around the matching regions of the (escaped) code.
 HIGHLIGHTS = ("<span class='highlight-red'>", "<span class='highlight-green'>", "</span>")
