@@ -16,6 +16,7 @@ from typing import Any
 
 from grader.core.feedback import check_html, page_text
 from grader.core.figures import png_uri, pyplot
+from grader.core.points import part_total
 from grader.core.registry import PARTS
 from grader.core.score import check_text as points_of
 from grader.ta.regrade.census import Cause, Measure, census, measures
@@ -34,6 +35,23 @@ img { max-width: 100%; }
 """
 
 
+def whole_counts(ax: Any) -> None:
+    """Count axis ticks at whole submissions only (never 0.5 of a submission)."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def draw_part(ax: Any, part: str, scores: list[float]) -> None:
+    """One part's score histogram on ``ax``: ten bins from 0 to the part's maximum, so a
+    class that all scored 0 shows one bar at 0 on the part's own axis (not -0.5..0.5)."""
+    top = max([part_total(part), *scores]) or 1.0
+    ax.hist(scores, bins=10, range=(0.0, top), edgecolor="k")
+    ax.set_xlim(0.0, top)
+    whole_counts(ax)
+    ax.set(title=part, xlabel=f"score (of {part_total(part):g})", ylabel="submissions")
+
+
 def part_histograms(rows: list[Row]) -> str:
     """One histogram of scores per graded part, as an embedded PNG ("" without scores)."""
     parts = [p for p in PARTS if any(r.parts.get(p) is not None for r in rows)]
@@ -42,11 +60,32 @@ def part_histograms(rows: list[Row]) -> str:
     plt = pyplot()
     fig, axes = plt.subplots(1, len(parts), figsize=(3.2 * len(parts), 2.8), squeeze=False)
     for ax, part in zip(axes[0], parts, strict=True):
-        scores = [r.parts[part] for r in rows if r.parts.get(part) is not None]
-        ax.hist(scores, bins=10, edgecolor="k")
-        ax.set(title=part, xlabel="score", ylabel="submissions")
+        draw_part(ax, part, [r.parts[part] for r in rows if r.parts.get(part) is not None])
     fig.tight_layout()
     return png_uri(fig)
+
+
+def measure_span(m: Measure) -> tuple[float, float]:
+    """The x axis of a criterion's plot: every value and the threshold, with a margin (a
+    tenth of the threshold where all of them coincide)."""
+    lo, hi = min(*m.values, m.limit), max(*m.values, m.limit)
+    pad = (hi - lo) * 0.1 or abs(m.limit) * 0.1 or 0.5
+    return lo - pad, hi + pad
+
+
+def draw_measure(ax: Any, m: Measure) -> None:
+    """One criterion's class distribution on ``ax``: the threshold dashed and the failing
+    side shaded, both named in the axis label rather than a legend over the bars."""
+    lo, hi = measure_span(m)
+    ax.hist(m.values, bins=12, range=(lo, hi), edgecolor="k")
+    ax.axvline(m.limit, color="tab:red", linestyle="--")
+    ax.axvspan(lo if m.at_least else m.limit, m.limit if m.at_least else hi,
+               color="tab:red", alpha=0.1)  # fmt: skip
+    ax.set_xlim(lo, hi)
+    whole_counts(ax)
+    ax.set_title(m.key, fontsize=8)
+    ax.set_xlabel(f"median ratio (threshold {m.limit:g}x dashed, failing side shaded)", fontsize=7)
+    ax.set_ylabel("submissions")
 
 
 def measure_plots(found: list[Measure]) -> str:
@@ -60,15 +99,7 @@ def measure_plots(found: list[Measure]) -> str:
     rows = -(-len(found) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 2.8 * rows), squeeze=False)
     for ax, m in zip(axes.flat, found, strict=False):
-        ax.hist(m.values, bins=12, edgecolor="k")
-        ax.axvline(m.limit, color="tab:red", linestyle="--", label=f"threshold {m.limit:g}x")
-        lo, hi = ax.get_xlim()
-        ax.axvspan(lo if m.at_least else m.limit, m.limit if m.at_least else hi,
-                   color="tab:red", alpha=0.1)  # fmt: skip
-        ax.set_xlim(lo, hi)
-        ax.set_title(m.key, fontsize=8)
-        ax.set(xlabel="median ratio", ylabel="submissions")
-        ax.legend(fontsize=7)
+        draw_measure(ax, m)
     for ax in list(axes.flat)[len(found) :]:
         ax.axis("off")
     fig.tight_layout()

@@ -248,7 +248,7 @@ def save_histogram(bins: list[tuple], path: Path, max_score: float = 0.0) -> Non
         ax.axvline(max_score, color="tab:red", linestyle="--", label=f"full marks ({max_score:g})")
         if bins[-1][1] > max_score:
             ax.axvspan(max_score, bins[-1][1], color="tab:green", alpha=0.15, label="bonus")
-        ax.legend(loc="upper left")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # beside the bars
     ax.set(xlabel="total score", ylabel="submissions", title="Regraded scores")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
