@@ -123,8 +123,6 @@ class WorkerClient:
     #: The reference solution's worker: it runs as the grader (no drop to the worker
     #: account), so that its copy can be closed to that account (``Sandbox.provide``).
     trusted: bool = False
-    #: The fork server's preload for this grading (see ``Launch.preload``).
-    preload: tuple[str, ...] = ()
     starts: int = 0
     #: How timed requests read the worker's CPU time (``cgroups.V2``, ``V1`` or
     #: ``PROCESS_TREE``): the last started worker's, for the results.
@@ -158,7 +156,6 @@ class WorkerClient:
             self.threads,
             self._cpu_group,
             self.trusted,
-            self.preload,
         )
         try:
             self._proc = launch(job, req_r, resp_w)

@@ -87,17 +87,8 @@ class GradingContext:
                 limits=self.limits,
                 device=self.device,
                 threads=self.threads,
-                preload=self.preload(),
             )
         return self._workers[part]
-
-    def preload(self) -> tuple[str, ...]:
-        """What one fork server preloads for every part of this grading (each part's
-        ``preload``, in order, once): started once, it serves all of them. A server
-        costs an interpreter's imports (torch, transformers: seconds of CPU), a fork
-        almost nothing."""
-        wanted = [spec for part in self.bases if part in PARTS for spec in PARTS[part].preload]
-        return tuple(dict.fromkeys(wanted))
 
     def cpu_accounting(self) -> list[str]:
         """How the timed requests of the submission's workers read their CPU time
@@ -138,7 +129,6 @@ class GradingContext:
             device=self.device,
             threads=self.threads,
             trusted=True,
-            preload=self.preload(),
         )
 
     @contextmanager

@@ -40,9 +40,6 @@ class Launch:
     threads: int
     cpu_group: CpuGroup | None = None  # the worker's cgroup, where one could be made
     trusted: bool = False  # the reference solution: runs as the grader, not the worker account
-    #: What the fork server it comes from preloads (default: its part's ``preload``): a
-    #: grading asks for every part's at once, so that one server serves them all.
-    preload: tuple[str, ...] = ()
 
     def arguments(self, in_fd: str, out_fd: str) -> list[str]:
         """The worker's ``main.py`` and its arguments."""
@@ -89,7 +86,7 @@ def _forked(
         return None
     try:
         server = server_for(
-            job.preload or PARTS[job.part].preload,
+            PARTS[job.part].preload,
             worker_environment(None, job.device, job.threads),
         )
         if server is None:

@@ -85,11 +85,11 @@ def test_a_workers_gpu_selection_is_the_graders(tmp_path: Path, monkeypatch, for
     assert "not passed" in graded.output("1.1")
 
 
-def test_one_fork_server_serves_every_part_of_a_grading(
+def test_parts_that_preload_the_same_libraries_share_one_fork_server(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A grading of Parts 1 and 2 starts one server, preloading both parts' libraries: a
-    server costs an interpreter's imports, and each part would otherwise pay them again."""
+    """Parts 2 and 3 preload torch alone: a grading of both starts one server (an
+    interpreter's imports cost seconds of CPU, a fork almost nothing)."""
     forkserver.close_all()
     started: list[tuple[str, ...]] = []
     start = ForkServer.start
@@ -102,11 +102,27 @@ def test_one_fork_server_serves_every_part_of_a_grading(
     graded = run_grade(
         SOLUTION,
         tmp_path,
-        parts=["part1", "part2"],
+        parts=["part2", "part3"],
         limits=FAST_LIMITS,
-        numbers=frozenset({"1.1", "2.2"}),
+        numbers=frozenset({"2.2", "3.2"}),
     )
-    assert graded.score("1.1") == graded.test("1.1")["max_score"]
     assert graded.score("2.2") == graded.test("2.2")["max_score"]
-    assert started == [(*PARTS["part1"].preload, *PARTS["part2"].preload)]
+    assert graded.score("3.2") == graded.test("3.2")["max_score"]
+    assert PARTS["part2"].preload == PARTS["part3"].preload
+    assert started == [PARTS["part2"].preload]
     forkserver.close_all()
+
+
+def test_a_live_server_that_preloads_more_serves_a_part_that_needs_less() -> None:
+    from grader.sandbox.sandbox import worker_environment
+
+    forkserver.close_all()
+    env = worker_environment(None, "cpu", 1)
+    try:
+        wide = forkserver.server_for(("json", "numpy"), env)
+        assert wide is not None and wide.alive
+        assert forkserver.server_for(("numpy",), env) is wide
+        narrow = forkserver.server_for(("csv",), env)  # not preloaded there: a new one
+        assert narrow is not wide and not wide.alive
+    finally:
+        forkserver.close_all()
