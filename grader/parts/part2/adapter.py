@@ -203,12 +203,16 @@ def run_cache_values(model: Any, input_ids: np.ndarray, steps: list[int]) -> dic
             start += n
     _sync()
     arrays: dict[str, np.ndarray] = {}
+    held: set[str] = set()
     for i, layer in enumerate(past if isinstance(past, (list, tuple)) else []):
         if isinstance(layer, (list, tuple)) and len(layer) == 2:
             for name, t in zip("kv", layer, strict=True):
                 if isinstance(t, torch.Tensor):
                     arrays[f"{name}{i}"] = t.detach().to("cpu", torch.float32).numpy()
-    return {"arrays": arrays, "shapes": cache_shapes(past)}
+                    held.add(str(t.dtype).removeprefix("torch."))
+    weights = {str(p.dtype).removeprefix("torch.") for p in model.parameters()}
+    dtypes = {"cache": sorted(held), "model": sorted(weights)}
+    return {"arrays": arrays, "shapes": cache_shapes(past), "dtypes": dtypes}
 
 
 def run_generate(
@@ -276,7 +280,7 @@ def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict
         return {"cache_shapes": result["cache_shapes"]}, {"logits": result["logits"]}
     if op == "cache_values":
         result = run_cache_values(_model(request), arrays["input_ids"], request["steps"])
-        return {"cache_shapes": result["shapes"]}, result["arrays"]
+        return {"cache_shapes": result["shapes"], "dtypes": result["dtypes"]}, result["arrays"]
     if op == "generate":
         result = run_generate(
             _model(request),

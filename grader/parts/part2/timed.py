@@ -200,7 +200,9 @@ class Part2CacheContents(Part2Growth):
         header = {"op": "cache_values", "model": probe["model"], "steps": steps}
         what = f"forward with the cache ({steps[0]} prompt tokens, then single tokens)"
         reply = self.ctx.worker(self.part).request(header, {"input_ids": ids}, what=what)
-        return cache_contents_problem(probe, reply.arrays, self.atol())
+        return cache_contents_problem(probe, reply.arrays, self.atol()) or cache_dtype_problem(
+            reply.header.get("dtypes")
+        )
 
 
 def cache_contents_problem(
@@ -231,6 +233,36 @@ def cache_contents_problem(
                     "from which every step recomputes them is not a KV cache."
                 )
     return ""
+
+
+#: Bytes per element of the float dtypes a model or its cache may hold.
+FLOAT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+
+
+def cache_dtype_problem(dtypes: Any) -> str:
+    """Why the cache takes more memory than the keys and values need: a cache tensor of a
+    wider float than any of the model's weights (a float64 cache beside float32 weights
+    holds every key and value in twice the bytes). ``dtypes`` is what the worker reported
+    of the tensors forward handed back as the cache and of the model's parameters
+    ({"cache": [...], "model": [...]}); "" when the cache is no wider, or the report says
+    nothing that can be judged. A float64 model's float64 cache is its own width."""
+    if not isinstance(dtypes, dict):
+        return ""
+    cache, model = dtypes.get("cache"), dtypes.get("model")
+    if not (isinstance(cache, list) and isinstance(model, list)):
+        return ""
+    widest = max((FLOAT_BYTES.get(d, 0) for d in model if isinstance(d, str)), default=0)
+    wider = sorted({d for d in cache if isinstance(d, str) and FLOAT_BYTES.get(d, 0) > widest})
+    if not widest or not wider:
+        return ""
+    weights = ", ".join(d for d in model if d in FLOAT_BYTES)
+    return (
+        f"the cache forward hands back holds {', '.join(wider)} tensors where the model's "
+        f"weights are {weights}: every cached key and value takes "
+        f"{max(FLOAT_BYTES[d] for d in wider) // widest}x the memory the model's own "
+        "precision needs, and the cache is the memory that grows with every token. Keep "
+        "K and V in the dtype the layer computed them in."
+    )
 
 
 def calls_problem(runs: list[list[int] | None], prompt_len: int, new_tokens: int) -> str:
