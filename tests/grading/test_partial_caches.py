@@ -35,6 +35,24 @@ LAYER_INPUT_CACHE = [
 ]
 
 
+# Part 2: the cache is handed back in float64 (twice the bytes of the float32 weights) and
+# read back as float32: right logits, right shapes, right values.
+FLOAT64_CACHE = [
+    (
+        """            k = torch.cat([past_kv[0], k], dim=1)  # (B, T_total, D)
+            v = torch.cat([past_kv[1], v], dim=1)  # (B, T_total, D)
+""",
+        """            k = torch.cat([past_kv[0].float(), k], dim=1)  # held in float64
+            v = torch.cat([past_kv[1].float(), v], dim=1)
+""",
+    ),
+    (
+        "        return self.W_o(context), ((k, v) if use_cache else None)\n",
+        "        return self.W_o(context), ((k.double(), v.double()) if use_cache else None)\n",
+    ),
+]
+
+
 # Part 2: generate starts over (a prefill of the whole sequence) every 8th step.
 EVERY_8TH_STEP = [("            elif step == 0:\n", "            elif step % 8 == 0:\n")]
 # Part 2: every step feeds the last 16 tokens again against a cache shortened to match:
@@ -71,6 +89,30 @@ LLAMA_EVERY_8TH_STEP = [
         "            prev_pos = 0 if (cur_pos - min_prompt_len) % 8 == 7 else cur_pos\n",
     )
 ]
+
+
+def llama_refreshed_in_forward(period: int) -> list[tuple[str, str]]:
+    """Part 3: the model's forward keeps the tokens it was fed and, at every ``period``-th
+    call after a prefill, runs the whole prefix again from position 0 (rewriting the cache)
+    and hands back the new tokens' logits: its calls look like a cache's, one token each."""
+    head = (
+        "    @torch.inference_mode()\n    def forward(self, tokens: torch.Tensor, start_pos: int)"
+    )
+    wrapper = (
+        "    @torch.inference_mode()\n"
+        "    def forward(self, tokens, start_pos):\n"
+        "        if start_pos == 0 or getattr(self, 'seen', None) is None:\n"
+        "            self.seen, self.calls = tokens.clone(), 0\n"
+        "        else:\n"
+        "            self.seen = torch.cat([self.seen[:, :start_pos], tokens], dim=1)\n"
+        "        self.calls += 1\n"
+        f"        if start_pos and self.calls % {period} == 0:  # the whole prefix again\n"
+        "            return self._forward(self.seen, 0)[:, start_pos:]\n"
+        "        return self._forward(tokens, start_pos)\n"
+        "\n"
+        "    def _forward(self, tokens: torch.Tensor, start_pos: int)"
+    )
+    return [(head, wrapper)]
 
 
 # Part 3: every cached step feeds its last 16 tokens again (at their own positions, so the
@@ -111,6 +153,8 @@ LLAMA_LAYER_INPUTS = [
 DESIGNS = {
     "layer-inputs": ("transformer_skeleton.py", "part2", LAYER_INPUT_CACHE, "2.4", "2.11",
                      "does not hold the keys of the tokens seen", PART2_LIMITS),
+    "float64-cache": ("transformer_skeleton.py", "part2", FLOAT64_CACHE, "2.4", "2.11",
+                      "2x the memory", PART2_LIMITS),
     "every-8th-step": ("transformer_skeleton.py", "part2", EVERY_8TH_STEP, "2.8", "2.11",
                        "recomputes part of the work", PART2_LIMITS),
     "last-16-again": ("transformer_skeleton.py", "part2", LAST_16_AGAIN, "2.8", "2.11",
@@ -119,6 +163,12 @@ DESIGNS = {
                              "3.11", "recomputes part of the work", PART3_LIMITS),
     "llama-last-16-again": ("llama/generation.py", "part3", LLAMA_LAST_16_AGAIN, "3.8",
                             "3.11", "recomputes part of the work", PART3_LIMITS),
+    "llama-refreshed-in-forward-32": ("llama/model.py", "part3",
+                                      llama_refreshed_in_forward(32), "3.8", "3.11",
+                                      "does not read its cache", PART3_LIMITS),
+    "llama-refreshed-in-forward-64": ("llama/model.py", "part3",
+                                      llama_refreshed_in_forward(64), "3.8", "3.11",
+                                      "does not read its cache", PART3_LIMITS),
     "llama-layer-inputs": ("llama/model.py", "part3", LLAMA_LAYER_INPUTS, "3.8", "3.11",
                            "does not read its cache", PART3_LIMITS),
     "lab-rebuilt-every-16": ("kv_lab.py", "part4", REBUILD_EVERY_16, "4.2", "4.6",

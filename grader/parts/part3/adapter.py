@@ -399,19 +399,29 @@ def cache_read_effect(
     prefix: int,
     heads: tuple[int, ...] = (),
     head_dim: int | None = None,
+    steps: int = 1,
 ) -> float | None:
-    """The largest change of the next step's logits when every tensor that may hold the
-    cache (:func:`cache_tensors`) is overwritten with noise, in place, right after a prefill
-    of ``prefix`` tokens: far from zero for an attention that reads its cache, zero for one
-    that recomputes what it attends over. Found after the prefill, the cache is the one the
-    next step reads, however it was allocated or rebound; the unscrambled step follows the
-    same prefill again. Infinite where only the scrambled step is NaN; None where no cache
-    tensor is found or one cannot be written (the other probes judge then)."""
+    """The largest change of the logits ``steps`` single-token steps after a prefill of
+    ``prefix`` tokens when every tensor that may hold the cache (:func:`cache_tensors`) is
+    overwritten with noise, in place, right after that prefill: far from zero for an
+    attention that reads its cache at every step (the prompt's scrambled entries stay in
+    it), zero for one that recomputes what it attends over, at once or at any step before
+    the last (a cache refreshed every few steps). Found after the prefill, the cache is the
+    one the next step reads, however it was allocated or rebound; the unscrambled steps
+    follow the same prefill again. Infinite where only the scrambled run is NaN; None
+    where no cache tensor is found or one cannot be written (the other probes judge)."""
     import torch
 
     ids = torch.as_tensor(tokens, dtype=torch.long, device=_device())
-    step = ids[:, prefix : prefix + 1]
+    later = ids[:, prefix : prefix + steps]
     gen = torch.Generator(device="cpu").manual_seed(0)
+
+    def decode() -> np.ndarray:
+        out = None
+        for j in range(later.shape[1]):
+            out = model(later[:, j : j + 1], prefix + j)
+        return _numpy(out)
+
     with torch.inference_mode():
         model(ids[:, :prefix], 0)
         found = cache_tensors(model, prefix, heads, head_dim)
@@ -422,9 +432,9 @@ def cache_read_effect(
             return None
         if not found:
             return None
-        scrambled = _numpy(model(step, prefix))
+        scrambled = decode()
         model(ids[:, :prefix], 0)
-        plain = _numpy(model(step, prefix))
+        plain = decode()
     change = np.abs(plain.astype(np.float64) - scrambled)
     change[np.isnan(scrambled) & ~np.isnan(plain)] = np.inf
     return float(change.max())
@@ -510,6 +520,7 @@ def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict
             request["prefix"],
             heads,
             request.get("head_dim"),
+            int(request.get("steps", 1)),
         )
         return {"effect": effect}, {}
     if op == "cache_shapes":  # what cache_k / cache_v every attention layer holds now

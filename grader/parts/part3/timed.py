@@ -46,6 +46,9 @@ from grader.runtime.timing import Ratio, Sample, Timing
 # A cache that attention reads changes the logits by O(1) when scrambled; float noise
 # alone stays below 1e-3.
 CACHE_READ_MIN_EFFECT = 1e-3
+# The cache-read probe's single-token steps after the scramble, the last one judged: a
+# cache refreshed from the tokens at any period up to 64 steps is clean again by then.
+CACHE_READ_STEPS = 65
 
 
 class Part3Timed(TimedPools, Part3Base):
@@ -144,14 +147,17 @@ class Part3Timed(TimedPools, Part3Base):
         case = next((c for c in self.cases("3.2") if c["model"] == "public"), None)
         if case is None:
             return ""
-        tokens = np.array(case["tokens"], dtype=np.int64)[:1]
-        prefix = tokens.shape[1] - 1
+        prompt = np.array(case["tokens"], dtype=np.int64)[:1]
+        prefix = prompt.shape[1] - 1
+        # The case's tokens again and again after its prompt: any ids serve the steps.
+        tokens = np.resize(prompt, (1, prefix + CACHE_READ_STEPS))
         params = self.meta()["models"]["public"]["params"]
         header = {
             "op": "cache_read",
             "model": "public",
             "kv_caching": True,
             "prefix": prefix,
+            "steps": CACHE_READ_STEPS,
             "heads": [params["n_kv_heads"], params["n_heads"]],
             "head_dim": params["dim"] // params["n_heads"],
         }
@@ -237,11 +243,12 @@ def cache_read_verdict(effect: Any, prefix: int) -> str:
             "attention reads its cache could not be seen."
         )
     return (
-        f"attention does not read its cache: after a prefill of {prefix} tokens, noise written "
-        "over every tensor that may hold the cache (cache_k / cache_v, or tensors shaped like "
-        f"keys or values of every position) left the next step's logits unchanged (largest "
-        f"change {effect:.2g}). With kv_caching, keys and values of earlier positions must "
-        "come from the cache, not be computed again."
+        f"attention does not read its cache: noise written, right after a prefill of {prefix} "
+        "tokens, over every tensor that may hold the cache (cache_k / cache_v, or tensors "
+        "shaped like keys or values of every position) left the logits unchanged "
+        f"{CACHE_READ_STEPS} single-token steps later (largest change {effect:.2g}). With "
+        "kv_caching, keys and values of earlier positions must come from the cache at every "
+        "step, not be computed again, at once or every few steps."
     )
 
 

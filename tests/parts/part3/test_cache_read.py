@@ -27,11 +27,15 @@ from torch import nn
 from grader.core.paths import TEST_CASES
 from grader.parts.part3 import adapter
 from grader.parts.part3.build import import_llama
-from grader.parts.part3.timed import CACHE_READ_MIN_EFFECT, cache_read_verdict
+from grader.parts.part3.timed import (
+    CACHE_READ_MIN_EFFECT,
+    CACHE_READ_STEPS,
+    cache_read_verdict,
+)
 from grader.ta.mutants import load_mutants
 from grader.ta.regen import one_thread
 from tests.conftest import SOLUTION, patched_solution
-from tests.grading.test_partial_caches import LLAMA_LAYER_INPUTS
+from tests.grading.test_partial_caches import LLAMA_LAYER_INPUTS, llama_refreshed_in_forward
 
 CKPT = TEST_CASES / "public" / "part3" / "tiny_llama"
 PARAMS = {"n_heads": 4, "n_kv_heads": 2, "dim": 64}  # the tiny checkpoint's params.json
@@ -73,8 +77,8 @@ NO_CACHE_TENSOR = [
 
 @pytest.fixture(scope="module")
 def tokens() -> np.ndarray:
-    """One row of ``PREFIX`` prompt tokens and the next one."""
-    return np.random.default_rng(0).integers(0, 4096, (1, PREFIX + 1))
+    """One row of ``PREFIX`` prompt tokens and the probe's steps, as the grader sends."""
+    return np.random.default_rng(0).integers(0, 4096, (1, PREFIX + CACHE_READ_STEPS))
 
 
 @pytest.fixture
@@ -89,15 +93,15 @@ def effect_of(root: Path, tokens: np.ndarray, sizes: bool = True) -> float | Non
     settings = {
         "ckpt_dir": str(CKPT),
         "tokenizer_path": str(CKPT / "tokenizer.model"),
-        "max_seq_len": 64,
+        "max_seq_len": 128,  # the public model's, as the grader builds it
         "max_batch_size": 2,
         "kv_caching": True,
         "device": "cpu",
     }
     model, _ = adapter.build_from_checkpoint(import_llama(root), settings)
     if not sizes:
-        return adapter.cache_read_effect(model, tokens, PREFIX)
-    return adapter.cache_read_effect(model, tokens, PREFIX, HEADS, HEAD_DIM)
+        return adapter.cache_read_effect(model, tokens, PREFIX, steps=CACHE_READ_STEPS)
+    return adapter.cache_read_effect(model, tokens, PREFIX, HEADS, HEAD_DIM, CACHE_READ_STEPS)
 
 
 def variant_effect(name: str, tokens: np.ndarray, sizes: bool = True) -> float | None:
@@ -132,6 +136,19 @@ def test_a_cache_found_only_by_its_shape_needs_the_head_sizes(tokens: np.ndarray
 @pytest.mark.usefixtures("torch_one_thread")
 def test_a_cache_written_but_never_read_is_named(tmp_path: Path, tokens: np.ndarray) -> None:
     root = patched_solution(tmp_path / "sub", "llama/model.py", LLAMA_LAYER_INPUTS)
+    effect = effect_of(root, tokens)
+    assert effect is not None and effect <= CACHE_READ_MIN_EFFECT
+    assert "does not read its cache" in cache_read_verdict(effect, PREFIX)
+
+
+@pytest.mark.usefixtures("torch_one_thread")
+@pytest.mark.parametrize("period", [2, 8, 64])
+def test_a_cache_refreshed_every_few_steps_is_named(
+    tmp_path: Path, tokens: np.ndarray, period: int
+) -> None:
+    """A forward that runs the whole prefix again every ``period`` calls (its calls one
+    token each, like a cache's) has cleaned the scrambled cache by the probe's last step."""
+    root = patched_solution(tmp_path / "sub", "llama/model.py", llama_refreshed_in_forward(period))
     effect = effect_of(root, tokens)
     assert effect is not None and effect <= CACHE_READ_MIN_EFFECT
     assert "does not read its cache" in cache_read_verdict(effect, PREFIX)
