@@ -22,6 +22,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import re
 import stat
 import tomllib
 import zipfile
@@ -166,10 +167,38 @@ def requirements() -> str:
     return IMAGE_LOCK.read_text()
 
 
+def _package(requirement: str) -> str:
+    """A requirement's package name, normalised as pip compares them (``PyYAML>=6`` ->
+    ``pyyaml``)."""
+    name = re.match(r"[A-Za-z0-9._-]+", requirement.strip())
+    return re.sub(r"[-_.]+", "-", name.group(0)).lower() if name else ""
+
+
+def locked_versions(lock: str) -> dict[str, str]:
+    """Package -> exact version of a lock (``torch==2.13.0+cpu`` -> ``2.13.0``: the local
+    build tag names the CPU wheel, which the handout installs from PyTorch's index)."""
+    found = {}
+    for line in lock.splitlines():
+        if "==" in line and line[:1].isalnum():
+            name, _, version = line.partition("==")
+            found[_package(name)] = version.split(";")[0].strip().split("+")[0]
+    return found
+
+
+STUDENT_REQUIREMENTS_HEAD = (
+    "# The autograder's versions (its image's lock) of the packages the assignment uses.\n"
+    "# Install torch first, from PyTorch's CPU index (README.md, 'Set-up'), then this file.\n"
+)
+
+
 def student_requirements() -> str:
-    """The student's requirements: the project's dependencies as ranges (any platform)."""
+    """The student's requirements: each of the project's dependencies at the version the
+    autograder's image runs (its lock), so that a student's results match Gradescope's;
+    only the direct dependencies, so that pip resolves the rest for the student's platform."""
     project = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]
-    return "\n".join(project["dependencies"]) + "\n"
+    locked = locked_versions(IMAGE_LOCK.read_text())
+    pins = [f"{_package(d)}=={locked[_package(d)]}" for d in project["dependencies"]]
+    return STUDENT_REQUIREMENTS_HEAD + "\n".join(pins) + "\n"
 
 
 def reference_files() -> list[Path]:

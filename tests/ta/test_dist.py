@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -374,9 +375,11 @@ def test_selfcheck_feedback_equals_the_autograders(student_zip: Path, tmp_path: 
     assert escape(mutant.diagnosis) in local_out["2.4"]
 
 
-def test_zip_requirements_are_the_lock_and_the_students_the_project_dependencies(
+def test_zip_requirements_are_the_lock_and_the_students_the_locked_dependencies(
     autograder_zip: Path, student_zip: Path
 ) -> None:
+    """The student installs every dependency at the autograder's version (the handout
+    promises it), torch's CPU build coming from PyTorch's index as the handout says."""
     import tomllib
 
     with zipfile.ZipFile(autograder_zip) as zf:
@@ -384,7 +387,23 @@ def test_zip_requirements_are_the_lock_and_the_students_the_project_dependencies
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     with zipfile.ZipFile(student_zip) as zf:
         listed = zf.read("kv-cache-assignment/requirements.txt").decode().split("\n")
-    assert sorted(filter(None, listed)) == sorted(project["dependencies"])
+    pins = [line for line in listed if line and not line.startswith("#")]
+    assert len(pins) == len(project["dependencies"])
+    lock = (ROOT / "requirements" / "image.txt").read_text().splitlines()
+    for pin in pins:
+        assert re.fullmatch(r"[a-z0-9-]+==[0-9][\w.]*", pin), pin  # exact, no range
+        assert any(line == pin or line.startswith(pin + "+") for line in lock), pin
+    assert "numpy==" + build.locked_versions("\n".join(lock))["numpy"] in pins
+    assert "torch==2.13.0" in pins  # satisfied by the CPU wheel installed just before
+
+
+def test_student_requirements_pin_every_dependency_to_the_lock() -> None:
+    text = build.student_requirements()
+    assert ">=" not in text and "numpy>=1.26" not in text
+    assert build.locked_versions("torch==2.13.0+cpu\nPyYAML==6.0.3\n    # via x\n") == {
+        "torch": "2.13.0",
+        "pyyaml": "6.0.3",
+    }
 
 
 def sha256(data: bytes) -> str:

@@ -102,6 +102,39 @@ def test_selfcheck_explains_a_missing_set_up(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
+def test_the_set_up_hint_is_the_handouts_set_up() -> None:
+    """A student without the set-up is told the handout's lines (python3.11, not python3)."""
+    handout = (ROOT / "assignment" / "README.md").read_text()
+    selfcheck = import_path(ROOT / "grader/gradescope/student/selfcheck.py", "selfcheck_hint")
+    assert tuple(setup_commands(handout)[:-1]) == selfcheck.SETUP_COMMANDS
+    assert "python3.11 -m venv .venv" in selfcheck.SETUP_HINT
+    assert "python3 -m venv" not in selfcheck.SETUP_HINT
+
+
+def test_the_handout_says_what_the_grader_folder_is() -> None:
+    handout = " ".join((ROOT / "assignment" / "README.md").read_text().split())
+    said = "the zip holds `grader/`, the autograder's own checking code that `selfcheck.py`"
+    assert said in handout and "(you never edit or import it)" in handout
+
+
+def test_selfcheck_run_from_inside_assignment_grades_the_assignment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``cd assignment; python ../selfcheck.py``, as the handout has students work there:
+    the assignment beside the script is graded (not ``assignment/assignment``)."""
+    home = tmp_path / TOP
+    (home / "assignment").mkdir(parents=True)
+    shutil.copy(ROOT / "grader/gradescope/student/selfcheck.py", home / "selfcheck.py")
+    selfcheck = import_path(home / "selfcheck.py", "selfcheck_inside")
+    graded: list[list[str]] = []
+    monkeypatch.setattr(selfcheck, "setup_problem", lambda: "")
+    monkeypatch.setattr(selfcheck.subprocess, "call", lambda cmd, **kw: graded.append(cmd) or 0)
+    for where, argv in ((home / "assignment", []), (home, []), (home / "assignment", ["."])):
+        monkeypatch.chdir(where)
+        assert selfcheck.main([*argv, "--parts", "1"]) == 0
+    assert [cmd[4] for cmd in graded] == [str(home / "assignment")] * 3
+
+
 @pytest.fixture(scope="session")  # once per worker, however its tests interleave
 def student_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """student.zip unpacked and set up by the handout's commands, in a fresh venv."""

@@ -1,6 +1,7 @@
 """Check your work the way the autograder does, before you submit.
 
     python selfcheck.py                 # grades the files in assignment/
+    python ../selfcheck.py              # the same, from inside assignment/
     python selfcheck.py path/to/folder  # or another folder
     python selfcheck.py assignment --parts part2   # or --parts 2
 
@@ -40,12 +41,17 @@ HIDDEN_COUNTERPARTS: dict[str, tuple[str, ...]] = {
 }
 #: What the grader imports; the first one missing means the set-up was skipped.
 NEEDED = ("torch", "numpy", "transformers", "gradescope_utils", "jsonschema", "tiktoken")
+#: The handout's set-up lines (README.md, "Set-up"), word for word: a test holds them equal.
+SETUP_COMMANDS = (
+    "python3.11 -m venv .venv",
+    ". .venv/bin/activate",
+    "python -m pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu",
+    "python -m pip install -r requirements.txt",
+)
 SETUP_HINT = (
-    "Set up first (README.md, 'Set-up'): in this folder, with Python 3.11 or newer,\n"
-    "    python3 -m venv .venv && . .venv/bin/activate\n"
-    "    pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu\n"
-    "    pip install -r requirements.txt\n"
-    "then run this script with that environment's python."
+    f"Set up first (README.md, 'Set-up'): in {HERE}, with Python 3.11,\n"
+    + "".join(f"    {line}\n" for line in SETUP_COMMANDS)
+    + "then run this script with that environment's python (python selfcheck.py)."
 )
 
 
@@ -85,7 +91,7 @@ def counterpart_note(parts: list[str] | None = None) -> str:
 PART_TAGS = ("part1", "part2", "part3", "part4")
 USAGE = (
     "usage: python selfcheck.py [FOLDER] [--parts PARTS] [--device cpu|cuda]\n"
-    "  FOLDER   the folder with your files (default: assignment)\n"
+    "  FOLDER   the folder with your files (default: the assignment/ beside selfcheck.py)\n"
     "  --parts  which parts to check, e.g. --parts 2 or --parts part2,part3 (default: all)\n"
     "  --device cpu: as Gradescope grades (default); cuda: the course's GPU benchmarks"
 )
@@ -96,7 +102,8 @@ PASSED_ON = ("--parts", "--device")
 def student_arguments(argv: list[str]) -> tuple[str, list[str], list[str], str]:
     """(folder, the grader's options, the part tags asked for, an error): ``--parts 4``
     is read as part4; anything else the self-check does not take is an error that
-    shows its own usage (the grader's TA options are not for students)."""
+    shows its own usage (the grader's TA options are not for students). No folder is
+    ``assignment``, read as :func:`folder_to_grade` reads it."""
     folder, options, tags = "assignment", [], []
     args = list(argv)
     if args and not args[0].startswith("-"):
@@ -128,6 +135,16 @@ def student_arguments(argv: list[str]) -> tuple[str, list[str], list[str], str]:
         # machine with a GPU too (the cuda profile's workloads are sized for a data-centre GPU).
         options += ["--device", "cpu"]
     return folder, options, tags, ""
+
+
+def folder_to_grade(folder: str) -> Path:
+    """The folder to grade: a folder the student named, from where they are; the default
+    ``assignment`` is the one beside this script, wherever they run it from (the handout
+    has them work inside ``assignment/``, so ``python ../selfcheck.py`` is natural)."""
+    named = Path(folder)
+    if folder == "assignment" and not named.is_dir():
+        return HERE / "assignment"
+    return named.resolve()
 
 
 def points_note(results: Path, parts: list[str]) -> str:
@@ -168,7 +185,7 @@ def main(argv: list[str]) -> int:
         return 2
     results = HERE / "selfcheck_results.json"
     command = [
-        sys.executable, "-m", "grader.grading", "grade", str(Path(folder).resolve()),
+        sys.executable, "-m", "grader.grading", "grade", str(folder_to_grade(folder)),
         "--results", str(results), "--table", "--details", "--public-only", *options,
         "--report", str(HERE / "selfcheck_report.html"),
         "--reference", str(HERE / "reference_benchmarks.json"),
