@@ -4,6 +4,7 @@
 #   make grade [SUBMISSION=dir]   grade a submission (default: the reference solution)
 #   make test                     the project's own test suite (no slow benchmarks)
 #   make mutant-tests             the suite's mutation runs: every library mistake graded
+#   make attack-tests             hostile designs graded for every part, with and without cgroups
 #   make lint                     ruff lint + format check, import-linter's layer contracts
 #   make lock                     regenerate requirements/{image,dev}.txt with uv (TORCH_WHEELS=dir: local wheels)
 #   make regen / make check-cases regenerate test cases / verify they match solution/
@@ -60,7 +61,7 @@ help:
 	@sed -n '1,/^$$/{s/^# \{0,1\}//p}' $(firstword $(MAKEFILE_LIST))
 
 .PHONY: help grade test lint format regen check-cases venv clean dist bench calibrate stability mbu budget slow-tests lock \
-	run-local mutants mutation batch slurm-tests mutant-tests
+	run-local mutants mutation batch slurm-tests mutant-tests attack-tests
 
 venv: $(STAMP)
 
@@ -87,7 +88,7 @@ TEST_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 # TEST_JOBS pytest-xdist workers (auto: one per core; 0: no workers); modules with
 # expensive fixtures stay on one worker (--dist loadgroup, their xdist_group mark).
 test: $(STAMP)
-	@$(TEST_ENV) $(PY) -m pytest -m "not slow and not slurm and not mutants" -q -n $(TEST_JOBS) --dist loadgroup $(PYTEST_ARGS); status=$$?; \
+	@$(TEST_ENV) $(PY) -m pytest -m "not slow and not slurm and not mutants and not attacks" -q -n $(TEST_JOBS) --dist loadgroup $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$status
 
 # The mutation runs of the suite: every library mistake caught and named, every correct
@@ -95,6 +96,12 @@ test: $(STAMP)
 mutant-tests: $(STAMP)
 	@$(TEST_ENV) $(PY) -m pytest -m mutants -q -n $(TEST_JOBS) --dist loadgroup $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no mutant tests" >&2; exit 1; fi; exit $$status
+
+# Hostile designs graded again for every part and both CPU accountings (cgroup, process
+# tree): each must lose its benchmark points.
+attack-tests: $(STAMP)
+	@$(TEST_ENV) $(PY) -m pytest -m attacks -q -n $(TEST_JOBS) --dist loadgroup $(PYTEST_ARGS); status=$$?; \
+	if [ $$status -eq 5 ]; then echo "pytest collected no attack tests" >&2; exit 1; fi; exit $$status
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -77,11 +77,15 @@ def test_ci_stops_at_a_failing_suite_then_runs_the_mutant_and_slurm_tests(tmp_pa
     code, targets = _ci_with_fake_make(tmp_path, failing="mutant-tests")
     assert code != 0 and targets == ["test", "mutant-tests"]  # the mutation runs count too
     (tmp_path / "targets").unlink()
+    code, targets = _ci_with_fake_make(tmp_path, failing="attack-tests")
+    assert code != 0 and targets == ["test", "mutant-tests", "attack-tests"]
+    (tmp_path / "targets").unlink()
     code, targets = _ci_with_fake_make(tmp_path, failing="slurm-tests")
+    runs = ["test", "mutant-tests", "attack-tests"]
     if os.getuid() == 0 and shutil.which("apt-get"):
-        assert code != 0 and targets == ["test", "mutant-tests", "slurm-tests"]  # CI's case
+        assert code != 0 and targets == [*runs, "slurm-tests"]  # CI's case
     else:
-        assert code == 0 and targets == ["test", "mutant-tests"]  # said, not run
+        assert code == 0 and targets == runs  # said, not run
 
 
 def test_the_mutation_runs_leave_make_test_for_a_target_of_their_own() -> None:
@@ -104,5 +108,5 @@ def test_the_mutation_runs_leave_make_test_for_a_target_of_their_own() -> None:
 
     assert collected("mutants") == len(MUTANTS) + len(VARIANTS) + len(KILLED)
     dry = subprocess.run(["make", "-n", "test", "mutant-tests"], cwd=ROOT, capture_output=True)
-    assert b'-m "not slow and not slurm and not mutants"' in dry.stdout
+    assert b'-m "not slow and not slurm and not mutants and not attacks"' in dry.stdout
     assert b"-m pytest -m mutants" in dry.stdout
