@@ -105,10 +105,11 @@ def cmd_run_local(args: argparse.Namespace) -> int:
     """1 when the zip cannot be built or its set-up fails; else 0, whatever the score."""
     from grader.core.report import terminal_report
     from grader.ta.dist import StaleCases, build_autograder
-    from grader.ta.run_local import IMAGE_VENV, SetupFailed, run_local
+    from grader.ta.run_local import IMAGE_VENV, KEPT_RESULTS, SetupFailed, run_local
 
     try:
-        zip_path = Path(args.zip) if args.zip else build_autograder(out=Path("dist/autograder.zip"))
+        default = Path("dist/autograder.zip")
+        zip_path = Path(args.zip) if args.zip else build_autograder(out=default, reuse=True)
         results, tree = run_local(
             submission=Path(args.submission),
             zip_path=zip_path,
@@ -122,6 +123,7 @@ def cmd_run_local(args: argparse.Namespace) -> int:
         print(f"the autograder image could not be built: {exc}", file=sys.stderr)
         return 1
     print(terminal_report(results, details=args.details))
+    print(f"results.json: {KEPT_RESULTS}  (reprint: .venv/bin/kvgrader show {KEPT_RESULTS})")
     if args.keep:
         print(f"Gradescope tree kept at {tree}")
     return 0
@@ -235,7 +237,9 @@ def add_build(sub: argparse._SubParsersAction) -> None:
 def add_run_local(sub: argparse._SubParsersAction) -> None:
     lr = sub.add_parser("run-local", help="run the autograder zip on a submission as Gradescope")
     lr.add_argument("submission", help="folder holding the student's files")
-    lr.add_argument("--zip", default="", help="autograder zip (default: build dist/autograder.zip)")
+    lr.add_argument(
+        "--zip", default="", help="autograder zip (default: dist/autograder.zip, rebuilt if stale)"
+    )
     lr.add_argument("--keep", action="store_true", help="keep the temporary /autograder tree")
     lr.add_argument("--details", action="store_true", help="print failed checks' feedback")
     lr.add_argument(

@@ -20,13 +20,15 @@ nothing gives the same bytes.
 from __future__ import annotations
 
 import fnmatch
+import io
 import json
 import os
 import re
 import stat
+import sys
 import tomllib
 import zipfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import grimp
@@ -44,6 +46,7 @@ from grader.core.paths import (
 from grader.core.registry import PARTS
 from grader.grading.selfcheck_report import REFERENCE_FILE
 from grader.sandbox.forkserver import SERVER_MODULE
+from grader.ta.freshness import StaleCases, Step, ensure_fresh_cases  # noqa: F401 (the CLI's)
 
 FIXED_TIME = (2024, 1, 1, 0, 0, 0)
 #: Where a grading starts: the zips' entry point (``python -m grader.grading``, run by
@@ -52,10 +55,6 @@ FIXED_TIME = (2024, 1, 1, 0, 0, 0)
 GRADING_ENTRY = "grader.grading.__main__"
 #: Exact versions of every package of the image (``make lock``), for Python 3.11.
 IMAGE_LOCK = REQUIREMENTS / "image.txt"
-
-
-class StaleCases(RuntimeError):
-    """The committed test cases no longer match solution/ (run ``python -m grader regen``)."""
 
 
 def _files(root: Path, skip: Iterable[str] = ()) -> Iterator[Path]:
@@ -135,14 +134,6 @@ def _add_tree(zf: zipfile.ZipFile, root: Path, prefix: str, skip: Iterable[str] 
     _add_files(zf, _files(root, skip), root, prefix)
 
 
-def ensure_fresh_cases() -> None:
-    from grader.ta import regen
-
-    problems = regen.check()
-    if problems:
-        raise StaleCases("stale test cases:\n  " + "\n  ".join(problems))
-
-
 class PlainAnswers(RuntimeError):
     """A public Part 1 case holds its write-up answer in plain form (run ``regen``)."""
 
@@ -220,20 +211,39 @@ def given_files() -> list[Path]:
     return sorted({ASSIGNMENT / rel for part in PARTS.values() for rel in part.given})
 
 
-def build_autograder(*, out: Path, check_cases: bool = True) -> Path:
-    """Write the Gradescope autograder zip to ``out``."""
+def build_autograder(*, out: Path, check_cases: bool = True, reuse: bool = False) -> Path:
+    """Write the Gradescope autograder zip to ``out``. With ``reuse``, a zip already at
+    ``out`` with exactly the bytes a build would write is kept, and said to be (builds
+    are deterministic, so this is "up to date")."""
     if check_cases:
         ensure_fresh_cases()
+    with Step(f"building {out}", file=sys.stdout):
+        data = _zip_bytes(_autograder_entries)
+    if reuse and out.is_file() and out.read_bytes() == data:
+        print(f"{out}: up to date, reused ({len(data) / 2**20:.1f} MiB)", flush=True)
+        return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(out, "w") as zf:
-        _write(zf, "setup.sh", (GRADESCOPE_FILES / "setup.sh").read_bytes(), executable=True)
-        _write(zf, "run_autograder", (GRADESCOPE_FILES / "run_autograder").read_bytes(), True)
-        _write(zf, "requirements.txt", requirements().encode())
-        _add_grader(zf, "")
-        _add_tree(zf, TEST_CASES, "test_cases/")
-        _add_files(zf, reference_files(), SOLUTION, "solution/")
-        _add_files(zf, given_files(), ASSIGNMENT, "assignment/")
+    out.write_bytes(data)
     return out
+
+
+def _zip_bytes(entries: Callable[[zipfile.ZipFile], None]) -> bytes:
+    """The bytes of a zip that ``entries`` fills."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as zf:
+        entries(zf)
+    return buffer.getvalue()
+
+
+def _autograder_entries(zf: zipfile.ZipFile) -> None:
+    """Every entry of the autograder zip."""
+    _write(zf, "setup.sh", (GRADESCOPE_FILES / "setup.sh").read_bytes(), executable=True)
+    _write(zf, "run_autograder", (GRADESCOPE_FILES / "run_autograder").read_bytes(), True)
+    _write(zf, "requirements.txt", requirements().encode())
+    _add_grader(zf, "")
+    _add_tree(zf, TEST_CASES, "test_cases/")
+    _add_files(zf, reference_files(), SOLUTION, "solution/")
+    _add_files(zf, given_files(), ASSIGNMENT, "assignment/")
 
 
 def build_student(*, out: Path, check_cases: bool = True) -> Path:
@@ -246,7 +256,7 @@ def build_student(*, out: Path, check_cases: bool = True) -> Path:
     top = "kv-cache-assignment/"
     out.parent.mkdir(parents=True, exist_ok=True)
     student = GRADESCOPE_FILES / "student"
-    with zipfile.ZipFile(out, "w") as zf:
+    with Step(f"building {out}", file=sys.stdout), zipfile.ZipFile(out, "w") as zf:
         _write(zf, f"{top}README.md", (ASSIGNMENT / "README.md").read_bytes())
         _write(zf, f"{top}selfcheck.py", (student / "selfcheck.py").read_bytes(), True)
         reference = student / REFERENCE_FILE  # the self-check report's reference curves

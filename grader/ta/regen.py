@@ -13,6 +13,7 @@ import hashlib
 import importlib.util
 import io
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -156,6 +157,26 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+def _build_one(name: str, solution: Path) -> Any:
+    """One part's cases, built on one torch thread (run in a worker process)."""
+    with one_thread():
+        return BUILDERS[name](solution)
+
+
+def build_all(names: list[str], solution: Path) -> list[Any]:
+    """The cases of the parts ``names``, in that order: the parts are independent, so on
+    a machine with several cores they are built in as many processes at once (each on
+    one torch thread, so the numbers are those of a build in this process)."""
+    jobs = min(len(names), os.cpu_count() or 1)
+    if jobs <= 1:
+        return [_build_one(name, solution) for name in names]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(_build_one, names, [solution] * len(names)))
+
+
 def write_cases(
     out: Path, solution: Path = SOLUTION, parts: Collection[str] | None = None
 ) -> list[Path]:
@@ -163,9 +184,8 @@ def write_cases(
     return the files written. With ``parts``, the manifest keeps the entries of the files
     the other parts wrote there before, so one part can be regenerated on its own."""
     written = []
-    with one_thread():
-        built = [b(solution) for name, b in BUILDERS.items() if parts is None or name in parts]
-    for files in built:
+    names = [name for name in BUILDERS if parts is None or name in parts]
+    for files in build_all(names, solution):
         for rel, (schema, payload) in files.items():
             if schema is not None:
                 jsonschema.validate(payload, case_schema(schema))

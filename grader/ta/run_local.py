@@ -10,7 +10,11 @@ What Gradescope does, and so what this does:
 * ``run_autograder`` is copied to ``ROOT/run_autograder`` and that copy is run,
   from ``ROOT``, with a bare environment (no ``PYTHONPATH``, no virtualenv);
 * the student's files are in ``ROOT/submission``, ``ROOT/submission_metadata.json``
-  describes the submission, and ``ROOT/results/results.json`` is read back.
+  describes the submission, and ``ROOT/results/results.json`` is read back and kept
+  at ``results/run-local/results.json`` (the tree itself is removed unless ``--keep``).
+
+Each step says what it does as it starts and how long it took (:class:`Step`): a cold
+``setup.sh`` installs the image's packages for minutes, a warm one only checks them.
 """
 
 from __future__ import annotations
@@ -27,10 +31,13 @@ from typing import Any
 
 from grader.core.paths import PROJECT_ROOT
 from grader.core.results import GradingResults, validate_results
+from grader.ta.freshness import Step
 
 #: Where run-local keeps the image's virtual environment between runs. It must
 #: be reachable by the worker user, which runs the same interpreter.
 IMAGE_VENV = PROJECT_ROOT / ".image-venv"
+#: Where the results of the last run-local are kept (``results/`` is git-ignored).
+KEPT_RESULTS = PROJECT_ROOT / "results" / "run-local" / "results.json"
 #: The environment Gradescope gives ``run_autograder``: nothing of ours.
 BARE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: Settings of ``setup.sh`` a TA may pass through (see its header).
@@ -101,20 +108,27 @@ def run_local(
     previous: list[dict[str, Any]] | None = None,
     timeout_s: float = 900,
     venv: Path = IMAGE_VENV,
+    kept: Path | None = KEPT_RESULTS,
 ) -> tuple[GradingResults, Path]:
-    """Grade ``submission`` with the autograder zip; return the results and the tree used."""
+    """Grade ``submission`` with the autograder zip; return the results and the tree used.
+    The results file is copied to ``kept`` (None: not kept) before the tree is removed."""
     tree = Path(tempfile.mkdtemp(prefix="gradescope-")) / "autograder"
     try:
         source = unpack(zip_path, tree)
         env = bare_environment(venv)
-        build_image(source, env)
+        with Step(f"building the image: setup.sh (its venv kept in {venv})"):
+            build_image(source, env)
         shutil.copy2(source / "run_autograder", tree / "run_autograder")
         shutil.copytree(submission, tree / "submission", symlinks=True)
         (tree / "results").mkdir()
         (tree / "submission_metadata.json").write_text(json.dumps(metadata(previous), indent=1))
-        subprocess.run([str(tree / "run_autograder")], cwd=tree, env=env, timeout=timeout_s)
+        with Step(f"grading {submission}: run_autograder"):
+            subprocess.run([str(tree / "run_autograder")], cwd=tree, env=env, timeout=timeout_s)
         data = json.loads((tree / "results" / "results.json").read_text())
         validate_results(data)
+        if kept is not None:
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(tree / "results" / "results.json", kept)
         return GradingResults.from_gradescope(data), tree
     finally:
         if not keep:

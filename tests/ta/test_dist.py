@@ -19,7 +19,7 @@ from grader.core.points import bonus_total, part_total
 from grader.core.registry import PARTS
 from grader.core.results import validate_results
 from grader.ta import dist as build
-from grader.ta import regen
+from grader.ta import freshness, regen
 from grader.ta.run_local import IMAGE_VENV, run_local
 from tests.conftest import ASSIGNMENT, ROOT, SOLUTION
 
@@ -257,6 +257,7 @@ def test_builds_are_deterministic(tmp_path: Path) -> None:
 
 def test_stale_cases_are_refused(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(regen, "check", lambda: ["public/part2.json: differs"])
+    monkeypatch.setattr(freshness, "CHECK_RECORD", tmp_path / "never-checked.json")
     with pytest.raises(build.StaleCases, match=r"part2\.json"):
         build.build_autograder(out=tmp_path / "a.zip")
     assert not (tmp_path / "a.zip").exists()
