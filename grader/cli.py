@@ -25,9 +25,12 @@ from grader.ta.regrade.cluster import add_cluster_options
 def cmd_regen(args: argparse.Namespace) -> int:
     """assignment/ from solution/'s markers, then test_cases/; ``--check`` only compares."""
     from grader.ta import regen, skeleton
+    from grader.ta.freshness import record_fresh
 
     if args.check:
         problems = regen.check(parts=parse_parts(args.parts))  # assignment/ included
+        if not problems and not args.parts:
+            record_fresh()  # a build of this content need not check again
         for problem in problems:
             print(f"stale: {problem}")
         up_to_date = "assignment/ and test cases are up to date"
@@ -44,6 +47,8 @@ def cmd_regen(args: argparse.Namespace) -> int:
     written = regen.write_cases(regen.TEST_CASES, parts=parts)
     for path in written:
         print(f"wrote {path.relative_to(regen.TEST_CASES.parent)}")
+    if parts is None:
+        record_fresh()  # every case written from this content: a build need not check
     return 0
 
 

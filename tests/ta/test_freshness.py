@@ -19,7 +19,7 @@ from grader.ta import run_local as run_local_module
 def checks(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[int]:
     """regen.check replaced by a counter that finds nothing; the record under tmp_path."""
     calls: list[int] = []
-    monkeypatch.setattr(regen, "check", lambda: calls.append(1) or [])
+    monkeypatch.setattr(regen, "check", lambda **kw: calls.append(1) or [])
     monkeypatch.setattr(freshness, "CHECK_RECORD", tmp_path / "dist" / ".cases-checked.json")
     return calls
 
@@ -116,3 +116,11 @@ def test_run_local_keeps_a_copy_of_the_results(tmp_path: Path, monkeypatch) -> N
 def _source(tree: Path) -> Path:
     (tree / "source").mkdir(parents=True)
     return tree / "source"
+
+
+def test_a_passed_check_cases_lets_the_next_build_skip_its_check(checks: list[int]) -> None:
+    """`make check-cases` (or a full `make regen`) then `make dist`: checked once."""
+    assert cli.main(["regen", "--check"]) == 0
+    freshness.ensure_fresh_cases(file=io.StringIO())
+    assert len(checks) == 1
+    assert freshness.checked_before(freshness.content_digest(), freshness.CHECK_RECORD)
