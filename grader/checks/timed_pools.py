@@ -88,6 +88,14 @@ class TimedPools:
         """The part's message when its cached path's cost per token grew."""
         raise NotImplementedError
 
+    def growth_calls_problem(self) -> str:
+        """Why the growth probe's cached runs, as the worker recorded their model calls,
+        were not the prompt once and then one token per call ("" when they were). Their
+        long runs show a ``generate`` that starts over every few steps, at any period up to
+        64, where the benchmarks' runs are too short to; the record names an honest
+        design, and the yardstick stops a forger (:mod:`grader.checks.calls`)."""
+        raise NotImplementedError
+
     def growth_problem(self) -> str:
         """Why the cached path's CPU time per token grew with the length ("" when it did
         not). Measured once per grading (the work check and the benchmark both ask, and
@@ -111,9 +119,9 @@ class TimedPools:
             f"measured by the grader): CPU time per new token with {long} new tokens over "
             f"that with {short}: {growth} (at most {self.max_cached_growth:g}x)."
         )
-        if growth.median <= self.max_cached_growth:  # False for NaN
-            return ""
-        return self.growth_advice(growth)
+        if not growth.median <= self.max_cached_growth:  # True for NaN
+            return self.growth_advice(growth)
+        return self.growth_calls_problem()
 
     def work_problem(self) -> str:
         """Why the cached path was not seen to do less work than the cache-free one, to keep

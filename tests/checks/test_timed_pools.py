@@ -96,3 +96,36 @@ def test_cached_growth_with_a_threshold_measures_more_rounds_only_near_the_line(
     growth, calls = probe(2.5, 1.2)  # near the line: three more rounds, and they alone decide
     assert growth == pytest.approx(1.2)
     assert calls == [(n, i) for i in range(4) for n in (32, 256)]
+
+
+class GrowthStub(TimedPools):
+    """A part whose growth probe measured ``growth`` and whose runs' calls say ``calls``."""
+
+    max_cached_growth = 2.0
+    growth_shape = (8, 8, 16, 248)
+    growth_label = "cached"
+
+    def __init__(self, growth: float, calls: str) -> None:
+        self.growth, self.calls = growth, calls
+
+    def growth_probe(self) -> Ratio:
+        return Ratio(self.growth, self.growth, self.growth)
+
+    def growth_advice(self, growth: Ratio) -> str:
+        return "grew"
+
+    def growth_calls_problem(self) -> str:
+        return self.calls
+
+
+@pytest.mark.parametrize(
+    ("growth", "calls", "problem"),
+    [(1.0, "", ""), (1.0, "started over", "started over"), (3.0, "started over", "grew"),
+     (math.nan, "", "grew")],
+)  # fmt: skip
+def test_a_flat_growth_still_needs_its_runs_calls_to_be_a_caches(
+    growth: float, calls: str, problem: str
+) -> None:
+    """The growth runs' call records are judged once their cost per token is flat: a
+    generate that starts over every few steps can stay under the maximum."""
+    assert GrowthStub(growth, calls).measure_growth() == problem

@@ -53,8 +53,46 @@ FLOAT64_CACHE = [
 ]
 
 
-# Part 2: generate starts over (a prefill of the whole sequence) every 8th step.
-EVERY_8TH_STEP = [("            elif step == 0:\n", "            elif step % 8 == 0:\n")]
+def every_kth_step(period: int) -> list[tuple[str, str]]:
+    """Part 2: generate starts over (a prefill of the whole sequence) every ``period``-th
+    step: its forward calls show it once a run is longer than the period."""
+    return [("            elif step == 0:\n", f"            elif step % {period} == 0:\n")]
+
+
+EVERY_8TH_STEP = every_kth_step(8)
+
+
+def refreshed_in_forward(period: int) -> list[tuple[str, str]]:
+    """Part 2: the model's forward keeps the tokens it was fed and, at every ``period``-th
+    call after a prefill, runs the whole sequence again without the cache it was handed,
+    hands back the new tokens' logits and the fresh cache: its calls look like a cache's,
+    one token each, and the cache holds the right keys and values."""
+    head = """    def forward(
+        self,
+        input_ids: torch.Tensor,
+        past_kv: list[LayerCache] | None = None,
+        use_cache: bool = False,
+    ) -> tuple[torch.Tensor, list[LayerCache] | None]:
+"""
+    wrapper = (
+        "    def forward(self, input_ids, past_kv=None, use_cache=False):\n"
+        "        t_past = past_kv[0][0].shape[1] if (use_cache and past_kv) else 0\n"
+        "        seen = getattr(self, 'seen', None)\n"
+        "        if not t_past or seen is None or seen.shape[0] != input_ids.shape[0] \\\n"
+        "                or seen.shape[1] < t_past:\n"
+        "            self.seen, self.calls = input_ids.clone(), 0\n"
+        "        else:\n"
+        "            self.seen = torch.cat([seen[:, :t_past], input_ids], dim=1)\n"
+        "        self.calls += 1\n"
+        f"        if t_past and self.calls % {period} == 0:  # the whole sequence again\n"
+        "            logits, fresh = self._forward(self.seen, None, True)\n"
+        "            return logits[:, t_past:], fresh\n"
+        "        return self._forward(input_ids, past_kv, use_cache)\n"
+        "\n" + head.replace("def forward(", "def _forward(")
+    )
+    return [(head, wrapper)]
+
+
 # Part 2: every step feeds the last 16 tokens again against a cache shortened to match:
 # constant work per step, 16 times a cache's.
 LAST_16_AGAIN = [
@@ -82,13 +120,19 @@ REBUILD_EVERY_16 = [
 ]
 
 
-# Part 3: every 8th step sets prev_pos back to 0, so that step feeds the whole prefix.
-LLAMA_EVERY_8TH_STEP = [
-    (
-        "            prev_pos = cur_pos\n",
-        "            prev_pos = 0 if (cur_pos - min_prompt_len) % 8 == 7 else cur_pos\n",
-    )
-]
+def llama_every_kth_step(period: int) -> list[tuple[str, str]]:
+    """Part 3: every ``period``-th step sets prev_pos back to 0, so that step feeds the
+    whole prefix: its model calls show it once a run is longer than the period."""
+    return [
+        (
+            "            prev_pos = cur_pos\n",
+            f"            prev_pos = 0 if (cur_pos - min_prompt_len) % {period} == {period - 1} "
+            "else cur_pos\n",
+        )
+    ]
+
+
+LLAMA_EVERY_8TH_STEP = llama_every_kth_step(8)
 
 
 def llama_refreshed_in_forward(period: int) -> list[tuple[str, str]]:
@@ -157,10 +201,20 @@ DESIGNS = {
                       "2x the memory", PART2_LIMITS),
     "every-8th-step": ("transformer_skeleton.py", "part2", EVERY_8TH_STEP, "2.8", "2.11",
                        "recomputes part of the work", PART2_LIMITS),
+    "refreshed-in-forward-32": ("transformer_skeleton.py", "part2", refreshed_in_forward(32),
+                                "2.8", "2.11", "does not read its cache", PART2_LIMITS),
+    "refreshed-in-forward-64": ("transformer_skeleton.py", "part2", refreshed_in_forward(64),
+                                "2.8", "2.11", "does not read its cache", PART2_LIMITS),
+    "every-32nd-step": ("transformer_skeleton.py", "part2", every_kth_step(32), "2.8", "2.11",
+                        "recomputes part of the work", PART2_LIMITS),
+    "every-64th-step": ("transformer_skeleton.py", "part2", every_kth_step(64), "2.8", "2.11",
+                        "recomputes part of the work", PART2_LIMITS),
     "last-16-again": ("transformer_skeleton.py", "part2", LAST_16_AGAIN, "2.8", "2.11",
                       "recomputes part of the work", PART2_LIMITS),
     "llama-every-8th-step": ("llama/generation.py", "part3", LLAMA_EVERY_8TH_STEP, "3.8",
                              "3.11", "recomputes part of the work", PART3_LIMITS),
+    "llama-every-32nd-step": ("llama/generation.py", "part3", llama_every_kth_step(32), "3.8",
+                              "3.11", "recomputes part of the work", PART3_LIMITS),
     "llama-last-16-again": ("llama/generation.py", "part3", LLAMA_LAST_16_AGAIN, "3.8",
                             "3.11", "recomputes part of the work", PART3_LIMITS),
     "llama-refreshed-in-forward-32": ("llama/model.py", "part3",

@@ -215,6 +215,79 @@ def run_cache_values(model: Any, input_ids: np.ndarray, steps: list[int]) -> dic
     return {"arrays": arrays, "shapes": cache_shapes(past), "dtypes": dtypes}
 
 
+#: How deep lists, tuples, dicts and plain objects in ``past_kv`` are searched for tensors.
+CACHE_DEPTH = 4
+
+
+def kv_tensors(value: Any, prefix: int, width: int, depth: int = 0) -> list[Any]:
+    """Every tensor in ``value`` (what forward handed back as ``past_kv``, searched through
+    its lists, tuples, dicts and plain objects) shaped like keys or values of at least
+    ``prefix`` positions of ``width`` features: (..., T, width) or (..., width, T), T >=
+    ``prefix``. The course's (B, T_total, D) pairs, views of a preallocated buffer and a
+    key held transposed all qualify; masks and position indices do not."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        if not value.is_floating_point() or value.ndim < 2:
+            return []
+        rows, cols = value.shape[-2], value.shape[-1]
+        return (
+            [value]
+            if (cols == width and rows >= prefix) or (rows == width and cols >= prefix)
+            else []
+        )
+    if isinstance(value, (list, tuple, dict)):
+        items = list(value.values() if isinstance(value, dict) else value)
+    elif hasattr(value, "__dict__") and not callable(value):
+        items = list(vars(value).values())
+    else:
+        return []
+    if depth >= CACHE_DEPTH or len(items) > 4096:
+        return []
+    return [t for item in items for t in kv_tensors(item, prefix, width, depth + 1)]
+
+
+def cache_read_effect(model: Any, input_ids: np.ndarray, prefix: int, width: int) -> float | None:
+    """The largest change of the last step's logits when the cache forward handed back
+    after a prefill of ``prefix`` tokens (every tensor of :func:`kv_tensors`) is overwritten
+    with noise, in place, before the single-token steps on the rest of ``input_ids``, each
+    fed the cache the previous call returned. A cache read at every step keeps the
+    prompt's scrambled keys and values to the end, so the last step changes; a forward that
+    recomputes the prefix at any step (at once, or every few calls) has healed by then. The
+    unscrambled steps follow the same prefill again. Infinite where only the scrambled run
+    is NaN; None where the cache holds no such tensor or one cannot be written (a design
+    with no readable cache: the other probes judge it)."""
+    import torch
+
+    ids = torch.as_tensor(input_ids, dtype=torch.long, device=_device_of(model))
+    gen = torch.Generator(device="cpu").manual_seed(0)
+
+    def steps(past: Any) -> np.ndarray:
+        logits = None
+        for t in range(prefix, ids.shape[1]):
+            logits, past = _logits_of(model(ids[:, t : t + 1], past_kv=past, use_cache=True))
+        return _to_numpy(logits, "logits")
+
+    with torch.no_grad():
+        _, past = _logits_of(model(ids[:, :prefix], use_cache=True))
+        found = {id(t): t for t in kv_tensors(past, prefix, width)}.values()
+        if not found:
+            return None
+        try:  # in inference mode: a forward decorated with it hands back inference tensors
+            with torch.inference_mode():
+                for t in found:
+                    t.copy_((torch.randn(t.shape, generator=gen) * 3).to(t.device, t.dtype))
+        except RuntimeError:  # an expanded view, say: not writable in place
+            return None
+        scrambled = steps(past)
+        _, past = _logits_of(model(ids[:, :prefix], use_cache=True))
+        plain = steps(past)
+    _sync()
+    change = np.abs(plain.astype(np.float64) - scrambled)
+    change[np.isnan(scrambled) & ~np.isnan(plain)] = np.inf
+    return float(change.max())
+
+
 def run_generate(
     model: Any,
     input_ids: np.ndarray,
@@ -281,6 +354,11 @@ def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict
     if op == "cache_values":
         result = run_cache_values(_model(request), arrays["input_ids"], request["steps"])
         return {"cache_shapes": result["shapes"], "dtypes": result["dtypes"]}, result["arrays"]
+    if op == "cache_read":  # the last step's change with the prefill's cache scrambled
+        effect = cache_read_effect(
+            _model(request), arrays["input_ids"], int(request["prefix"]), int(request["width"])
+        )
+        return {"effect": effect}, {}
     if op == "generate":
         result = run_generate(
             _model(request),

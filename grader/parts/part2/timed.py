@@ -13,6 +13,7 @@ only the shape and range of the answer are checked.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -37,7 +38,18 @@ from grader.parts.part2.cases import (
     pool_key,
 )
 from grader.parts.part2.support import Part2Base
+from grader.runtime.client import SubmissionError
 from grader.runtime.timing import Ratio, Sample, Timing
+
+# A cache that attention reads changes the logits by O(1) when scrambled; float noise
+# alone stays below 1e-3.
+CACHE_READ_MIN_EFFECT = 1e-3
+# The cache-read probe's single-token steps after the scramble, the last one judged: a
+# cache refreshed from the tokens at any period up to 64 steps is clean again by then.
+CACHE_READ_STEPS = 65
+# Its prefill (two rows of seeded random ids): prefix and steps fit the public model's
+# 128 positions, and the scrambled positions keep a fifth of the last step's attention.
+CACHE_READ_PREFIX, CACHE_READ_ROWS, CACHE_READ_SEED = 16, 2, 31337
 
 
 class Part2Timed(TimedPools, Part2Base):
@@ -149,6 +161,7 @@ class Part2Growth(Part2Timed):
     max_cached_growth = MAX_CACHED_GROWTH
     growth_shape = (GROWTH_BATCH, GROWTH_PROMPT, GROWTH_SHORT, GROWTH_LONG)
     growth_label = "use_cache left at its default"
+    growth_calls: list[tuple[list[int] | None, int]]  # each growth run's calls, new tokens
 
     def growth_probe(self) -> Ratio:
         """CPU seconds per generated token of cached ``generate`` (use_cache left at its
@@ -158,12 +171,26 @@ class Part2Growth(Part2Timed):
         A cache keeps every step's cost nearly flat; recomputing the prefix makes the long
         run's steps dearer. The submission's cache-free path plays no part in it."""
         self.ensure_model("work")
+        self.growth_calls = []
 
         def run(new_tokens: int, i: int) -> Sample:
             shape = (GROWTH_BATCH, GROWTH_PROMPT, new_tokens)  # (rows, prompt, new tokens)
-            return self.timed_generate("work", "growth", shape, None, seed=i)
+            sample = self.timed_generate("work", "growth", shape, None, seed=i)
+            self.growth_calls.append((self.last_lengths, new_tokens))
+            return sample
 
         return self.cached_growth(GROWTH_ROUNDS, run, GROWTH_SHORT, GROWTH_LONG)
+
+    def growth_calls_problem(self) -> str:
+        """Why a growth run's forward calls were not the prompt once and then one token per
+        call ("" when none was; :func:`calls_problem`): its long runs of ``GROWTH_LONG``
+        new tokens show a ``generate`` that starts over every few steps, at any period up
+        to 64, where the benchmark's runs are too short to."""
+        for lengths, new_tokens in self.growth_calls:
+            problem = calls_problem([lengths], GROWTH_PROMPT, new_tokens)
+            if problem:
+                return problem
+        return ""
 
     def growth_advice(self, growth: Ratio) -> str:
         """Why this part's cached path failed the growth probe, for the student."""
@@ -180,17 +207,28 @@ class Part2Growth(Part2Timed):
 
 class Part2CacheContents(Part2Growth):
     """What the cache holds: the keys and values of the tokens seen, as the course's
-    ``LayerCache`` says ((K, V), each (B, T_total, D)), compared with the reference's."""
+    ``LayerCache`` says ((K, V), each (B, T_total, D)), compared with the reference's, no
+    wider than the model's weights, and read by forward at every step."""
 
     def cache_problem(self) -> str:
-        """Why the cache does not hold each layer's keys and values ("" when it does, or
-        without the hidden cases). Once per grading."""
+        """Why the cache does not hold each layer's keys and values, is wider than the
+        weights or is not read at every step ("" when none applies; the first two need the
+        hidden cases). Once per grading."""
         memo = self.ctx.scratch.setdefault("part2.cache_problem", [])
         if not memo:
             memo.append(self.look_at_cache())
         return str(memo[0])
 
     def look_at_cache(self) -> str:
+        """What the cache holds against the reference's keys and values (with the hidden
+        cases), its width, and whether forward reads it at every step (always: that probe
+        needs no expected values)."""
+        return self.cache_contents() or self.cache_read_problem()
+
+    def cache_contents(self) -> str:
+        """Why the cache after the hidden cases' prefill and two steps is not the
+        reference's keys and values, or wider than the model's weights ("" when it is
+        neither, or without the hidden cases)."""
         probe = self.meta().get("cache_values")
         if not probe:
             return ""
@@ -203,6 +241,64 @@ class Part2CacheContents(Part2Growth):
         return cache_contents_problem(probe, reply.arrays, self.atol()) or cache_dtype_problem(
             reply.header.get("dtypes")
         )
+
+    def cache_read_problem(self) -> str:
+        """Whether forward reads the cache it is handed at every step: after a prefill of
+        ``CACHE_READ_PREFIX`` tokens on the public model, the worker writes noise over every
+        tensor of the past_kv forward handed back that is shaped like keys or values of the
+        prefix (in place: a cache kept on the layers, of which past_kv holds views, is
+        scrambled too), then feeds ``CACHE_READ_STEPS`` single tokens, each call given the
+        cache the last one returned, and compares the last step's logits with those of the
+        same steps after an unscrambled prefill. A forward that runs the whole prefix
+        again every few calls (its calls one token each, like a cache's) has healed by
+        then. The figure comes from the submission's process: it names an honest design,
+        and the yardstick stops a forger. "" when the cache is read or the probe cannot
+        run."""
+        config = self.model_spec("public")["config"]
+        prefix = min(CACHE_READ_PREFIX, config["max_seq_len"] - CACHE_READ_STEPS)
+        if prefix < 1:
+            return ""
+        rng = np.random.default_rng(CACHE_READ_SEED)
+        ids = rng.integers(0, config["vocab_size"], (CACHE_READ_ROWS, prefix + CACHE_READ_STEPS))
+        header = {
+            "op": "cache_read",
+            "model": "public",
+            "prefix": prefix,
+            "width": config["d_model"],
+        }
+        what = "scrambling the cache forward handed back after a prefill"
+        try:
+            self.ensure_model("public")
+            reply = self.ctx.worker(self.part).request(header, {"input_ids": ids}, what=what)
+        except SubmissionError:
+            return ""  # the checks of forward name why it cannot run
+        return cache_read_verdict(reply.header.get("effect"), prefix)
+
+
+def cache_read_verdict(effect: Any, prefix: int) -> str:
+    """Why the cache-read probe's ``effect`` (the largest change of the last step's logits
+    with the cache scrambled after a prefill of ``prefix`` tokens) shows a forward that
+    does not read the cache it is handed ("" when it reads it). No figure (None: past_kv
+    held no tensor shaped like keys or values, or none could be written, so the other
+    checks judge alone) names nothing; NaN never passes."""
+    if not isinstance(effect, (int, float)) or isinstance(effect, bool):
+        return ""
+    if effect > CACHE_READ_MIN_EFFECT:  # NaN never is
+        return ""
+    if math.isnan(effect):
+        return (
+            f"after a prefill of {prefix} tokens and {CACHE_READ_STEPS} single-token steps "
+            "with the cache, the last step's logits were NaN, so whether forward reads its "
+            "cache could not be seen."
+        )
+    return (
+        f"forward does not read its cache: noise written, right after a prefill of {prefix} "
+        "tokens, over the keys and values in the past_kv forward handed back left the "
+        f"logits unchanged {CACHE_READ_STEPS} single-token steps later, each call given the "
+        f"cache the last one returned (largest change {effect:.2g}). With use_cache, the "
+        "keys and values of earlier positions must come from past_kv at every step, not be "
+        "computed again, at once or every few steps."
+    )
 
 
 def cache_contents_problem(
@@ -276,7 +372,7 @@ def calls_problem(runs: list[list[int] | None], prompt_len: int, new_tokens: int
             prompt_len + new_tokens - 1 <= fed <= prompt_len + new_tokens
         ):
             return (
-                f"in a timed run with use_cache=True, forward received {shown(lengths)} tokens "
+                f"in a timed cached run, forward received {shown(lengths)} tokens "
                 f"per call, {fed} in all, for a prompt of {prompt_len} tokens and {new_tokens} "
                 "new tokens. A cache feeds the prompt once, then only the newest token "
                 f"({prompt_len + new_tokens - 1} in all); feeding more (starting over every "

@@ -57,6 +57,7 @@ class Part3Timed(TimedPools, Part3Base):
     min_work_ratio = MIN_WORK_RATIO
     work_shape = (WORK_NEW, WORK_BATCH, WORK_PROMPT)
     last_calls: Any = None  # the model calls (start_pos, tokens) of the last timed run
+    growth_calls: list[Any]  # the model calls of every run of the growth probe
     max_cached_growth = MAX_CACHED_GROWTH
     growth_shape = (GROWTH_BATCH, GROWTH_PROMPT, GROWTH_SHORT, GROWTH_LONG)
     growth_label = "kv_caching=True"
@@ -197,16 +198,25 @@ class Part3Timed(TimedPools, Part3Base):
         cannot move it. One round first; only when it is near the line are
         ``GROWTH_ROUNDS`` more rounds measured, and they alone decide."""
 
+        self.growth_calls = []
+
         def run(new_tokens: int, _: int) -> Sample:
             shape = (GROWTH_BATCH, GROWTH_PROMPT, new_tokens)  # (rows, prompt, new tokens)
             key, timeout = f"growth generate {new_tokens}", self.ctx.limits.request_timeout_s
-            return self.timed_generate(
+            sample = self.timed_generate(
                 "work", growth_key(new_tokens), shape, True, key=key, timeout=max(timeout, 60.0)
             )
+            self.growth_calls.append(self.last_calls)
+            return sample
 
         return self.cached_growth(
             GROWTH_ROUNDS, run, GROWTH_SHORT, GROWTH_LONG, threshold=self.max_cached_growth
         )
+
+    def growth_calls_problem(self) -> str:
+        """Why a growth run's model calls were not the prompt once and then one token per
+        call at the next position ("" when none was; :func:`calls_problem`)."""
+        return calls_problem(self.growth_calls)
 
     def growth_advice(self, growth: Ratio) -> str:
         """Why this part's cached path failed the growth probe, for the student."""

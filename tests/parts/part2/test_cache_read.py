@@ -1,0 +1,214 @@
+"""Check 2.11's cache-read probe on every honest cache layout and on caches that are not
+read at every step: the worker's half (``adapter.cache_read_effect``) on the public model,
+in this process, and the grader's verdict on its figure (``timed.cache_read_verdict``).
+
+Part 2's cache is what forward hands back as past_kv, so the probe scrambles that (in
+place: a cache kept on the layers, of which past_kv holds views, is scrambled with it) and
+steps on, feeding back what each call returns. Every layout of the mutant library's
+correct variants must be seen reading its cache; a forward that runs the whole sequence
+again every few calls (its calls one token each, like a cache's) must be named at any
+period up to 64; a cache with nothing shaped like keys or values is left to the other
+checks. Which tensors count as keys or values (``adapter.kv_tensors``) is tested at the end.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from grader.parts.part2 import adapter
+from grader.parts.part2.build import load
+from grader.parts.part2.cases import PUBLIC_MODEL
+from grader.parts.part2.timed import (
+    CACHE_READ_MIN_EFFECT,
+    CACHE_READ_PREFIX,
+    CACHE_READ_ROWS,
+    CACHE_READ_STEPS,
+    cache_read_verdict,
+)
+from grader.ta.mutants import load_mutants
+from grader.ta.regen import import_path, one_thread
+from tests.conftest import SOLUTION, patched_solution
+from tests.grading.test_partial_caches import LAYER_INPUT_CACHE, refreshed_in_forward
+
+FILE = "transformer_skeleton.py"
+FORWARD_HEAD = "    def forward(\n        self,\n        input_ids: torch.Tensor,\n"
+CONFIG = PUBLIC_MODEL["config"]
+WIDTH = CONFIG["d_model"]
+#: Every correct variant, each cache layout among them (preallocated, copied at every
+#: call, held on the layers) and the float64 model.
+VARIANTS = {v.name: v for v in load_mutants("part2", variants=True)}
+
+
+@pytest.fixture(autouse=True)
+def torch_one_thread() -> Iterator[None]:
+    with one_thread():
+        yield
+
+
+@pytest.fixture(scope="module")
+def ids() -> np.ndarray:
+    """The probe's rows: a prefill and its single-token steps, as the grader sends them."""
+    shape = (CACHE_READ_ROWS, CACHE_READ_PREFIX + CACHE_READ_STEPS)
+    assert shape[1] <= CONFIG["max_seq_len"]  # the public model has room for every step
+    return np.random.default_rng(0).integers(0, CONFIG["vocab_size"], shape)
+
+
+def effect_of(root: Path, ids: np.ndarray) -> float | None:
+    """The probe's figure for ``root``'s transformer_skeleton.py on the public model."""
+    module = import_path(root / FILE, f"part2_cache_read_{abs(hash(root))}")
+    model = load(module, PUBLIC_MODEL)
+    return adapter.cache_read_effect(model, ids, CACHE_READ_PREFIX, WIDTH)
+
+
+@pytest.mark.parametrize("layout", ["reference", *VARIANTS])
+def test_every_correct_variant_reads_its_cache(layout: str, ids: np.ndarray) -> None:
+    if layout == "reference":
+        effect = effect_of(SOLUTION, ids)
+    else:
+        root = VARIANTS[layout].materialise()
+        try:
+            effect = effect_of(root, ids)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    assert effect is not None and effect > 100 * CACHE_READ_MIN_EFFECT
+    assert cache_read_verdict(effect, CACHE_READ_PREFIX) == ""
+
+
+@pytest.mark.parametrize("period", [4, 8, 32, 64])
+def test_a_forward_that_refreshes_its_cache_every_few_calls_is_named(
+    tmp_path: Path, ids: np.ndarray, period: int
+) -> None:
+    """Its calls are one token each and its cache holds the right keys and values, but the
+    scrambled cache is clean again by the probe's last step."""
+    root = patched_solution(tmp_path / "sub", FILE, refreshed_in_forward(period))
+    effect = effect_of(root, ids)
+    assert effect is not None and effect <= CACHE_READ_MIN_EFFECT
+    assert "forward does not read its cache" in cache_read_verdict(effect, CACHE_READ_PREFIX)
+
+
+def test_a_forward_under_inference_mode_is_probed_too(tmp_path: Path, ids: np.ndarray) -> None:
+    """Decorated with ``torch.inference_mode()``, forward hands back inference tensors,
+    which only that mode may write: the reference is still seen reading them, and a
+    refresh every 8th call is still named."""
+    decorated = "    @torch.inference_mode()\n"
+    honest = [(FORWARD_HEAD, decorated + FORWARD_HEAD)]
+    root = patched_solution(tmp_path / "honest", FILE, honest)
+    assert cache_read_verdict(effect_of(root, ids), CACHE_READ_PREFIX) == ""
+    wrapper = "    def forward(self, input_ids"
+    refreshed = [(a, b.replace(wrapper, decorated + wrapper)) for a, b in refreshed_in_forward(8)]
+    root = patched_solution(tmp_path / "refreshed", FILE, refreshed)
+    verdict = cache_read_verdict(effect_of(root, ids), CACHE_READ_PREFIX)
+    assert "forward does not read its cache" in verdict
+
+
+def test_a_cache_of_layer_inputs_is_read(tmp_path: Path, ids: np.ndarray) -> None:
+    """Keys projected again from kept inputs do read them: 2.11's look at what the cache
+    holds names that design, not this probe."""
+    root = patched_solution(tmp_path / "sub", FILE, LAYER_INPUT_CACHE)
+    assert cache_read_verdict(effect_of(root, ids), CACHE_READ_PREFIX) == ""
+
+
+class Fake(nn.Module):
+    """A model whose cache is ``hand_back(past)``: logits from a sum over what it holds
+    (``nan`` when it holds anything but zeros, where ``nan_when_scrambled``)."""
+
+    def __init__(self, hand_back: Any = None, nan_when_scrambled: bool = False) -> None:
+        super().__init__()
+        self.hand_back, self.nan_when_scrambled = hand_back, nan_when_scrambled
+        self.held: torch.Tensor | None = None
+
+    def forward(
+        self, input_ids: torch.Tensor, past_kv: Any = None, use_cache: bool = False
+    ) -> tuple[torch.Tensor, Any]:
+        rows, new = input_ids.shape
+        if past_kv is None:
+            self.held = torch.zeros(rows, 0, WIDTH)
+        assert self.held is not None
+        self.held = torch.cat([self.held, torch.zeros(rows, new, WIDTH)], dim=1)
+        logits = torch.zeros(rows, new, 8) + self.held.sum()
+        if self.nan_when_scrambled and bool(self.held.abs().sum() > 0):
+            logits = logits * math.nan
+        return logits, self.hand_back(self.held) if self.hand_back else None
+
+
+@pytest.mark.parametrize(
+    "hand_back",
+    [
+        None,  # no cache handed back
+        lambda held: [(held[:, :2], held[:, :2])],  # fewer positions than the prefill
+        lambda held: [(held.long(), held.long())],  # integers: not keys or values
+        lambda held: [(held.expand(3, -1, -1),) * 2],  # not writable in place
+    ],
+)
+def test_without_a_writable_key_or_value_the_other_checks_judge(
+    ids: np.ndarray, hand_back: Any
+) -> None:
+    effect = adapter.cache_read_effect(Fake(hand_back), ids[:1], CACHE_READ_PREFIX, WIDTH)
+    assert effect is None
+    assert cache_read_verdict(effect, CACHE_READ_PREFIX) == ""
+
+
+def test_a_scrambled_cache_that_gives_nan_is_read(ids: np.ndarray) -> None:
+    model = Fake(lambda held: [(held, held)], nan_when_scrambled=True)
+    effect = adapter.cache_read_effect(model, ids, CACHE_READ_PREFIX, WIDTH)
+    assert effect == math.inf
+    assert cache_read_verdict(effect, CACHE_READ_PREFIX) == ""
+
+
+@pytest.mark.parametrize(
+    ("effect", "named"),
+    [(None, False), ("8.0", False), (True, False), (8.0, False), (math.inf, False),
+     (0.0, True), (CACHE_READ_MIN_EFFECT, True), (math.nan, True)],
+)  # fmt: skip
+def test_the_verdict_passes_only_a_clear_change(effect: Any, named: bool) -> None:
+    verdict = cache_read_verdict(effect, CACHE_READ_PREFIX)
+    assert bool(verdict) == named
+    if isinstance(effect, float) and math.isnan(effect):
+        assert "NaN" in verdict
+
+
+# ------------------------------------------------------------ what counts as keys or values
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype", "found"),
+    [
+        ((2, 16, WIDTH), torch.float32, True),  # the course's (B, T_total, D)
+        ((2, 64, WIDTH), torch.float64, True),  # a preallocated buffer, float64
+        ((2, WIDTH, 16), torch.float32, True),  # keys held transposed, (B, D, T)
+        ((2, 3, 2, 16, WIDTH), torch.float32, True),  # stacked (layers, 2, B, T, D)
+        ((2, 15, WIDTH), torch.float32, False),  # fewer positions than the prefill
+        ((2, 16, 7), torch.float32, False),  # another width
+        ((2, 16), torch.float32, False),  # no feature axis
+        ((2, 16, WIDTH), torch.int64, False),  # integers
+        ((2, 16, WIDTH), torch.bool, False),  # a mask
+    ],
+)
+def test_what_counts_as_keys_or_values(
+    shape: tuple[int, ...], dtype: torch.dtype, found: bool
+) -> None:
+    tensor = torch.zeros(shape, dtype=dtype)
+    assert bool(adapter.kv_tensors(tensor, 16, WIDTH)) is found
+
+
+def test_keys_and_values_are_found_in_lists_tuples_dicts_and_objects() -> None:
+    class Pair:
+        def __init__(self) -> None:
+            self.k, self.v = torch.zeros(1, 4, WIDTH), torch.zeros(1, 4, WIDTH)
+
+    k = torch.zeros(1, 4, WIDTH)
+    past = [(k, k), {"k": torch.zeros(1, 4, WIDTH)}, Pair(), None, "text"]
+    assert len(adapter.kv_tensors(past, 4, WIDTH)) == 5
+    deep: Any = torch.zeros(1, 4, WIDTH)
+    for _ in range(adapter.CACHE_DEPTH + 1):
+        deep = [deep]
+    assert adapter.kv_tensors(deep, 4, WIDTH) == []
