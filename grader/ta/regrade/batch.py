@@ -220,16 +220,8 @@ def main(
     parts = parse_parts(",".join(parts or []))
     metadata, folders = read_export(export_dir, out_dir)
     results_of = {f: out_dir / "results" / f / "results.json" for f in folders}
-    rows: dict[str, Row] = {}
+    todo, rows = plan(folders, results_of, metadata, regrade=regrade)
     died: dict[str, str] = {}
-    todo = []
-    for folder in folders:
-        data = None if regrade else is_done(results_of[folder])
-        if data is None:
-            todo.append(folder)
-            (results_of[folder].parent / TASK_FILE).unlink(missing_ok=True)
-        else:
-            rows[folder] = make_row(folder, metadata.get(folder, []), data, "skipped")
     bar = progress_bar(len(folders), initial=len(rows), enabled=progress, file=progress_file)
     lines = LineLog(len(folders), len(rows), line_file, enabled=progress)
 
@@ -253,6 +245,27 @@ def main(
     write_outputs(summary)
     write_class_report(out_dir, summary.rows, results, f"Regrade of {export_dir.name}")
     return summary
+
+
+def plan(
+    folders: list[str],
+    results_of: dict[str, Path],
+    metadata: dict[str, list[Submitter]],
+    *,
+    regrade: bool,
+) -> tuple[list[str], dict[str, Row]]:
+    """The folders to grade, and the rows of those kept from an earlier run (every folder
+    is graded when ``regrade``); a stale cluster task record is removed before grading."""
+    todo: list[str] = []
+    rows: dict[str, Row] = {}
+    for folder in folders:
+        data = None if regrade else is_done(results_of[folder])
+        if data is None:
+            todo.append(folder)
+            (results_of[folder].parent / TASK_FILE).unlink(missing_ok=True)
+        else:
+            rows[folder] = make_row(folder, metadata.get(folder, []), data, "skipped")
+    return todo, rows
 
 
 def read_export(export_dir: Path, out_dir: Path) -> tuple[dict[str, list[Submitter]], list[str]]:
