@@ -44,7 +44,12 @@ def test_a_padded_cache_free_generate_loses_check_2_11(tmp_path: Path) -> None:
     # Every ratio of its own two paths looks like a cache's ...
     work = graded.output("2.9")
     assert "did not keep the cost of a step flat" not in work  # the padding hides the growth
-    assert "reference solution's cached path on the same prompts" in work
+    # ... so 2.9 falls to the yardstick, or first to its growth runs' call records (the
+    # throwaway padding call shows there); 2.11 to the yardstick below.
+    assert (
+        "reference solution's cached path on the same prompts" in work
+        or "recomputes part of the work" in work
+    ), work
     assert graded.score("2.9") == 0
     benchmark = graded.output("2.11")
     assert "speedup (cpu time)" in benchmark and "needed at least" in benchmark
