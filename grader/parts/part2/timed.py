@@ -13,12 +13,12 @@ only the shape and range of the answer are checked.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
 from grader.checks.base import Workload
+from grader.checks.cache_read import cache_read_outcome
 from grader.checks.calls import fed_once, shown
 from grader.checks.timed_pools import WITH, TimedPools
 from grader.core.arrays import decode_array
@@ -281,11 +281,10 @@ def cache_read_verdict(effect: Any, prefix: int) -> str:
     does not read the cache it is handed ("" when it reads it). No figure (None: past_kv
     held no tensor shaped like keys or values, or none could be written, so the other
     checks judge alone) names nothing; NaN never passes."""
-    if not isinstance(effect, (int, float)) or isinstance(effect, bool):
+    outcome = cache_read_outcome(effect, CACHE_READ_MIN_EFFECT)
+    if outcome in (None, "reads"):
         return ""
-    if effect > CACHE_READ_MIN_EFFECT:  # NaN never is
-        return ""
-    if math.isnan(effect):
+    if outcome == "nan":
         return (
             f"after a prefill of {prefix} tokens and {CACHE_READ_STEPS} single-token steps "
             "with the cache, the last step's logits were NaN, so whether forward reads its "

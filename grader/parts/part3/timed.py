@@ -14,12 +14,12 @@ is checked.
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any
 
 import numpy as np
 
 from grader.checks.base import Workload
+from grader.checks.cache_read import cache_read_outcome
 from grader.checks.calls import fed_once, shown
 from grader.checks.timed_pools import TimedPools
 from grader.core.thresholds import load_thresholds
@@ -243,11 +243,10 @@ def cache_read_verdict(effect: Any, prefix: int) -> str:
     does not read its cache ("" when it reads it). No figure (None: no tensor that may be a
     cache was found, so the growth and work probes judge alone) names nothing; NaN never
     passes."""
-    if not isinstance(effect, (int, float)) or isinstance(effect, bool):
+    outcome = cache_read_outcome(effect, CACHE_READ_MIN_EFFECT)
+    if outcome in (None, "reads"):
         return ""
-    if effect > CACHE_READ_MIN_EFFECT:  # NaN never is
-        return ""
-    if math.isnan(effect):
+    if outcome == "nan":
         return (
             f"after a prefill of {prefix} tokens, the next step's logits were NaN, so whether "
             "attention reads its cache could not be seen."
