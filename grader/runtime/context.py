@@ -13,6 +13,7 @@ from grader.core.paths import SOLUTION, TEST_CASES
 from grader.core.registry import PARTS
 from grader.runtime.client import SubmissionError, WorkerClient
 from grader.runtime.timing import BenchmarkRecord
+from grader.sandbox.layout import PartLayout
 from grader.sandbox.sandbox import Limits, Sandbox
 
 
@@ -97,10 +98,8 @@ class GradingContext:
 
     def missing_message(self, part: str) -> str:
         """Why ``part`` is not graded, in one line: the files to upload."""
-        return self.missing.get(part) or (
-            f"{PARTS[part].main_file} was not found in your submission (looked at the top "
-            "level, in assignment/ and in every folder). Upload it and resubmit."
-        )
+        missing = PartLayout(None, missing=[PARTS[part].main_file])
+        return self.missing.get(part) or missing.missing_message(PARTS[part])
 
     def reference_available(self, part: str, source: Path = SOLUTION) -> bool:
         """Whether the reference solution of ``part`` is here (the kit's checkout and the

@@ -249,11 +249,13 @@ def interleaved(
     warmup: int,
     repeats: int,
     rotate: bool = False,
+    until: Callable[[dict[str, Timing]], bool] | None = None,
 ) -> dict[str, Timing]:
     """Run every variant ``warmup + repeats`` times, one of each per round, and keep the
     last ``repeats`` rounds. ``run(variant, round)`` performs one checked run.
     ``rotate``: round i starts at the i-th variant, so that no variant always runs
-    right after the same other one (whose after-effects it would always inherit)."""
+    right after the same other one (whose after-effects it would always inherit).
+    ``until``: asked after every kept round with the timings so far; True stops there."""
     kept: dict[str, list[Sample]] = {v: [] for v in variants}
     for i in range(warmup + repeats):
         k = i % len(variants) if rotate else 0
@@ -261,6 +263,12 @@ def interleaved(
             sample = run(variant, i)
             if i >= warmup:
                 kept[variant].append(sample)
+        if i >= warmup and until is not None and until(_timings(kept)):
+            break
+    return _timings(kept)
+
+
+def _timings(kept: dict[str, list[Sample]]) -> dict[str, Timing]:
     return {v: Timing(tuple(samples)) for v, samples in kept.items()}
 
 
@@ -281,18 +289,13 @@ def until_steady(
     """:func:`interleaved` rounds of the reference's runs (the yardstick) until every
     variant's runs are steady: at least :data:`MIN_ROUNDS` (or ``repeats``, if fewer), at
     most ``repeats``, stopping once each lies within :data:`STEADY_SPREAD`."""
-    kept: dict[str, list[Sample]] = {v: [] for v in variants}
-    for i in range(warmup + repeats):
-        for variant in variants:
-            sample = run(variant, i)
-            if i >= warmup:
-                kept[variant].append(sample)
-        done = i - warmup + 1
-        if done >= min(MIN_ROUNDS, repeats) and all(
-            _steady(Timing(tuple(samples)).on(clock)) for samples in kept.values()
-        ):
-            break
-    return {v: Timing(tuple(samples)) for v, samples in kept.items()}
+    least = min(MIN_ROUNDS, repeats)
+
+    def steady(timings: dict[str, Timing]) -> bool:
+        rounds = len(next(iter(timings.values())).samples)
+        return rounds >= least and all(_steady(t.on(clock)) for t in timings.values())
+
+    return interleaved(run, variants, warmup=warmup, repeats=repeats, until=steady)
 
 
 def _steady(runs: list[float]) -> bool:
@@ -351,24 +354,19 @@ def measure(
     - otherwise go on, up to ``confirm_repeats`` rounds more, so that one burst of
       background load cannot decide a miss; the verdict is on all rounds.
     """
-    kept: dict[str, list[Sample]] = {v: [] for v in variants}
-    for i in range(warmup):
-        for variant in variants:
-            run(variant, i)
-    most, rounds = repeats + max(0, confirm_repeats), 0
-    while True:
-        for variant in variants:
-            kept[variant].append(run(variant, warmup + rounds))
-        rounds += 1
-        timings = {v: Timing(tuple(samples)) for v, samples in kept.items()}
-        criteria = judge(timings)
-        if rounds >= min(MIN_ROUNDS, repeats) and all(settled(c, rounds) for c in criteria):
-            break
-        if rounds == repeats and all(c.passed for c in criteria):
-            break
-        if rounds >= most:
-            break
-    return Measurement(timings, criteria, max(0, rounds - repeats))
+    verdict: list[Criterion] = []
+
+    def decided(timings: dict[str, Timing]) -> bool:
+        rounds = len(next(iter(timings.values())).samples)
+        verdict[:] = judge(timings)
+        if rounds >= min(MIN_ROUNDS, repeats) and all(settled(c, rounds) for c in verdict):
+            return True
+        return rounds == repeats and all(c.passed for c in verdict)
+
+    most = repeats + max(0, confirm_repeats)
+    timings = interleaved(run, variants, warmup=warmup, repeats=most, until=decided)
+    rounds = len(next(iter(timings.values())).samples)
+    return Measurement(timings, list(verdict), max(0, rounds - repeats))
 
 
 def _threads_cpu(pid: int) -> float:
