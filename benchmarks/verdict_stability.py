@@ -3,6 +3,7 @@
     python benchmarks/verdict_stability.py [--runs 50] [--condition busy|half-cpu|both|paired]
                                            [--out results/stability.json] [--device cpu|cuda]
                                            [--deadline SECONDS] [--extra-baselines]
+                                           [--partial-caches] [--variants] [--jobs 2]
                                            [--executor slurm --partition P --gpus-per-task 1]
 
 Grades only the benchmark checks (2.11, 3.11, 4.6), each run a fresh
@@ -20,12 +21,19 @@ Conditions:
   this process may use); grading is not pinned.
 * ``half-cpu``: Gradescope's default ½ vCPU, simulated by pinning the grading
   and a busy loop to the first CPU this process may use with ``taskset``.
-* ``paired``: every submission of a run is graded at the same time, so that each
-  grading shares the machine (on a GPU node, the GPU) with the others.
+* ``paired``: a run's gradings go ``--jobs`` at a time (every one at once by default),
+  as in a class regrade, so that each shares the machine (on a GPU node, the GPU).
 
 ``--extra-baselines`` adds a third submission, the cache-free designs that come
 closer to the reference (``calibrate``'s extra baselines, every part at once), so
 that one run of the script also holds every ratio ``calibrate`` proposes from.
+``--partial-caches`` adds the caches that do part of the work again
+(``tests/grading/test_partial_caches.py``: refreshed every k-th step, in ``generate`` or
+inside ``forward``, the last tokens again, layer inputs instead of keys, a float64
+cache), each graded on its own part and judged on that part's benchmark only, which it
+must fail in every run; designs of different parts share a submission. ``--variants``
+adds the mutant library's correct rewrites (``[[variant]]``), which must pass every
+benchmark of their parts as often as the reference.
 ``--deadline`` starts no run after that many seconds; ``--out`` is rewritten after
 every run, so a run stopped from outside keeps what it measured.
 
@@ -50,6 +58,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,6 +70,7 @@ from grader.ta.calibrate import (  # noqa: E402
     cache_free_submission,
     closer_designs,
 )
+from grader.ta.mutants import load_mutants, materialise_all  # noqa: E402
 from grader.ta.regrade.batch import regrade_timeout_s  # noqa: E402
 from grader.ta.regrade.cluster import (  # noqa: E402
     ClusterError,
@@ -70,6 +80,26 @@ from grader.ta.regrade.cluster import (  # noqa: E402
 )
 
 CHECKS = ("2.11", "3.11", "4.6")
+CHECK_OF_PART = {"part2": "2.11", "part3": "3.11", "part4": "4.6"}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A submission of a stability run: what is graded and what it must do."""
+
+    path: Path
+    parts: tuple[str, ...] = ()  # the parts graded; () = every part
+    expect_pass: bool = False  # pass every judged check (the reference) or fail every one
+
+    @property
+    def checks(self) -> tuple[str, ...]:
+        """The benchmark checks it is judged on: its parts' (every one by default)."""
+        return tuple(CHECK_OF_PART[p] for p in self.parts) if self.parts else CHECKS
+
+
+def as_entry(value: Entry | Path, name: str) -> Entry:
+    """A plain path is the reference (named so) or a submission that must fail."""
+    return value if isinstance(value, Entry) else Entry(value, expect_pass=name == "reference")
 
 
 def hog(cpu: int) -> subprocess.Popen:
@@ -77,24 +107,29 @@ def hog(cpu: int) -> subprocess.Popen:
     return subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c", "while True: pass"])
 
 
-def start_grading(submission: Path, pin: int | None, device: str) -> tuple[subprocess.Popen, Path]:
-    """A benchmark-only grading of ``submission`` in a fresh process, started."""
+def start_grading(
+    submission: Path, pin: int | None, device: str, parts: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen, Path]:
+    """A benchmark-only grading of ``submission`` (of ``parts``, or every part) in a fresh
+    process, started; its error output goes to a file, so it never blocks on a pipe."""
     out = Path(tempfile.mkdtemp(prefix="stability-")) / "results.json"
     command = [sys.executable, "-m", "grader", "grade", str(submission), "--results", str(out),
                "--tags", "benchmark", "--device", device]  # fmt: skip
+    if parts:
+        command += ["--parts", ",".join(parts)]
     if pin is not None:
         command = ["taskset", "-c", str(pin), *command]
-    process = subprocess.Popen(
-        command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
+    with open(out.parent / "stderr.txt", "w") as stderr:
+        process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr)
     return process, out
 
 
 def finish_grading(process: subprocess.Popen, out: Path, device: str = "cpu") -> dict:
     """The verdicts and ratios of a grading started by ``start_grading``."""
     try:
-        _, stderr = process.communicate(timeout=regrade_timeout_s(device))
+        process.wait(timeout=regrade_timeout_s(device))
         if process.returncode != 0:
+            stderr = (out.parent / "stderr.txt").read_text(errors="replace")
             raise RuntimeError(f"grading failed ({process.returncode}): {stderr[-2000:]}")
         return verdicts_of(json.loads(out.read_text()))
     finally:
@@ -102,9 +137,11 @@ def finish_grading(process: subprocess.Popen, out: Path, device: str = "cpu") ->
         shutil.rmtree(out.parent, ignore_errors=True)
 
 
-def grade_once(submission: Path, pin: int | None, device: str = "cpu") -> dict:
+def grade_once(
+    submission: Path, pin: int | None, device: str = "cpu", parts: tuple[str, ...] = ()
+) -> dict:
     """One benchmark-only grading in a fresh process: its verdicts and ratios."""
-    return finish_grading(*start_grading(submission, pin, device), device)
+    return finish_grading(*start_grading(submission, pin, device, parts), device)
 
 
 def verdicts_of(data: dict) -> dict:
@@ -129,31 +166,33 @@ def verdicts_of(data: dict) -> dict:
 def run_condition(
     condition: str,
     runs: int,
-    submissions: dict[str, Path],
+    submissions: dict[str, Entry | Path],
     device: str = "cpu",
     until: float = math.inf,
     on_run: Callable[[dict[str, list[dict]]], None] | None = None,
+    jobs: int = 0,
 ) -> dict:
     """``runs`` interleaved gradings of each submission under ``condition``, none started
-    after the monotonic time ``until``; ``on_run`` sees the runs so far after each run."""
+    after the monotonic time ``until``; ``on_run`` sees the runs so far after each run.
+    ``paired`` runs ``jobs`` gradings at a time (0: every one of a run at once)."""
+    entries = {name: as_entry(value, name) for name, value in submissions.items()}
     # The CPUs this process may use: on a Slurm node, the job's cpuset, not the whole node.
     allowed = sorted(os.sched_getaffinity(0))
     loop = None if condition == "paired" else hog(allowed[0 if condition == "half-cpu" else -1])
     pin = allowed[0] if condition == "half-cpu" else None
-    found: dict[str, list[dict]] = {name: [] for name in submissions}
+    found: dict[str, list[dict]] = {name: [] for name in entries}
     started = time.monotonic()
     try:
         for i in range(runs):
             if time.monotonic() >= until:
                 print(f"\n{condition}: deadline reached after {i} runs", end="")
                 break
-            if condition == "paired":  # all at once: each grading shares the machine
-                started_now = {n: start_grading(p, pin, device) for n, p in submissions.items()}
-                for name, (process, out) in started_now.items():
-                    found[name].append(finish_grading(process, out, device))
+            if condition == "paired":  # side by side: each grading shares the machine
+                for name, result in side_by_side(entries, pin, device, jobs or len(entries)):
+                    found[name].append(result)
             else:
-                for name, path in submissions.items():
-                    found[name].append(grade_once(path, pin, device))
+                for name, e in entries.items():
+                    found[name].append(grade_once(e.path, pin, device, e.parts))
             if on_run is not None:
                 on_run(found)
             elapsed = time.monotonic() - started
@@ -166,13 +205,28 @@ def run_condition(
     return found
 
 
-def tally(runs: list[dict]) -> dict:
-    """Runs passing every benchmark check, runs failing every one, and per-check passes."""
+def side_by_side(
+    entries: dict[str, Entry], pin: int | None, device: str, jobs: int
+) -> list[tuple[str, dict]]:
+    """One grading of every entry, ``jobs`` running at once (the oldest awaited first)."""
+    waiting, running, done = list(entries.items()), [], []
+    while waiting or running:
+        while waiting and len(running) < jobs:
+            name, e = waiting.pop(0)
+            running.append((name, start_grading(e.path, pin, device, e.parts)))
+        name, (process, out) = running.pop(0)
+        done.append((name, finish_grading(process, out, device)))
+    return done
+
+
+def tally(runs: list[dict], checks: tuple[str, ...] = CHECKS) -> dict:
+    """Runs passing every judged check, runs failing every one, and per-check passes."""
     return {
         "runs": len(runs),
-        "all_passed": sum(all(r["passed"].values()) for r in runs),
-        "all_failed": sum(not any(r["passed"].values()) for r in runs),
-        "per_check": {c: sum(r["passed"][c] for r in runs) for c in CHECKS},
+        "checks": list(checks),
+        "all_passed": sum(all(r["passed"][c] for c in checks) for r in runs),
+        "all_failed": sum(not any(r["passed"][c] for c in checks) for r in runs),
+        "per_check": {c: sum(r["passed"][c] for r in runs) for c in checks},
         "confirmed": sum(r.get("confirmed", False) for r in runs),  # a miss was re-measured
         "ratio_ranges": {
             key: value_range(runs, key) for key in sorted({k for r in runs for k in r["ratios"]})
@@ -187,18 +241,73 @@ def value_range(runs: list[dict], key: str) -> list[float]:
 
 def markdown(summary: dict) -> str:
     lines = [
-        "| condition | submission | passes all 3 | fails all 3 | 2.11 / 3.11 / 4.6 passed "
-        "| runs with confirmation rounds |",
+        "| condition | submission | passes all judged | fails all judged "
+        "| 2.11 / 3.11 / 4.6 passed | runs with confirmation rounds |",
         "|---|---|---|---|---|---|",
     ]
     for condition, by_sub in summary.items():
         for name, t in by_sub.items():
-            per = " / ".join(str(t["per_check"][c]) for c in CHECKS)
+            per = " / ".join(str(t["per_check"].get(c, "-")) for c in CHECKS)
             lines.append(
                 f"| {condition} | {name} | {t['all_passed']}/{t['runs']} | "
                 f"{t['all_failed']}/{t['runs']} | {per} | {t['confirmed']}/{t['runs']} |"
             )
     return "\n".join(lines)
+
+
+def stable(summary: dict, entries: dict[str, Entry]) -> bool:
+    """The reference and every correct variant pass all their checks in all runs but one;
+    every other submission fails all its checks in every run."""
+    return bool(summary) and all(
+        t["all_passed"] >= t["runs"] - 1 if entries[name].expect_pass else
+        t["all_failed"] == t["runs"]
+        for subs in summary.values() for name, t in subs.items()
+    )  # fmt: skip
+
+
+def partial_cache_entries(root: Path) -> dict[str, Entry]:
+    """The partial caches of the tests, written into ``root``: designs of different parts
+    share a submission (the k-th design of each part), each judged on its parts only."""
+    from tests.grading.test_partial_caches import DESIGNS
+
+    by_part: dict[str, list[tuple[str, str, list]]] = {}
+    for name, (file, part, edits, *_) in DESIGNS.items():
+        by_part.setdefault(part, []).append((name, file, edits))
+    entries = {}
+    for k in range(max(len(v) for v in by_part.values())):
+        chosen = {part: designs[k] for part, designs in by_part.items() if k < len(designs)}
+        path = root / f"partial-{k}"
+        shutil.copytree(SOLUTION, path, ignore=shutil.ignore_patterns("__pycache__", "*.png"))
+        for name, file, edits in chosen.values():
+            target = path / file
+            target.write_text(apply_edits(target.read_text(), edits, name))
+        label = " + ".join(name for name, _, _ in chosen.values())
+        entries[f"partial: {label}"] = Entry(path, tuple(sorted(chosen)))
+    return entries
+
+
+def apply_edits(text: str, edits: list[tuple[str, str]], name: str) -> str:
+    for old, new in edits:
+        if text.count(old) != 1:
+            raise ValueError(f"{name}: edit anchor {old!r} must occur exactly once")
+        text = text.replace(old, new)
+    return text
+
+
+def variant_entries() -> dict[str, Entry]:
+    """The mutant library's correct rewrites of the benchmark parts, the k-th of each part
+    in one submission: each must keep its parts' benchmark points."""
+    by_part = {p: load_mutants(p, variants=True) for p in BENCHMARK_PARTS}
+    by_part = {p: v for p, v in by_part.items() if v}
+    entries = {}
+    for k in range(max((len(v) for v in by_part.values()), default=0)):
+        chosen = [v[k] for v in by_part.values() if k < len(v)]
+        path = materialise_all(chosen, prefix="variant-")
+        label = " + ".join(m.name for m in chosen)
+        entries[f"variant: {label}"] = Entry(
+            path, tuple(sorted({m.part for m in chosen})), expect_pass=True
+        )
+    return entries
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -215,6 +324,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--extra-baselines",
         action="store_true",
         help="also grade the cache-free designs that come closer to the reference",
+    )
+    parser.add_argument(
+        "--partial-caches",
+        action="store_true",
+        help="also grade the partial caches of tests/grading/test_partial_caches.py",
+    )
+    parser.add_argument(
+        "--variants", action="store_true", help="also grade the mutant library's correct variants"
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=0, help="paired: gradings at once (0: a whole run at once)"
     )
     parser.add_argument("--out", default=str(ROOT / "results" / "stability.json"))
     parser.add_argument(
@@ -235,15 +355,8 @@ def main() -> int:
     if not shutil.which("taskset"):
         raise SystemExit("this script needs taskset (util-linux)")
 
-    submissions = {
-        "reference": SOLUTION,
-        "cache-free (disguised)": cache_free_submission(list(BENCHMARK_PARTS)),
-    }
-    if args.extra_baselines:
-        parts = list(BENCHMARK_PARTS)
-        submissions["cache-free (closer designs)"] = cache_free_submission(
-            parts, closer_designs(parts)
-        )
+    scratch = Path(tempfile.mkdtemp(prefix="stability-subs-"))
+    entries = submissions_of(args, scratch)
     conditions = ["busy", "half-cpu"] if args.condition == "both" else [args.condition]
     until = time.monotonic() + args.deadline
     out = Path(args.out)
@@ -253,31 +366,46 @@ def main() -> int:
 
     def save(condition: str, found: dict[str, list[dict]]) -> None:
         raw[condition] = found
-        summary[condition] = {name: tally(r) for name, r in found.items() if r}
+        summary[condition] = {n: tally(r, entries[n].checks) for n, r in found.items() if r}
         out.write_text(json.dumps({"summary": summary, "runs": raw}, indent=2) + "\n")
 
     try:
         for condition in conditions:
             found = run_condition(
-                condition, args.runs, submissions, args.device, until,
-                on_run=lambda f, c=condition: save(c, f),
+                condition, args.runs, entries, args.device, until,
+                on_run=lambda f, c=condition: save(c, f), jobs=args.jobs,
             )  # fmt: skip
             save(condition, found)
     finally:
-        for name, path in submissions.items():
-            if name != "reference":
-                shutil.rmtree(path, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
+        for e in entries.values():
+            if e.path != SOLUTION and not e.path.is_relative_to(scratch):
+                shutil.rmtree(e.path, ignore_errors=True)
     print(markdown(summary))
     for condition, by_sub in summary.items():
         for name, t in by_sub.items():
             print(f"{condition}, {name}: ratio ranges {t['ratio_ranges']}")
-    ok = bool(summary) and all(
-        subs["reference"]["all_passed"] >= subs["reference"]["runs"] - 1
-        and all(t["all_failed"] == t["runs"] for n, t in subs.items() if n != "reference")
-        for subs in summary.values()
-    )
+    ok = stable(summary, entries)
     print("verdicts stable" if ok else "VERDICTS NOT STABLE: see the table")
     return 0 if ok else 1
+
+
+def submissions_of(args: argparse.Namespace, scratch: Path) -> dict[str, Entry]:
+    """The submissions the command line asks for, the reference first."""
+    parts = list(BENCHMARK_PARTS)
+    entries = {
+        "reference": Entry(SOLUTION, expect_pass=True),
+        "cache-free (disguised)": Entry(cache_free_submission(parts)),
+    }
+    if args.extra_baselines:
+        entries["cache-free (closer designs)"] = Entry(
+            cache_free_submission(parts, closer_designs(parts))
+        )
+    if args.partial_caches:
+        entries |= partial_cache_entries(scratch)
+    if args.variants:
+        entries |= variant_entries()
+    return entries
 
 
 def on_cluster(args: argparse.Namespace, cluster: ClusterOptions) -> int:
@@ -290,6 +418,9 @@ def on_cluster(args: argparse.Namespace, cluster: ClusterOptions) -> int:
         "--condition", args.condition, "--out", str(out), "--device", args.device,
         *(["--deadline", str(args.deadline)] if math.isfinite(args.deadline) else []),
         *(["--extra-baselines"] if args.extra_baselines else []),
+        *(["--partial-caches"] if args.partial_caches else []),
+        *(["--variants"] if args.variants else []),
+        *(["--jobs", str(args.jobs)] if args.jobs else []),
     ]  # fmt: skip
     log_dir = cluster.log_dir or ROOT / "results" / "cluster" / "stability"
     try:

@@ -49,7 +49,7 @@ def test_paired_runs_start_every_submission_before_waiting_and_stop_at_the_deadl
     monkeypatch.setattr(stability.time, "monotonic", lambda: next(clock))
     monkeypatch.setattr(stability, "hog", lambda cpu: pytest.fail("paired runs need no hog"))
 
-    def start(path, pin, device):
+    def start(path, pin, device, parts=()):
         events.append(f"start {path.name}")
         return path.name, None
 
@@ -67,3 +67,89 @@ def test_paired_runs_start_every_submission_before_waiting_and_stop_at_the_deadl
     assert events[:4] == ["start ref", "start cf", "finish ref", "finish cf"]
     assert len(found["reference"]) == len(found["cache-free"]) == 2
     assert seen == [1, 2]
+
+
+def test_paired_runs_keep_at_most_jobs_gradings_running(
+    stability: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """``--jobs 2``: as in a class regrade, a third grading starts only when one ends; each
+    entry is graded on its own parts."""
+    events: list[str] = []
+
+    def start(path, pin, device, parts=()):
+        events.append(f"start {path.name} {','.join(parts) or 'all'}")
+        return path.name, None
+
+    def finish(name, out, device="cpu"):
+        events.append(f"finish {name}")
+        return run(stability, (True,) * 3, 1.0, False)
+
+    monkeypatch.setattr(stability, "start_grading", start)
+    monkeypatch.setattr(stability, "finish_grading", finish)
+    subs = {
+        "reference": tmp_path / "ref",
+        "a": stability.Entry(tmp_path / "a", ("part2",)),
+        "b": stability.Entry(tmp_path / "b", ("part3", "part4")),
+    }
+    stability.run_condition("paired", 1, subs, "cpu", jobs=2)
+    assert events == [
+        "start ref all", "start a part2", "finish ref", "start b part3,part4", "finish a",
+        "finish b",
+    ]  # fmt: skip
+
+
+def test_a_partial_cache_is_judged_on_its_own_parts_only(stability: ModuleType) -> None:
+    """A Part 2 design fails 2.11 in every run: stable, though 3.11 and 4.6 (not graded)
+    read as failed too; one run in which it passes 2.11 is not."""
+    entry = stability.Entry(ROOT, ("part2",))
+    assert entry.checks == ("2.11",)
+    failing = [run(stability, (False, False, False), 1.0, False)] * 3
+    t = stability.tally(failing, entry.checks)
+    assert (t["all_failed"], t["per_check"]) == (3, {"2.11": 0})
+    ref = stability.Entry(ROOT, expect_pass=True)
+    passing = [run(stability, (True, True, True), 4.0, False)] * 3
+    entries = {"reference": ref, "partial": entry}
+    summary = {"busy": {"reference": stability.tally(passing), "partial": t}}
+    assert stability.stable(summary, entries)
+    slipped = [*failing[:2], run(stability, (True, False, False), 1.0, False)]
+    summary["busy"]["partial"] = stability.tally(slipped, entry.checks)
+    assert not stability.stable(summary, entries)
+    assert "| busy | partial | 1/3 | 2/3 | 1 / - / - |" in stability.markdown(summary)
+
+
+def test_a_correct_variant_may_miss_once_like_the_reference(stability: ModuleType) -> None:
+    variant = stability.Entry(ROOT, ("part2", "part3"), expect_pass=True)
+    runs = [run(stability, (True, True, False), 4.0, False)] * 19
+    runs += [run(stability, (False, True, False), 2.0, True)]
+    t = stability.tally(runs, variant.checks)
+    assert stability.stable({"paired": {"v": t}}, {"v": variant})
+    t2 = stability.tally(runs[:18] + runs[-1:] * 2, variant.checks)
+    assert not stability.stable({"paired": {"v": t2}}, {"v": variant})
+
+
+def test_the_partial_cache_and_variant_submissions_are_built(
+    stability: ModuleType, tmp_path
+) -> None:
+    """Every design of the tests becomes part of a submission, on the parts it edits."""
+    from tests.grading.test_partial_caches import DESIGNS
+
+    entries = stability.partial_cache_entries(tmp_path)
+    named = [n for label in entries for n in label.removeprefix("partial: ").split(" + ")]
+    assert sorted(named) == sorted(DESIGNS)
+    for label, entry in entries.items():
+        parts = {DESIGNS[n][1] for n in label.removeprefix("partial: ").split(" + ")}
+        assert set(entry.parts) == parts and not entry.expect_pass
+        assert (entry.path / "transformer_skeleton.py").read_text() != (
+            stability.SOLUTION / "transformer_skeleton.py"
+        ).read_text() or "part2" not in parts
+    variants = stability.variant_entries()
+    try:
+        assert all(e.expect_pass for e in variants.values())
+        assert sum(len(label.split(" + ")) for label in variants) == sum(
+            len(stability.load_mutants(p, variants=True)) for p in stability.BENCHMARK_PARTS
+        )
+    finally:
+        for e in variants.values():
+            import shutil
+
+            shutil.rmtree(e.path, ignore_errors=True)

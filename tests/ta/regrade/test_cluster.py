@@ -3,7 +3,6 @@ the same tasks, tasks that time out or crash, resubmission, and cluster calibrat
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -16,6 +15,7 @@ from submitit.core.utils import DelayedSubmission
 
 from grader import cli
 from grader.core.results import validate_results
+from grader.ta.regen import import_path
 from grader.ta.regrade import batch, cluster
 from grader.ta.regrade.cluster import ClusterError, ClusterOptions, TaskSpec
 from tests.conftest import ROOT
@@ -262,11 +262,7 @@ def test_calibrate_and_the_stability_script_run_themselves_as_cluster_jobs(
         sys.executable, "-m", "grader", "calibrate", "--device", "cuda", "--parts",
         "part1,part2,part3,part4", "--runs", "3", "--margin", "1.5", "--json", str(out),
     ]  # fmt: skip
-    spec = importlib.util.spec_from_file_location(
-        "verdict_stability", ROOT / "benchmarks" / "verdict_stability.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = import_path(ROOT / "benchmarks" / "verdict_stability.py", "verdict_stability")
     argv = ["verdict_stability.py", "--runs", "7", "--device", "cuda", *slurm]
     monkeypatch.setattr(sys, "argv", [*argv, "--out", str(tmp_path / "s.json")])
     assert module.main() == 0
