@@ -2,11 +2,13 @@
 
 The students' Python files are compared pairwise by copydetect (winnowed fingerprints of
 the token stream with names normalised, as MOSS does), file against the file of the same
-name in every other submission, with the kit's skeleton (``assignment/``) given as
-boilerplate so that the starter code everyone received does not count. The students' code
-is read, never run: only regular ``.py`` files under a size limit are copied into a scratch
-tree first (links are not followed, and a submission folder that is a link is skipped with
-a warning: :mod:`grader.ta.regrade.export`), and copydetect tokenises that copy.
+name in every other submission (an assignment file by the path the grader gives it, so a
+``model.py`` uploaded flat is compared with ``llama/model.py``), with the kit's skeleton
+(``assignment/``) given as boilerplate so that the starter code everyone received does not
+count. The students' code is read, never run: only regular ``.py`` files under a size
+limit are copied into a scratch tree first (links are not followed, and a submission folder
+that is a link is skipped with a warning: :mod:`grader.ta.regrade.export`), and copydetect
+tokenises that copy.
 
 Output: ``similarity.csv`` and ``similarity.md`` (submission pairs ranked by their most
 similar file, each pair with its students' names from the export's metadata, as
@@ -27,12 +29,14 @@ import stat
 import sys
 import tempfile
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 
 from grader.core.feedback import escape
 from grader.core.paths import ASSIGNMENT
+from grader.core.registry import PARTS
+from grader.sandbox.submission import locate
 from grader.ta.regrade.batch import parse_metadata
 from grader.ta.regrade.export import METADATA, ExportError, find_export, submission_folders
 from grader.ta.regrade.report import natural_key, safe_cell
@@ -95,6 +99,27 @@ def code_files(folder: Path) -> dict[str, Path]:
     return found
 
 
+def assignment_names(folder: Path) -> dict[str, str]:
+    """The files of a submission that the grader takes as the assignment's, each by its path
+    in the assignment: ``model.py`` uploaded flat and ``assignment/llama/model.py`` are both
+    ``llama/model.py``. Found as :mod:`grader.sandbox.layout` lays out an upload: a part's
+    folder is where its main file is, a package's files may sit flat beside it."""
+    names: dict[str, str] = {}
+    for part in PARTS.values():
+        base, flat = locate(folder, part.main_file), False
+        if base is None and "/" in part.main_file:
+            base, flat = locate(folder, PurePosixPath(part.main_file).name), True
+        if base is None:
+            continue
+        for rel in (*part.edited, *part.given):
+            path = base / rel
+            if flat and not path.is_file():
+                path = base / PurePosixPath(rel).name
+            if path.is_file():
+                names.setdefault(path.relative_to(folder).as_posix(), rel)
+    return names
+
+
 def read_code(path: Path) -> bytes | None:
     """The bytes of ``path`` if, when opened, it is a regular file of at most
     :data:`MAX_FILE_BYTES` (a link is not followed, a FIFO does not block); else None."""
@@ -120,19 +145,22 @@ def stage(
 ) -> dict[str, Staged]:
     """Copy every submission's code files under ``scratch/<folder>/``, each file flattened
     to one name (``llama/model.py`` -> ``llama__model.py``) so that copydetect pairs files
-    by name across submissions. A file byte for byte the skeleton's (``skeleton``: path ->
-    content) holds nothing of the student's and is left out. Returns staged path ->
-    its submission and path there."""
+    by name across submissions; an assignment file goes by its path in the assignment
+    (:func:`assignment_names`), wherever it was uploaded. A file byte for byte the
+    skeleton's (``skeleton``: path -> content) holds nothing of the student's and is left
+    out. Returns staged path -> its submission and the file's name there."""
     owner: dict[str, Staged] = {}
     for folder in folders:
+        names = assignment_names(folder)
         for rel, path in code_files(folder).items():
+            name = names.get(rel, rel)
             code = read_code(path)
-            if code is None or skeleton.get(rel) == code:
+            dest = scratch / folder.name / name.replace("/", "__")
+            if code is None or skeleton.get(name) == code or str(dest) in owner:
                 continue
-            dest = scratch / folder.name / rel.replace("/", "__")
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(code)
-            owner[str(dest)] = Staged(folder.name, rel)
+            owner[str(dest)] = Staged(folder.name, name)
     return owner
 
 
@@ -209,8 +237,9 @@ def write_outputs(
                              files_text(p)])  # fmt: skip
     lines = [
         "# Code similarity", "",
-        f"{len(folders)} submissions compared, file against the file of the same name, with the "
-        "skeleton's code as boilerplate. A score is the share of a file's fingerprints "
+        f"{len(folders)} submissions compared, file against the file of the same name (an "
+        "assignment file wherever it was uploaded, flat or in folders), with the skeleton's "
+        "code as boilerplate. A score is the share of a file's fingerprints "
         "found in the other's (both directions averaged); a pair is ranked by its most "
         "similar file, and every file it shares is listed. A high rank is a reason to read "
         "the two submissions side by side in `similarity.html`, never a verdict: short "

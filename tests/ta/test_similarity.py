@@ -13,6 +13,7 @@ import pytest
 
 from grader import cli
 from grader.ta import similarity
+from tests.conftest import SOLUTION
 from tests.ta.similarity_factory import (
     COPIED,
     HOSTILE_FILE,
@@ -99,6 +100,29 @@ def test_the_folder_the_export_was_unzipped_into_is_compared(tmp_path: Path) -> 
     out = tmp_path / "out"
     assert cli.main(["similarity", str(tmp_path / "unzipped"), "--out", str(out)]) == 0
     assert ranked(out)[0]["first"] == "submission_1"
+
+
+def test_files_uploaded_flat_or_in_folders_are_compared_as_the_same_file(tmp_path: Path) -> None:
+    """The handout lets a student upload Part 3 flat (``model.py``) or in folders
+    (``assignment/llama/model.py``): the grader takes both as ``llama/model.py``, and so
+    does the comparison, so a copy is found however it was uploaded."""
+    export = tmp_path / "export"
+    for folder in ("submission_1", "submission_2", "submission_3"):
+        (export / folder).mkdir(parents=True)
+    for name in ("model.py", "generation.py"):
+        code = (SOLUTION / "llama" / name).read_text()
+        (export / "submission_1" / "llama").mkdir(exist_ok=True)
+        (export / "submission_1" / "llama" / name).write_text(code)
+        (export / "submission_2" / name).write_text(code)  # flat
+        (export / "submission_3" / "assignment" / "llama").mkdir(parents=True, exist_ok=True)
+        (export / "submission_3" / "assignment" / "llama" / name).write_text(code)
+    out = tmp_path / "out"
+    assert cli.main(["similarity", str(export), "--out", str(out)]) == 0
+    pairs = {(r["first"], r["second"]): r for r in ranked(out)}
+    assert set(pairs) == {("submission_1", "submission_2"), ("submission_1", "submission_3"),
+                          ("submission_2", "submission_3")}  # fmt: skip
+    for row in pairs.values():
+        assert row["files"] == "llama/generation.py 1.00; llama/model.py 1.00", row
 
 
 def test_the_disguise_renames_and_reorders_but_keeps_the_code() -> None:
