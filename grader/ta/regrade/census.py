@@ -21,7 +21,7 @@ class Cause:
 
     cause: str  # the stable id (a mutant's name)
     submissions: list[str] = field(default_factory=list)  # those that made it
-    checks: dict[str, int] = field(default_factory=dict)  # check number -> how many named it
+    checks: dict[str, int] = field(default_factory=dict)  # number -> how many, in check order
     example: str = ""  # one check's feedback naming it, without what the code printed
 
     @property
@@ -81,6 +81,11 @@ def example_text(test: dict[str, Any], page: dict[str, Any] | None = None) -> st
     return text if len(text) <= EXAMPLE_CHARS else text[:EXAMPLE_CHARS] + " [...]"
 
 
+def check_order(number: str) -> list[tuple[int, Any]]:
+    """A check number as a sort key: 1.3 before 1.10, as the handout numbers them."""
+    return [(0, int(x)) if x.isdigit() else (1, x) for x in number.split(".")]
+
+
 def census(results: dict[str, dict[str, Any]]) -> list[Cause]:
     """Per named cause, which submissions made it (most frequent first), the checks that
     named it and one example message. ``results``: submission id -> results data."""
@@ -100,6 +105,8 @@ def census(results: dict[str, dict[str, Any]]) -> list[Cause]:
                 )
                 example = example_text(test, data.get("extra_data"))
                 entry.example = f"{test.get('name', '')}\n\n{example}"
+    for entry in causes.values():
+        entry.checks = dict(sorted(entry.checks.items(), key=lambda kv: check_order(kv[0])))
     return sorted(causes.values(), key=lambda c: (-c.count, c.cause))
 
 
@@ -137,7 +144,7 @@ def census_records(causes: list[Cause], submissions: int) -> list[dict[str, Any]
             "submissions": c.count,
             "percent": round(100 * c.count / submissions, 1) if submissions else 0.0,
             "submission_ids": list(c.submissions),
-            "checks": dict(sorted(c.checks.items())),
+            "checks": dict(c.checks),
             "example": c.example,
         }
         for c in causes

@@ -115,7 +115,7 @@ def census_table(causes: list[Cause]) -> str:
         return "<p>No known mistake was named.</p>"
     rows = []
     for c in causes:
-        checks = ", ".join(f"{n} ({k})" for n, k in sorted(c.checks.items()))
+        checks = ", ".join(f"{n} ({k})" for n, k in c.checks.items())
         rows.append(
             f'<tr><td><code>{esc(c.cause)}</code></td><td class="num">{c.count}</td>'
             f"<td>{esc(checks)}</td><td><details><summary>example</summary>"

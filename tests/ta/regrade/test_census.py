@@ -1,0 +1,32 @@
+"""The mistake census: which named causes a class made, counted from results files."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grader.ta.regrade.census import census, census_markdown, census_records
+from grader.ta.regrade.class_report import census_table
+
+
+def failed(number: str, *causes: str) -> dict[str, Any]:
+    return {
+        "number": number,
+        "name": f"{number} a check",
+        "status": "failed",
+        "output": "Failed.",
+        "extra_data": {"causes": list(causes)},
+    }
+
+
+def test_the_checks_that_named_a_cause_are_listed_in_check_order() -> None:
+    """1.3 before 1.10 and 1.12 in every view (not the text order 1.10, 1.12, 1.3)."""
+    results = {
+        "submission_1": {"tests": [failed(n, "kv_missing_factor_2") for n in ("1.10", "1.3")]},
+        "submission_2": {"tests": [failed(n, "kv_missing_factor_2") for n in ("1.12", "1.4")]},
+    }
+    causes = census(results)
+    order = ["1.3", "1.4", "1.10", "1.12"]
+    assert list(causes[0].checks) == order
+    assert list(census_records(causes, 2)[0]["checks"]) == order
+    assert "1.3 (1), 1.4 (1), 1.10 (1), 1.12 (1)" in census_markdown(causes, 2)
+    assert "1.3 (1), 1.4 (1), 1.10 (1), 1.12 (1)" in census_table(causes)
