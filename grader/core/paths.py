@@ -19,7 +19,8 @@ RESULTS = PROJECT_ROOT / "results"
 REQUIREMENTS = PROJECT_ROOT / "requirements"
 #: The worker's scripts, copied into each sandbox.
 WORKER_SOURCE = PACKAGE / "worker"
-#: The parts' folders: each one's ``adapter.py`` joins the worker scripts as ``adapter_<part>.py``.
+#: The parts' folders: each one's ``adapter.py`` joins the worker scripts as
+#: ``adapter_<part>.py``, and an ``adapter_<name>.py`` beside it as ``adapter_<part>_<name>.py``.
 PARTS_SOURCE = PACKAGE / "parts"
 #: Files that run at the top of the zips: Gradescope's set-up and entry point, the
 #: student's self-check.

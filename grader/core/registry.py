@@ -7,8 +7,9 @@ Each part is one folder, ``grader/parts/<tag>/``:
 - ``cases.py``: the constants and seeded data both the checks and the builder use;
 - ``build.py`` (and ``build_*.py``): builds the part's test cases and diagnosis catalogue
   from ``solution/`` (``python -m grader regen``); TA-side only, never in the autograder zip;
-- ``adapter.py``: the worker side, the only file that touches student code. It is copied
-  into each sandbox as ``adapter_<tag>.py`` and imports nothing of the grader;
+- ``adapter.py`` (and ``adapter_*.py`` beside it): the worker side, the only files that
+  touch student code. They are copied into each sandbox as ``adapter_<tag>.py`` (and
+  ``adapter_<tag>_*.py``) and import nothing of the grader;
 - ``mutants.toml``: the part's mutant library (known mistakes and correct variants).
 
 A part may hold more modules of its own (Part 1's ``seal.py``: the write-up answers sealed

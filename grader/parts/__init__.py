@@ -6,8 +6,9 @@
 - ``build.py`` (and ``build_*.py``): builds the part's test cases and diagnosis catalogue
   from ``solution/`` (``python -m grader regen``); TA-side only, so no grading path imports
   it and the autograder zip leaves it out;
-- ``adapter.py``: the worker side, the only file that touches student code. It is copied
-  into each sandbox as ``adapter_<tag>.py`` and imports nothing of the grader.
+- ``adapter.py`` (and ``adapter_*.py`` beside it): the worker side, the only files that
+  touch student code. They are copied into each sandbox as ``adapter_<tag>.py`` (and
+  ``adapter_<tag>_*.py``) and import nothing of the grader.
 
 A part may hold more modules of its own (Part 1's ``seal.py``: the write-up answers sealed
 in the public cases students get). The parts never import each other; what they share is

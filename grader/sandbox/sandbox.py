@@ -195,11 +195,13 @@ def kill_user_processes(identity: WorkerIdentity) -> int:
 
 
 def copy_worker_scripts(target: Path) -> None:
-    """The worker's scripts, flat in ``target``: ``grader/worker``'s modules and each part's
-    adapter as ``adapter_<part>.py``. Nothing else of the grader reaches the sandbox."""
+    """The worker's scripts, flat in ``target``: ``grader/worker``'s modules, each part's
+    adapter as ``adapter_<part>.py`` and the adapter's own modules (``adapter_<name>.py``)
+    as ``adapter_<part>_<name>.py``. Nothing else of the grader reaches the sandbox."""
     shutil.copytree(WORKER_SOURCE, target, ignore=shutil.ignore_patterns(*CACHE_PATTERNS))
-    for adapter in sorted(PARTS_SOURCE.glob("part*/adapter.py")):
-        shutil.copyfile(adapter, target / f"adapter_{adapter.parent.name}.py")
+    for adapter in sorted(PARTS_SOURCE.glob("part*/adapter*.py")):
+        name = adapter.stem.replace("adapter", f"adapter_{adapter.parent.name}", 1)
+        shutil.copyfile(adapter, target / f"{name}.py")
 
 
 @dataclass

@@ -8,20 +8,32 @@ Models are built once per (name, kv_caching) and kept between requests.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 
+if __package__:  # grader.parts.part3.adapter: regen and the tests, in the grader's process
+    from grader.parts.part3.adapter_cache import cache_dtypes, cache_shapes, cache_tensors
+    from grader.parts.part3.adapter_load import (
+        NOTES,
+        _device,
+        build_from_arrays,
+        build_from_checkpoint,
+        build_notes,
+    )
+else:  # adapter_part3.py, flat among the worker's scripts in the sandbox
+    from adapter_part3_cache import cache_dtypes, cache_shapes, cache_tensors
+    from adapter_part3_load import (
+        NOTES,
+        _device,
+        build_from_arrays,
+        build_from_checkpoint,
+        build_notes,
+    )
+
 PACKAGE: dict[str, Any] = {}  # "model", "generation": the student's modules
 MODELS: dict[str, Any] = {}
 TOKENIZERS: dict[str, Any] = {}
-
-
-#: How the student's code was built and what the worker did for it (reported to the
-#: grader with every build, for feedback): ``cuda_calls`` counts ``.cuda()`` calls sent
-#: to the grading device because this machine has no GPU.
-NOTES: dict[str, Any] = {"cuda_calls": 0}
 
 
 def setup() -> None:
@@ -36,10 +48,6 @@ def setup() -> None:
     except ImportError:
         return
     PACKAGE["tokenizer"] = tokenizer
-
-
-def _device() -> str:
-    return os.environ.get("KVGRADER_DEVICE", "cpu")
 
 
 def redirect_cuda() -> None:
@@ -57,143 +65,6 @@ def redirect_cuda() -> None:
 
     torch.Tensor.cuda = to_grading_device
     torch.nn.Module.cuda = to_grading_device
-
-
-class LoadError(Exception):
-    """The checkpoint does not fit the student's model."""
-
-
-def model_class(mod: Any) -> Any:
-    """The student's model class: ``Llama`` (the kit's and the course's name) or Meta's
-    ``Transformer``, whichever is an ``nn.Module``."""
-    import torch
-
-    for name in ("Llama", "Transformer"):
-        cls = getattr(mod, name, None)
-        if isinstance(cls, type) and issubclass(cls, torch.nn.Module):
-            return cls
-    raise LoadError(
-        "llama/model.py has no model class: define Llama (or Transformer), an nn.Module "
-        "built as Llama(ModelArgs(...))"
-    )
-
-
-def model_args(mod: Any, values: dict[str, Any]) -> Any:
-    """``ModelArgs`` of the fields the student's class has: a checkpoint's params.json may
-    name more (``use_scaled_rope``), which the course's ``ModelArgs`` lacks. What was left
-    out is noted for feedback."""
-    import dataclasses
-    import inspect
-
-    cls = mod.ModelArgs
-    if dataclasses.is_dataclass(cls):
-        known = {f.name for f in dataclasses.fields(cls)}
-    else:
-        known = set(inspect.signature(cls).parameters)
-    dropped = sorted(set(values) - known)
-    if dropped:
-        NOTES["dropped_fields"] = dropped
-    return cls(**{k: v for k, v in values.items() if k in known})
-
-
-def build_from_checkpoint(pkg: dict[str, Any], settings: dict[str, Any]) -> tuple[Any, Any]:
-    """``Llama.build`` on a checkpoint folder in Meta's layout; where the student's class
-    has none (the course's code builds its model in its scripts), the course's way:
-    ``Llama(ModelArgs(**params.json))``, then a strict ``load_state_dict``."""
-    device = settings.get("device") or _device()
-    llama = model_class(pkg["model"])
-    if not callable(getattr(llama, "build", None)):
-        return build_course_style(pkg, llama, settings, device)
-    NOTES["built_by"] = "build"
-    model, tokenizer = llama.build(
-        settings["ckpt_dir"],
-        settings["tokenizer_path"],
-        max_seq_len=settings["max_seq_len"],
-        max_batch_size=settings["max_batch_size"],
-        device=device,
-        kv_caching=settings["kv_caching"],
-    )
-    return model.eval(), tokenizer
-
-
-def build_course_style(
-    pkg: dict[str, Any], llama: Any, settings: dict[str, Any], device: str
-) -> tuple[Any, Any]:
-    """The course's build: params.json's fields the student's ``ModelArgs`` knows, the
-    vocabulary of the checkpoint's embedding, the student's own ``Tokenizer``."""
-    import json
-    from pathlib import Path
-
-    import torch
-
-    NOTES["built_by"] = "constructor"
-    if "tokenizer" not in pkg:
-        raise LoadError("your Llama has no build() and llama/tokenizer.py has no Tokenizer")
-    ckpt = Path(settings["ckpt_dir"])
-    params = json.loads((ckpt / "params.json").read_text())
-    state = torch.load(ckpt / "consolidated.00.pth", map_location="cpu", weights_only=True)
-    state.pop("rope.freqs", None)  # Meta ships it; the model computes its own
-    args = model_args(
-        pkg["model"],
-        {
-            **params,
-            "vocab_size": int(state["tok_embeddings.weight"].shape[0]),
-            "max_seq_len": settings["max_seq_len"],
-            "max_batch_size": settings["max_batch_size"],
-            "kv_caching": settings["kv_caching"],
-        },
-    )
-    model = llama(args)
-    strict_load(model, state)
-    tokenizer = pkg["tokenizer"].Tokenizer(settings["tokenizer_path"])
-    return model.to(device).eval(), tokenizer
-
-
-def build_from_arrays(
-    pkg: dict[str, Any], settings: dict[str, Any], weights: dict[str, np.ndarray]
-) -> Any:
-    """``Llama(ModelArgs(...))`` with weights sent by the grader, loaded strictly."""
-    import torch
-
-    mod = pkg["model"]
-    args = model_args(
-        mod,
-        {
-            **settings["params"],
-            "vocab_size": settings["vocab_size"],
-            "max_seq_len": settings["max_seq_len"],
-            "max_batch_size": settings["max_batch_size"],
-            "kv_caching": settings["kv_caching"],
-        },
-    )
-    model = model_class(mod)(args)
-    strict_load(model, {k: torch.from_numpy(np.array(v)) for k, v in weights.items()})
-    return model.to(_device()).eval()
-
-
-def strict_load(model: Any, state: dict[str, Any]) -> None:
-    """``load_state_dict(strict=True)``, with an error that names the parameters on each
-    side that the other lacks (and LoRA layers left on, the course's Phase 3)."""
-    own = model.state_dict()
-    lacking, extra = sorted(set(state) - set(own)), sorted(set(own) - set(state))
-    if lacking or extra:
-        lines = ["The checkpoint does not fit your Llama."]
-        if extra:
-            lines.append(f"Your model has parameters the checkpoint lacks: {', '.join(extra[:4])}")
-        if lacking:
-            lines.append(f"The checkpoint has weights your model lacks: {', '.join(lacking[:4])}")
-        if any("lora" in name.lower() for name in extra):
-            lines.append(
-                "Your model has LoRA parameters: Phase 3's LoRA layers are switched on. This "
-                "part grades the Phase 2 model: build it without them (Meta's parameter names)"
-            )
-        raise LoadError("\n".join(lines))
-    model.load_state_dict(state, strict=True)
-
-
-def build_notes(model: Any) -> dict[str, Any]:
-    """What the grader tells the student about how their model was built."""
-    return {**NOTES, "switch": callable(getattr(model, "set_kv_caching", None))}
 
 
 def _numpy(logits: Any) -> np.ndarray:
@@ -299,98 +170,6 @@ def run_sample_top_p(pkg: dict[str, Any], probs: np.ndarray, p: float, draws: in
     batch = torch.as_tensor(probs, dtype=torch.float32)
     out = [fn(batch.clone(), p).reshape(-1) for _ in range(draws)]
     return torch.stack(out, dim=1).to(torch.int64).numpy()
-
-
-def cache_shapes(model: Any) -> list[list[Any]]:
-    """[cache_k shape, cache_v shape] of every module that has them (None when unset)."""
-    import torch
-
-    found = []
-    for module in model.modules():
-        if hasattr(module, "cache_k") or hasattr(module, "cache_v"):
-            pair = [getattr(module, "cache_k", None), getattr(module, "cache_v", None)]
-            found.append([list(t.shape) if isinstance(t, torch.Tensor) else None for t in pair])
-    return found
-
-
-def cache_dtypes(model: Any) -> dict[str, Any]:
-    """The dtypes of every ``cache_k`` / ``cache_v`` tensor the model holds now, and of
-    its first floating-point parameter (a hint for feedback: a cache wider than the
-    model's keys takes more memory than its shape says)."""
-    import torch
-
-    caches = sorted(
-        {
-            str(t.dtype).removeprefix("torch.")
-            for module in model.modules()
-            for t in (getattr(module, "cache_k", None), getattr(module, "cache_v", None))
-            if isinstance(t, torch.Tensor)
-        }
-    )
-    weights = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
-    return {"cache": caches, "model": str(weights).removeprefix("torch.") if weights else None}
-
-
-#: Names under which a tensor is a cache whatever its shape (Meta's).
-CACHE_NAMES = ("cache_k", "cache_v")
-#: How deep lists, tuples, dicts and plain objects are searched for cache tensors.
-CACHE_DEPTH = 4
-
-
-def _tensors_in(value: Any, depth: int = 0) -> list[Any]:
-    """Every tensor in ``value``: itself, or inside its lists, tuples, dicts and plain
-    objects (a cache dataclass, say), not inside modules or large tables (a tokenizer's)."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple, dict)):
-        items = list(value.values() if isinstance(value, dict) else value)
-    elif hasattr(value, "__dict__") and not callable(value):
-        items = list(vars(value).values())
-    else:
-        return []
-    if depth >= CACHE_DEPTH or len(items) > 4096:
-        return []
-    return [t for item in items for t in _tensors_in(item, depth + 1)]
-
-
-def cache_like(
-    tensor: Any, named: bool, heads: tuple[int, ...], head_dim: int | None, prefix: int
-) -> bool:
-    """Whether ``tensor`` may hold keys or values of ``prefix`` positions: anything but a
-    parameter or a mask under Meta's names (``named``), else a shape (..., T, heads,
-    head_dim) or (..., heads, T, head_dim) with T >= prefix. A layer's kept inputs,
-    (B, T, dim), do not look like a cache: scrambling them must not pass for reading one."""
-    import torch
-
-    if isinstance(tensor, torch.nn.Parameter) or tensor.dtype == torch.bool:
-        return False
-    if named or head_dim is None or tensor.ndim < 4 or tensor.shape[-1] != head_dim:
-        return named
-    rows, cols = tensor.shape[-3], tensor.shape[-2]
-    return (cols in heads and rows >= prefix) or (rows in heads and cols >= prefix)
-
-
-def cache_tensors(
-    model: Any, prefix: int, heads: tuple[int, ...] = (), head_dim: int | None = None
-) -> list[Any]:
-    """The tensors that may be ``model``'s cache (:func:`cache_like`), each once, wherever an
-    honest design keeps them: every module's own attributes and buffers (Meta's cache_k /
-    cache_v preallocated or allocated on first use, grown with torch.cat or copied at every
-    step), and per-layer pairs in the lists, tuples, dicts or objects of any module (a model
-    that hands each layer its cache). Without ``head_dim`` only Meta's names count."""
-    import torch
-
-    internal = set(vars(torch.nn.Module()))  # bookkeeping, parameters, submodules
-    found: dict[int, Any] = {}
-    for module in model.modules():
-        own = {k: v for k, v in vars(module).items() if k not in internal}
-        for key, value in {**own, **module._buffers}.items():
-            for t in _tensors_in(value):
-                if cache_like(t, key in CACHE_NAMES, heads, head_dim, prefix):
-                    found[id(t)] = t
-    return list(found.values())
 
 
 def cache_read_effect(

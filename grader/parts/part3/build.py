@@ -16,7 +16,7 @@ import numpy as np
 
 from grader.core.arrays import encode_array
 from grader.core.arrays import weights_digest as digest
-from grader.parts.part3 import adapter
+from grader.parts.part3 import adapter, adapter_load
 from grader.parts.part3.build_generate import (
     HIDDEN_STOP_SEED,
     full_batch,
@@ -114,13 +114,13 @@ class Observer:
         self.scaled = bool(json.loads((ckpt_dir / "params.json").read_text())["use_scaled_rope"])
         self.models: dict[tuple[str, bool], Any] = {}
         for cache in (True, False):
-            model, self.tokenizer = adapter.build_from_checkpoint(
+            model, self.tokenizer = adapter_load.build_from_checkpoint(
                 pkg, settings("public", cache, ckpt_dir)
             )
             self.models["public", cache] = model
             params, seed = MODELS["hidden"]
             weights = make_weights(params, VOCAB, seed)
-            self.models["hidden", cache] = adapter.build_from_arrays(
+            self.models["hidden", cache] = adapter_load.build_from_arrays(
                 pkg, settings("hidden", cache, scaled=self.scaled), weights
             )
 
@@ -155,7 +155,9 @@ def probes(obs: Observer, tokens: np.ndarray) -> dict[str, Any]:
         out[f"{key}_calls"] = result.get("calls", result)
 
     def second() -> Any:  # on a fresh model, as check 3.8 does
-        fresh, tokenizer = adapter.build_from_checkpoint(obs.pkg, settings("fresh", True, obs.ckpt))
+        fresh, tokenizer = adapter_load.build_from_checkpoint(
+            obs.pkg, settings("fresh", True, obs.ckpt)
+        )
         run = {**GENERATE, "kv_caching": True}
         adapter.run_generate(fresh, tokenizer, COURSE_PROMPTS, run)
         first = adapter.run_generate(fresh, tokenizer, SECOND_PROMPTS, run)["texts"]
@@ -165,11 +167,13 @@ def probes(obs: Observer, tokens: np.ndarray) -> dict[str, Any]:
     out["second_call"] = _catch(second)
 
     def switches() -> dict[str, Any]:  # as check 3.8 does after its second-call probe
-        fresh, tokenizer = adapter.build_from_checkpoint(obs.pkg, settings("fresh", True, obs.ckpt))
+        fresh, tokenizer = adapter_load.build_from_checkpoint(
+            obs.pkg, settings("fresh", True, obs.ckpt)
+        )
         cached, plain = {**GENERATE, "kv_caching": True}, {**GENERATE, "kv_caching": False}
         for prompts in (COURSE_PROMPTS, SECOND_PROMPTS, SECOND_PROMPTS):
             _catch(lambda p=prompts: adapter.run_generate(fresh, tokenizer, p, cached))
-        switch, _ = adapter.build_from_checkpoint(obs.pkg, settings("switch", False, obs.ckpt))
+        switch, _ = adapter_load.build_from_checkpoint(obs.pkg, settings("switch", False, obs.ckpt))
 
         def texts(model: Any, prompts: list[str], run: dict[str, Any]) -> Any:
             return _catch(lambda: adapter.run_generate(model, tokenizer, prompts, run)["texts"])

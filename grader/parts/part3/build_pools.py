@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from grader.parts.part3 import adapter
+from grader.parts.part3 import adapter, adapter_load
 from grader.parts.part3.cases import (
     BENCH_MAX_BATCH,
     BENCH_MAX_SEQ_LEN,
@@ -45,7 +45,7 @@ def bench_pools(reference: dict[str, ModuleType], run: dict[str, Any]) -> dict[s
         shape = (bench["input_len"], bench["output_len"])
         wanted[shape] = max(wanted.get(shape, 0), pool_size(bench))
     run = {**run, "max_seq_len": BENCH_MAX_SEQ_LEN, "max_batch_size": BENCH_MAX_BATCH}
-    model, tokenizer = adapter.build_from_checkpoint(reference, run)
+    model, tokenizer = adapter_load.build_from_checkpoint(reference, run)
     rng = np.random.default_rng(POOL_SEED)
     words = adapter.plain_words(tokenizer, N_RANKS)
     pools = {

@@ -1,5 +1,5 @@
-"""grader/parts/part3/adapter.py on the course's own Llama code: built without
-``Llama.build``, with ``ModelArgs`` fields of its own and ``.cuda()`` in its constructor."""
+"""grader/parts/part3/adapter.py (and adapter_load.py) on the course's own Llama code: built
+without ``Llama.build``, with ``ModelArgs`` fields of its own and ``.cuda()`` in its constructor."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from grader.core.paths import TEST_CASES
-from grader.parts.part3 import adapter
+from grader.parts.part3 import adapter, adapter_load
 from grader.parts.part3.build import import_llama
 from tests.conftest import ROOT
 
@@ -22,12 +22,12 @@ CKPT = TEST_CASES / "public" / "part3" / "tiny_llama"
 @pytest.fixture
 def notes() -> Iterator[dict]:
     """The worker's notes, emptied before and after each test."""
-    saved = dict(adapter.NOTES)
-    adapter.NOTES.clear()
-    adapter.NOTES["cuda_calls"] = 0
-    yield adapter.NOTES
-    adapter.NOTES.clear()
-    adapter.NOTES.update(saved)
+    saved = dict(adapter_load.NOTES)
+    adapter_load.NOTES.clear()
+    adapter_load.NOTES["cuda_calls"] = 0
+    yield adapter_load.NOTES
+    adapter_load.NOTES.clear()
+    adapter_load.NOTES.update(saved)
 
 
 @pytest.fixture
@@ -64,7 +64,9 @@ def test_model_args_takes_only_the_fields_the_class_has(notes: dict) -> None:
         kv_caching: bool = True
 
     module = type("model", (), {"ModelArgs": ModelArgs})
-    args = adapter.model_args(module, {"dim": 16, "use_scaled_rope": True, "kv_caching": False})
+    args = adapter_load.model_args(
+        module, {"dim": 16, "use_scaled_rope": True, "kv_caching": False}
+    )
     assert (args.dim, args.kv_caching) == (16, False)
     assert notes["dropped_fields"] == ["use_scaled_rope"]
 
@@ -74,9 +76,9 @@ def test_the_model_class_may_be_called_transformer() -> None:
         pass
 
     module = type("model", (), {"Transformer": Transformer, "Llama": object})
-    assert adapter.model_class(module) is Transformer
-    with pytest.raises(adapter.LoadError, match="define Llama \\(or Transformer\\)"):
-        adapter.model_class(type("model", (), {}))
+    assert adapter_load.model_class(module) is Transformer
+    with pytest.raises(adapter_load.LoadError, match="define Llama \\(or Transformer\\)"):
+        adapter_load.model_class(type("model", (), {}))
 
 
 def test_strict_load_names_both_sides_and_lora() -> None:
@@ -87,8 +89,8 @@ def test_strict_load_names_both_sides_and_lora() -> None:
 
     model = nn.Module()
     model.wq = LoRA()
-    with pytest.raises(adapter.LoadError) as caught:
-        adapter.strict_load(model, {"wq.weight": torch.zeros(2, 2)})
+    with pytest.raises(adapter_load.LoadError) as caught:
+        adapter_load.strict_load(model, {"wq.weight": torch.zeros(2, 2)})
     message = str(caught.value)
     assert "lacks: wq.base.weight, wq.lora_a.weight" in message
     assert "your model lacks: wq.weight" in message
@@ -98,8 +100,8 @@ def test_strict_load_names_both_sides_and_lora() -> None:
 @pytest.mark.parametrize("kv_caching", [True, False])
 def test_the_course_code_builds_the_course_way(cuda_redirected: dict, kv_caching: bool) -> None:
     pkg = import_llama(COURSE)
-    model, tokenizer = adapter.build_from_checkpoint(pkg, settings(kv_caching))
-    notes = adapter.build_notes(model)
+    model, tokenizer = adapter_load.build_from_checkpoint(pkg, settings(kv_caching))
+    notes = adapter_load.build_notes(model)
     assert notes["built_by"] == "constructor" and notes["switch"] is False
     assert notes["dropped_fields"] == ["use_scaled_rope"]
     assert notes["cuda_calls"] == (4 if kv_caching else 0)  # cache_k, cache_v per layer
@@ -112,6 +114,6 @@ def test_the_course_code_builds_the_course_way(cuda_redirected: dict, kv_caching
 
 def test_the_kit_layout_still_builds_with_llama_build(notes: dict) -> None:
     pkg = import_llama(ROOT / "solution")
-    model, _ = adapter.build_from_checkpoint(pkg, settings(True))
-    assert adapter.build_notes(model)["built_by"] == "build"
-    assert adapter.build_notes(model)["switch"] is True
+    model, _ = adapter_load.build_from_checkpoint(pkg, settings(True))
+    assert adapter_load.build_notes(model)["built_by"] == "build"
+    assert adapter_load.build_notes(model)["switch"] is True

@@ -7,7 +7,7 @@ Every layout of the mutant library's correct variants must be seen reading its c
 with ``torch.cat``, one copied at every step, per-layer pairs handed through the layers);
 a cache that is written but never read must be named, and a model with no cache tensor at
 all is left to the other probes. Where the worker looks for a cache
-(``adapter.cache_tensors``) is tested on small modules at the end.
+(``adapter_cache.cache_tensors``) is tested on small modules at the end.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from grader.core.paths import TEST_CASES
-from grader.parts.part3 import adapter
+from grader.parts.part3 import adapter, adapter_cache, adapter_load
 from grader.parts.part3.build import import_llama
 from grader.parts.part3.timed import (
     CACHE_READ_MIN_EFFECT,
@@ -98,7 +98,7 @@ def effect_of(root: Path, tokens: np.ndarray, sizes: bool = True) -> float | Non
         "kv_caching": True,
         "device": "cpu",
     }
-    model, _ = adapter.build_from_checkpoint(import_llama(root), settings)
+    model, _ = adapter_load.build_from_checkpoint(import_llama(root), settings)
     if not sizes:
         return adapter.cache_read_effect(model, tokens, PREFIX, steps=CACHE_READ_STEPS)
     return adapter.cache_read_effect(model, tokens, PREFIX, HEADS, HEAD_DIM, CACHE_READ_STEPS)
@@ -192,13 +192,15 @@ def test_the_verdict_passes_only_a_clear_change(effect: Any, named: bool) -> Non
     ],
 )
 def test_what_looks_like_a_cache(shape: tuple[int, ...], named: bool, like: bool) -> None:
-    assert adapter.cache_like(torch.zeros(shape), named, HEADS, HEAD_DIM, 5) is like
+    assert adapter_cache.cache_like(torch.zeros(shape), named, HEADS, HEAD_DIM, 5) is like
 
 
 def test_parameters_and_masks_are_never_a_cache() -> None:
     weight = nn.Parameter(torch.zeros(1, 8, 2, 16))
-    assert not adapter.cache_like(weight, True, HEADS, HEAD_DIM, 5)
-    assert not adapter.cache_like(torch.zeros(1, 8, 2, 16, dtype=torch.bool), True, HEADS, 16, 5)
+    assert not adapter_cache.cache_like(weight, True, HEADS, HEAD_DIM, 5)
+    assert not adapter_cache.cache_like(
+        torch.zeros(1, 8, 2, 16, dtype=torch.bool), True, HEADS, 16, 5
+    )
 
 
 @dataclass
@@ -229,12 +231,12 @@ class Holder(nn.Module):
 
 def test_caches_are_found_on_layers_and_in_containers_each_once() -> None:
     model = Holder()
-    found = adapter.cache_tensors(model, 5, HEADS, HEAD_DIM)
+    found = adapter_cache.cache_tensors(model, 5, HEADS, HEAD_DIM)
     expected = [model.kv[0][0], model.kv[0][1], model.by_layer["0"].v]
     expected += [t for layer in model.layers for t in (layer.buffered, layer.cache_k)]
     assert sorted(map(id, found)) == sorted(map(id, expected))
     meta_only = {id(layer.cache_k) for layer in model.layers}
-    assert {id(t) for t in adapter.cache_tensors(model, 5)} == meta_only
+    assert {id(t) for t in adapter_cache.cache_tensors(model, 5)} == meta_only
 
 
 @pytest.mark.usefixtures("torch_one_thread")
