@@ -24,7 +24,8 @@ import psutil
 from grader.runtime.client_output import OutputCollector, describe_error
 from grader.runtime.gpu_memory import gpu_peak, nvml_usage
 from grader.runtime.launch import Launch, launch
-from grader.runtime.timing import Sample, cpu_snapshot, cpu_used, rss_peak
+from grader.runtime.timing import Sample
+from grader.runtime.usage import cpu_snapshot, cpu_used, rss_peak
 from grader.sandbox import cgroups
 from grader.sandbox.cgroups import PROCESS_TREE, CpuGroup
 from grader.sandbox.confine import (
@@ -141,7 +142,7 @@ class WorkerClient:
     def _spawn(self) -> None:
         """The worker process, as the sandbox's user, under its limits, with its channel.
         This process becomes the reaper of the worker's orphans, so that their CPU time is
-        charged to the worker (see ``timing.cpu_snapshot``)."""
+        charged to the worker (see ``usage.cpu_snapshot``)."""
         become_subreaper()
         self._cpu_group = cgroups.create(self.part)
         self.cpu_accounting = self._cpu_group.accounting if self._cpu_group else PROCESS_TREE

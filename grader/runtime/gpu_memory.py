@@ -21,7 +21,7 @@ from contextlib import contextmanager
 
 import psutil
 
-from grader.runtime.timing import sampled
+from grader.runtime.usage import sampled
 
 #: GPU memory in bytes per process id, summed over every GPU of the machine.
 Usage = Callable[[], Mapping[int, int]]

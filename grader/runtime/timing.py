@@ -4,7 +4,7 @@ A benchmark check times worker requests whose outputs it also checks. The
 clock is the parent's (``WorkerClient.request`` reads it around the request;
 the worker synchronises CUDA before it answers every request, so queued GPU
 work is inside the interval), and so is the CPU time the kernel charged to the
-worker during the request (:func:`cpu_seconds`: every thread of the worker,
+worker during the request (:mod:`grader.runtime.usage`: every thread of the worker,
 its reaped children and its live descendants). A submission cannot forge that
 figure downward, and a busy machine barely moves it: time spent waiting for a
 core is not CPU time. On CPU the verdicts are on CPU time; wall time is shown
@@ -29,19 +29,11 @@ many rounds are timed.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 import statistics
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
-
-import psutil
-
-from grader.sandbox.processes import orphans
 
 #: What a benchmark's ratios are taken of: "cpu" (CPU seconds) or "wall" (wall seconds).
 CLOCKS = ("cpu", "wall")
@@ -367,131 +359,3 @@ def measure(
     timings = interleaved(run, variants, warmup=warmup, repeats=most, until=decided)
     rounds = len(next(iter(timings.values())).samples)
     return Measurement(timings, list(verdict), max(0, rounds - repeats))
-
-
-def _threads_cpu(pid: int) -> float:
-    """CPU seconds of the live threads of ``pid`` to the nanosecond (``schedstat``); 0.0
-    where the kernel does not expose it."""
-    total = 0
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return 0.0
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue
-    return total / 1e9
-
-
-def _process_cpu(process: psutil.Process, reaped: bool) -> float:
-    """CPU seconds charged to one process: the larger of its ``stat`` figure (every
-    thread, exited ones included, in 10 ms ticks) and the sum over its live threads to
-    the nanosecond; with ``reaped``, plus the children it has waited for."""
-    t = process.cpu_times()
-    own = max(t.user + t.system, _threads_cpu(process.pid))
-    return own + (t.children_user + t.children_system if reaped else 0.0)
-
-
-def cpu_snapshot(
-    pid: int, run_gid: int | None = None, reapers: Sequence[int] = ()
-) -> dict[int, float] | None:
-    """CPU seconds the kernel has charged so far to process ``pid`` (all its threads and
-    the children it has reaped) and to each of its live descendants, by pid. None if the
-    worker cannot be read.
-
-    With ``run_gid`` (the grading's own group id, which a worker cannot leave: it runs
-    with no new privileges), every live process of that group counts too, so work handed
-    to a daemon that left the worker's process tree is still charged to the worker. So
-    does every orphan that exited under this process, the workers' subreaper
-    (``become_subreaper``): its CPU time is read before it is reaped.
-
-    Every live descendant counts the children it has reaped, so a helper that waits for
-    its own children hides nothing. ``reapers`` (the fork server that forked the worker)
-    count only the children they reaped, under their negated pid: a helper the worker
-    made a sibling of itself (``clone(CLONE_PARENT)``) is reaped there. This is the
-    fallback where the worker has no cgroup (:mod:`grader.sandbox.cgroups`)."""
-    try:
-        process = psutil.Process(pid)
-        out = {pid: _process_cpu(process, reaped=True)}
-        for child in process.children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                out[child.pid] = _process_cpu(child, reaped=True)
-    except psutil.Error:
-        return None
-    for zombie in orphans(keep=[pid]):  # descendants that exited, reaped by no one yet
-        with contextlib.suppress(psutil.Error):
-            out.setdefault(zombie.pid, _process_cpu(zombie, reaped=False))
-    for reaper in reapers:  # what it reaped, and its children it has not reaped yet
-        with contextlib.suppress(psutil.Error):
-            server = psutil.Process(reaper)
-            t = server.cpu_times()
-            out[-reaper] = t.children_user + t.children_system
-            for child in server.children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    out.setdefault(child.pid, _process_cpu(child, reaped=True))
-    if run_gid is not None:
-        for other in psutil.process_iter(["gids"]):
-            with contextlib.suppress(psutil.Error, TypeError):
-                if other.pid not in out and other.info["gids"].real == run_gid:
-                    out[other.pid] = _process_cpu(other, reaped=False)
-    return out
-
-
-def cpu_used(before: dict[int, float] | None, after: dict[int, float] | None) -> float | None:
-    """The CPU seconds the worker's processes used between two snapshots. A process
-    that vanished in between adds nothing, and none subtracts: CPU time only grows, so
-    no process can make the figure smaller than the work it did while it was seen."""
-    if before is None or after is None:
-        return None
-    return sum(max(0.0, used - before.get(pid, 0.0)) for pid, used in after.items())
-
-
-@contextmanager
-def sampled(take: Callable[[], bool], interval_s: float) -> Iterator[None]:
-    """Call ``take`` every ``interval_s`` in a thread while the body runs (until it returns
-    False), and once more after the body: the samplers of peak memory."""
-    done = threading.Event()
-
-    def loop() -> None:
-        while not done.wait(interval_s) and take():
-            pass
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join()
-        take()
-
-
-@contextmanager
-def rss_peak(pid: int, interval_s: float = 0.005) -> Iterator[dict[str, int]]:
-    """Sample the RSS of process ``pid`` in a thread while the body runs; the dict holds
-    ``start`` and ``peak`` in bytes (both 0 if the process cannot be read).
-
-    A coarse interval keeps the sampler's own CPU use negligible (it shares the
-    machine with the worker it measures); an allocation shorter than the
-    interval can be missed, which only ever makes the growth look smaller.
-    """
-    try:
-        process = psutil.Process(pid)
-        start = process.memory_info().rss
-    except psutil.Error:
-        yield {"start": 0, "peak": 0}
-        return
-    stats = {"start": start, "peak": start}
-
-    def take() -> bool:
-        try:
-            stats["peak"] = max(stats["peak"], process.memory_info().rss)
-        except psutil.Error:
-            return False
-        return True
-
-    with sampled(take, interval_s):
-        yield stats

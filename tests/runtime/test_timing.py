@@ -22,14 +22,12 @@ from grader.runtime.timing import (
     Sample,
     Timing,
     clock_for,
-    cpu_snapshot,
-    cpu_used,
     interleaved,
     measure,
-    rss_peak,
     settled,
     until_steady,
 )
+from grader.runtime.usage import cpu_snapshot, cpu_used, rss_peak
 from tests.conftest import SOLUTION
 
 
@@ -296,7 +294,7 @@ def cpu_of_grandchild_work(subreaper: bool) -> float | None:
     process keeps its settings)."""
     code = (
         "import subprocess, sys\n"
-        "from grader.runtime.timing import cpu_snapshot, cpu_used\n"
+        "from grader.runtime.usage import cpu_snapshot, cpu_used\n"
         "from grader.sandbox.processes import become_subreaper, reap_orphans\n"
         f"if {subreaper}: assert become_subreaper()\n"
         f"worker = {GRANDCHILD.format(burn=BURN.format(s=0.4))!r}\n"
