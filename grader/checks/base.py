@@ -21,8 +21,8 @@ from gradescope_utils.autograder_utils.decorators import (
 
 from grader.core.feedback import GPU_HELD, NOT_GRADED, confirmed, memory_label
 from grader.core.points import part_of, points
-from grader.runtime.client import SubmissionError
 from grader.runtime.context import GradingContext, live_pools_key
+from grader.runtime.outcomes import SubmissionError
 from grader.runtime.timing import (
     BenchmarkRecord,
     Criterion,

@@ -11,7 +11,8 @@ from typing import Any
 
 from grader.core.paths import SOLUTION, TEST_CASES
 from grader.core.registry import PARTS
-from grader.runtime.client import SubmissionError, WorkerClient
+from grader.runtime.client import WorkerClient
+from grader.runtime.outcomes import SubmissionError
 from grader.runtime.timing import BenchmarkRecord
 from grader.sandbox.layout import PartLayout
 from grader.sandbox.sandbox import Limits, Sandbox

@@ -26,7 +26,8 @@ import pytest
 from grader.checks.images import problem_with_png
 from grader.core.results import reserve_results, validate_results, write_results
 from grader.grading.runner import grade
-from grader.runtime.client import SubmissionError, WorkerClient
+from grader.runtime.client import WorkerClient
+from grader.runtime.outcomes import SubmissionError
 from grader.sandbox.confine import confine
 from grader.sandbox.sandbox import (
     Limits,

@@ -43,7 +43,7 @@ from grader.parts.part1.knock_on import (
 )
 from grader.parts.part1.script import NOT_ASKED, grade_case, script_run
 from grader.parts.part1.seal import Verdict
-from grader.runtime.client import SubmissionError
+from grader.runtime.outcomes import SubmissionError
 
 FATAL = {"missing", "import", "timeout", "crash"}
 

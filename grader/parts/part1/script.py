@@ -33,7 +33,7 @@ from grader.parts.part1.printed import (
     read_answers,
 )
 from grader.parts.part1.seal import Verdict
-from grader.runtime.client import SubmissionError
+from grader.runtime.outcomes import SubmissionError
 
 GIB = 2**30
 #: Characters of a script's output read at most (the worker keeps no more either).

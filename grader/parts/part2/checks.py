@@ -23,7 +23,7 @@ from grader.core.thresholds import load_thresholds
 from grader.parts.part2.cases import frequency_band, softmax64
 from grader.parts.part2.support import Part2Base
 from grader.parts.part2.timed import Part2CacheContents, Part2Growth, bench_key, calls_problem
-from grader.runtime.client import SubmissionError
+from grader.runtime.outcomes import SubmissionError
 from grader.runtime.timing import BenchmarkRecord, Criterion, Ratio, Sample, Timing, clock_for
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from grader.checks.base import likely_cause
 from grader.checks.logits import explain, matching_mistakes, several_causes
 from grader.parts.part2.cases import ABLATIONS, CACHED_MODES
-from grader.runtime.client import SubmissionError
+from grader.runtime.outcomes import SubmissionError
 
 
 class Part2Diagnosis:

@@ -44,7 +44,7 @@ from grader.parts.part2.cases import (
     pool_key,
 )
 from grader.parts.part2.diagnosis import Part2Diagnosis
-from grader.runtime.client import Reply, SubmissionError
+from grader.runtime.outcomes import Reply, SubmissionError
 from grader.runtime.timing import Sample
 
 FATAL = {"missing", "import", "timeout", "crash", "load"}

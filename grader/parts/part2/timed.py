@@ -38,7 +38,7 @@ from grader.parts.part2.cases import (
     pool_key,
 )
 from grader.parts.part2.support import Part2Base
-from grader.runtime.client import SubmissionError
+from grader.runtime.outcomes import SubmissionError
 from grader.runtime.timing import Ratio, Sample, Timing
 
 # A cache that attention reads changes the logits by O(1) when scrambled; float noise

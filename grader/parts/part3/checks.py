@@ -24,7 +24,7 @@ from grader.parts.part3.cases import TOP_P, TOP_P_NUCLEUS, TOP_P_PROBS
 from grader.parts.part3.course import UNSCALED, UNSCALED_NOTE
 from grader.parts.part3.probes import Part3Probes
 from grader.parts.part3.timed import Part3Timed, bench_key, calls_problem
-from grader.runtime.client import SubmissionError
+from grader.runtime.outcomes import SubmissionError
 from grader.runtime.timing import BenchmarkRecord, Criterion, Ratio, Sample, Timing, clock_for
 
 

@@ -15,7 +15,7 @@ from grader.parts.part3.cases import (
     cache_bytes,
 )
 from grader.parts.part3.support import Part3Base
-from grader.runtime.client import SubmissionError
+from grader.runtime.outcomes import SubmissionError
 
 #: Check 3.8's mode switches: what goes wrong when a run's text differs.
 SWITCH_PROBLEMS = {

@@ -43,7 +43,7 @@ from grader.parts.part3.course import (
     rope_view,
 )
 from grader.parts.part3.sampling import judge_draws, own_band
-from grader.runtime.client import Reply, SubmissionError
+from grader.runtime.outcomes import Reply, SubmissionError
 
 
 class Part3Base(GradedTestCase):

@@ -48,7 +48,7 @@ from grader.parts.part4.support import (
     plain_value,
     summarise_wrong_values,
 )
-from grader.runtime.client import SubmissionError
+from grader.runtime.outcomes import SubmissionError
 from grader.runtime.timing import BenchmarkRecord, Criterion, Sample, Timing, clock_for
 
 DISTILGPT2 = {"n_layers": 6, "hidden_size": 768, "n_heads": 12, "vocab_size": 50257,

@@ -22,7 +22,7 @@ from grader.core.points import points
 from grader.core.thresholds import load_thresholds
 from grader.parts.part4 import live_pools
 from grader.parts.part4.pools import PROMPT_LEN
-from grader.runtime.client import Reply, SubmissionError
+from grader.runtime.outcomes import Reply, SubmissionError
 
 
 def plain_value(enc: Any, depth: int = 0) -> Any:

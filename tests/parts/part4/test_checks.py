@@ -159,7 +159,7 @@ def test_the_course_labs_pair_loop_over_the_cache_is_named(tmp_path) -> None:
 
 def test_other_unpacking_errors_get_no_cache_hint() -> None:
     from grader.parts.part4.support import cache_api_hint
-    from grader.runtime.client import SubmissionError
+    from grader.runtime.outcomes import SubmissionError
 
     def error(message: str, line: str) -> SubmissionError:
         tb = f'  File "kv_lab.py", line 9, in f\n    {line}'
