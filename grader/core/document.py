@@ -97,8 +97,8 @@ def code(text: str) -> Block:
 
 
 def advice(what: str, part: str) -> Block:
-    """The one thing to try (``what``: ``cause``, ``case``, ``check`` or ``upload``), worded
-    for where it is read."""
+    """The one thing to try (``what``: ``cause``, ``case``, ``check``, ``hidden`` or
+    ``upload``), worded for where it is read."""
     return {"kind": "try", "what": what, "part": part}
 
 
@@ -110,6 +110,15 @@ def try_line(block: Block, *, local: bool) -> Line:
         rest = ("add the files named above to the folder, then run it again." if local
                 else "upload the files named above and resubmit.")  # fmt: skip
         return [span("Try:", "strong"), span(f" {rest}")]
+    if what == "hidden":  # only the grader has the prompts whose answers it compared
+        if local:
+            return []
+        head = [span("Try:", "strong"), span(" make the other checks of this part pass ("),
+                span(command, "code")]  # fmt: skip
+        tail = (") first: the self-check times this check on prompts of its own but cannot "
+                "compare their answers with the reference's, so it does not show this "
+                "failure.")  # fmt: skip
+        return [*head, span(tail)]
     if local:
         words = {"cause": " fix the likely cause above, then run it again.",
                  "case": " start with the first case in the table."}  # fmt: skip

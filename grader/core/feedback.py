@@ -181,6 +181,10 @@ def case_section(lines: list[str]) -> list[Block]:
 #: The detail (``extra_data`` key) a check carries when its part was not graded for want
 #: of a file: its one thing to try is to upload it, not to run the self-check.
 NOT_GRADED = "not_graded"
+#: The detail a check carries when a timed run's answer differed from the reference's on
+#: the hidden prompt pools: the self-check, without them, times that check but cannot
+#: compare its answer, so it cannot show this failure.
+HIDDEN_ANSWER = "hidden_answer"
 
 
 def try_next(test: TestResult, causes: list[str], cases: bool) -> Block:
@@ -188,6 +192,8 @@ def try_next(test: TestResult, causes: list[str], cases: bool) -> Block:
     part = test.part.removeprefix("part")
     if test.extra_data.get(NOT_GRADED) == "missing":
         return advice("upload", part)
+    if test.extra_data.get(HIDDEN_ANSWER):
+        return advice("hidden", part)
     return advice("cause" if causes else "case" if cases else "check", part)
 
 

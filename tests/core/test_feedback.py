@@ -7,6 +7,8 @@ import re
 import pytest
 
 from grader.core.feedback import (
+    HIDDEN_ANSWER,
+    check_text,
     escape,
     fenced,
     markdown_output,
@@ -246,3 +248,23 @@ def test_a_normal_message_still_reads_well() -> None:
     )
     assert "1. See below." in html and "off by up to -7.25" in html and "- 2 of 8 wrong" in html
     assert not BLOCKS.findall(html), html
+
+
+def test_a_wrong_answer_on_hidden_prompts_is_not_sent_to_the_self_check() -> None:
+    """The self-check has no hidden prompt pools: it times 2.9 and 2.11 on prompts of its own
+    and cannot compare their answers, so a failure of that comparison is not reproduced
+    there, and its Try line must not say it is."""
+    output = (
+        "A timed generate(use_cache=True) of 20 tokens after 1 prompt(s) of 1000 tokens "
+        "returned other tokens than the reference: its time cannot count."
+    )
+    test = TestResult(
+        name="2.11 benchmark", score=0, max_score=3, status="failed", number="2.11",
+        output=output, tags=["part2"], extra_data={HIDDEN_ANSWER: True},
+    )  # fmt: skip
+    text = markdown_output(test, None, "cpu")
+    assert "runs this check on your machine" not in text
+    try_line = text.split("\n\n")[-1]
+    assert try_line.startswith("**Try:** make the other checks of this part pass")
+    assert "`python selfcheck.py --parts 2`" in try_line and "cannot compare" in try_line
+    assert "Try:" not in check_text(test, {}, local=True)  # never seen there; nothing to add

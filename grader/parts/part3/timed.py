@@ -18,10 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from grader.checks.base import Workload
+from grader.checks.base import Workload, note_detail
 from grader.checks.cache_read import cache_read_outcome
 from grader.checks.calls import fed_once, shown
 from grader.checks.timed_pools import TimedPools
+from grader.core.feedback import HIDDEN_ANSWER
 from grader.core.thresholds import load_thresholds
 from grader.parts.part3.cases import (
     BENCH_MAX_SEQ_LEN,
@@ -95,6 +96,8 @@ class Part3Timed(TimedPools, Part3Base):
         want = expected if expected is not None else (texts[:1] * rows or [""])
         if texts != want:
             wrong = [i + 1 for i, (a, b) in enumerate(zip(texts, want, strict=False)) if a != b]
+            if expected is not None:
+                note_detail(HIDDEN_ANSWER, True)
             self.fail(
                 f"A timed greedy generate(kv_caching={cache}) of {rows} prompt(s) of "
                 f"{input_len} tokens, {output_len} new tokens, returned other text than the "
