@@ -29,7 +29,7 @@ def score_table(results: GradingResults, *, width: int = 110) -> str:
         lines.append(f"{part}  {score.text()}")
         for t in (t for t in results.tests if t.part == part):
             mark = "PASS" if t.status == "passed" else "FAIL"
-            points = f"{t.score:>5g} bonus" if is_bonus(t) else f"{t.score:>5g} / {t.max_score:<4g}"
+            points = f"{t.score:>6g} bonus" if is_bonus(t) else f"{t.score:>6g} / {t.max_score:<4g}"
             # A long title wraps under itself: never cut (the points stay on its first line).
             name, *rest = textwrap.wrap(t.name, width - 22) or [""]
             lines.append(f"  {mark}  {name:<{width - 22}} {points}")
@@ -45,7 +45,7 @@ def failure_details(results: GradingResults, *, local: bool = False) -> str:
     for t in results.tests:
         if t.status == "failed":
             text = check_text(t, results.extra_data, local=local)
-            blocks.append(f"[{t.number}] {t.name}\n{text}")
+            blocks.append(f"[{t.number}] {t.name.removeprefix(f'{t.number} ')}\n{text}")
     return terminal_safe("\n\n".join(blocks))
 
 

@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 import numpy as np
 import psutil
 
-from grader.runtime.client_output import OutputCollector, describe_error
+from grader.runtime.client_output import OutputCollector, describe_error, syntax_sentence
 from grader.runtime.gpu_memory import gpu_peak, nvml_usage
 from grader.runtime.launch import Launch, launch
 from grader.runtime.outcomes import Reply, SubmissionError
@@ -137,10 +137,7 @@ class WorkerClient:
             error = header.get("error", {})
             detail = describe_error(error, f"importing {self.module_file}", self.module_file)
             if error.get("type") in ("SyntaxError", "IndentationError"):
-                detail = (
-                    f"{self.module_file} has a syntax error ({error.get('where', '')}): "
-                    f"{error.get('message', '')}"
-                )
+                detail = syntax_sentence(self.module_file, error)
             self._import_error = SubmissionError(
                 detail, kind="import", output=self._output.since_mark()
             )

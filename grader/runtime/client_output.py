@@ -79,3 +79,17 @@ def describe_error(error: dict[str, Any], what: str, module_file: str) -> str:
     if tb.strip():
         text += f"\nTraceback (your code):\n{tb.lstrip(chr(10))}"
     return text
+
+
+def syntax_sentence(module_file: str, error: dict[str, Any]) -> str:
+    """A syntax error found while importing ``module_file``, its place named once:
+    ``question1.py has a syntax error on line 84: expected ':'; the line reads: ...``
+    (or the other file of the submission it is in)."""
+    where, message = str(error.get("where", "")), str(error.get("message", ""))
+    file, _, line = where.partition(", line ")
+    if not where:
+        return f"{module_file} has a syntax error: {message}"
+    at = f" on line {line}" if line else ""
+    if file == module_file:
+        return f"{module_file} has a syntax error{at}: {message}"
+    return f"{module_file} could not be imported: {file} has a syntax error{at}: {message}"

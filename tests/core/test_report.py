@@ -24,7 +24,7 @@ def test_the_details_of_a_failed_check_are_terminal_safe() -> None:
     failed = TestResult("2.1 forward", 0, 2, "failed", "2.1", f"Got: {HOSTILE}", ["part2"])
     details = failure_details(GradingResults(tests=[failed]))
     assert "\x1b" not in details and "\\x1b[32mPASS" in details
-    assert details.startswith("[2.1] 2.1 forward\nFailed: 0 / 2 points.\nGot: ")
+    assert details.startswith("[2.1] forward\nFailed: 0 / 2 points.\nGot: ")
 
 
 def test_the_terminal_report_is_the_table_then_the_feedback_after_a_blank_line() -> None:
@@ -33,7 +33,21 @@ def test_the_terminal_report_is_the_table_then_the_feedback_after_a_blank_line()
     report = terminal_report(results, details=True)
     table, feedback = report.split("\n\n", 1)
     assert table == score_table(results)
-    assert feedback.startswith("[2.1] 2.1 forward\nFailed: 0 / 2 points.\nwrong logits\nTry: ")
+    assert feedback.startswith("[2.1] forward\nFailed: 0 / 2 points.\nwrong logits\nTry: ")
     assert terminal_report(results, details=False) == table
     empty = GradingResults(tests=[], output="question1.py \x1b[2J was not found")
     assert terminal_report(empty, details=True) == "question1.py \\x1b[2J was not found"
+
+
+def test_points_stay_in_one_column_whatever_the_fraction() -> None:
+    """A fractional score (0.375, 2.6875) keeps the points' column where a whole one has it."""
+    tests = [
+        TestResult(f"2.{i} check", score, 4, "failed", f"2.{i}", "", ["part2"])
+        for i, score in enumerate([0, 0.375, 2.6875, 4], start=1)
+    ]
+    rows = [
+        line for line in score_table(GradingResults(tests=tests)).splitlines() if "  2." in line
+    ]
+    assert len(rows) == 4
+    assert len({row.index(" / ") for row in rows}) == 1, rows
+    assert all(len(row) <= 110 for row in rows)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import traceback
 
-from grader.runtime.client_output import describe_error
+from grader.runtime.client_output import describe_error, syntax_sentence
 
 
 def test_every_frame_of_a_traceback_is_indented_alike() -> None:
@@ -27,3 +27,18 @@ def test_every_frame_of_a_traceback_is_indented_alike() -> None:
 def test_no_traceback_heading_without_frames() -> None:
     error = {"type": "ValueError", "message": "bad", "traceback": "  \n"}
     assert "Traceback" not in describe_error(error, "f()", "x.py")
+
+
+def test_a_syntax_error_names_its_file_and_line_once() -> None:
+    error = {"type": "SyntaxError", "where": "question1.py, line 84",
+             "message": "expected ':'; the line reads: def f(x) -> int"}  # fmt: skip
+    said = syntax_sentence("question1.py", error)
+    assert said == (
+        "question1.py has a syntax error on line 84: expected ':'; the line reads: def f(x) -> int"
+    )
+    assert said.count("question1.py") == 1
+    other = syntax_sentence("llama/generation.py", {**error, "where": "llama/model.py, line 3"})
+    assert other.startswith(
+        "llama/generation.py could not be imported: llama/model.py has a syntax error on line 3:"
+    )
+    assert syntax_sentence("q.py", {"message": "bad"}) == "q.py has a syntax error: bad"

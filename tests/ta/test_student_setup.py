@@ -259,3 +259,27 @@ def test_selfcheck_says_which_points_only_gradescope_checks(tmp_path: Path) -> N
     assert selfcheck.points_note(results, ["part4"]).startswith("All 20 points")
     assert selfcheck.counterpart_note(["part4"]) == ""  # no empty header
     assert "1.12  <- 1.1" in selfcheck.counterpart_note(["part1"])
+
+
+def test_selfcheck_says_which_timed_checks_gradescope_also_compares(tmp_path: Path) -> None:
+    """A timed check whose answers only Gradescope compares on hidden prompts is named in
+    the note, for the parts run; the handout says the same."""
+    selfcheck = selfcheck_module()
+    results = tmp_path / "selfcheck_results.json"
+    ran = [n for part in ("part2", "part4") for n in POINTS[part] if n not in ("2.6", "2.7")]
+    results.write_text(json.dumps({"tests": [{"number": n} for n in ran]}))
+    note = selfcheck.points_note(results, ["part2"])
+    assert note.endswith(
+        "On Gradescope, 2.9, 2.11 also compare your timed runs' answers with the reference's "
+        "on hidden prompts."
+    )
+    assert "hidden prompts" not in selfcheck.points_note(results, ["part4"])
+    handout = (ROOT / "assignment" / "README.md").read_text()
+    listed = ", ".join(selfcheck.ANSWERS_COMPARED_ON_GRADESCOPE[:-1])
+    assert f"{listed} and {selfcheck.ANSWERS_COMPARED_ON_GRADESCOPE[-1]}" in " ".join(
+        handout.split()
+    )
+    for number in selfcheck.ANSWERS_COMPARED_ON_GRADESCOPE:  # Parts whose timed runs say so
+        part = f"part{number.split('.')[0]}"
+        assert number in POINTS[part]
+        assert "HIDDEN_ANSWER" in (ROOT / "grader" / "parts" / part / "timed.py").read_text()

@@ -39,6 +39,9 @@ HIDDEN_COUNTERPARTS: dict[str, tuple[str, ...]] = {
     "3.4": ("3.2", "3.3"),  # forward with and without the cache, another model
     "3.9": ("3.5",),  # greedy generation, another model
 }
+#: Checks run here too whose timed runs Gradescope also compares with the reference's
+#: answers on hidden prompt pools; here they are timed on prompts of their own.
+ANSWERS_COMPARED_ON_GRADESCOPE = ("2.9", "2.11", "3.7", "3.11")
 #: What the grader imports; the first one missing means the set-up was skipped.
 NEEDED = ("torch", "numpy", "transformers", "gradescope_utils", "jsonschema", "tiktoken")
 #: The handout's set-up lines (README.md, "Set-up"), word for word: a test holds them equal.
@@ -162,11 +165,18 @@ def points_note(results: Path, parts: list[str]) -> str:
     only_there = [n for n in selected if n not in ran and n in HIDDEN_COUNTERPARTS]
     total = sum(selected.values())
     hidden = sum(selected[n] for n in only_there)
+    compared = [n for n in ANSWERS_COMPARED_ON_GRADESCOPE if n in selected and n in ran]
+    also = (
+        f" On Gradescope, {', '.join(compared)} also compare your timed runs' answers with "
+        "the reference's on hidden prompts."
+        if compared
+        else ""
+    )
     if not only_there:
-        return f"All {total:g} points of these checks are checked here."
+        return f"All {total:g} points of these checks are checked here.{also}"
     return (
         f"{total - hidden:g} of {total:g} points are checked here; {hidden:g} only on "
-        f"Gradescope: {', '.join(only_there)}."
+        f"Gradescope: {', '.join(only_there)}.{also}"
     )
 
 

@@ -155,14 +155,16 @@ class LineLog:
                   file=self.file, flush=True)  # fmt: skip
 
     def record(self, row: Row) -> None:
-        """One line: the count, the submission, its students, status, score, elapsed time."""
+        """One line: the count, the submission, its students, status, score, and the time
+        since the batch started (said so: a submission's own time is not known here)."""
         self.done += 1
         if self.file is None:
             return
         names = ", ".join(p.name for p in row.submitters if p.name) or "(no name)"
         elapsed = time.monotonic() - self.started
-        print(f"[{self.done}/{self.total}] {row.submission_id} {names}: {row.status} "
-              f"{row.score.text()} ({elapsed:.0f} s)", file=self.file, flush=True)  # fmt: skip
+        line = (f"[{self.done}/{self.total}] {row.submission_id} {names}: {row.status} "
+                f"{row.score.text()} ({elapsed:.0f} s into the batch)")  # fmt: skip
+        print(line, file=self.file, flush=True)
 
 
 def _is_terminal(file: IO) -> bool:

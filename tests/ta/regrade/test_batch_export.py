@@ -84,7 +84,9 @@ def test_regrade_grades_again_and_a_log_gets_a_line_per_submission(
     assert len(graded) == 20 and again.counts["graded"] == 20
     lines = log.getvalue().splitlines()
     assert len(lines) == 20
-    assert re.fullmatch(r"\[1/20\] submission_\d+ .+: graded [\d.]+ / \d+.*\(\d+ s\)", lines[0])
+    assert re.fullmatch(
+        r"\[1/20\] submission_\d+ .+: graded [\d.]+ / \d+.*\(\d+ s into the batch\)", lines[0]
+    )
     assert lines[-1].startswith("[20/20] ")
     assert any("Student" in line or "," in line for line in lines)  # the students are named
 
@@ -101,7 +103,8 @@ def test_no_line_is_printed_on_a_terminal_or_when_quiet() -> None:
         assert file.getvalue() == ""
     file = io.StringIO()
     batch.LineLog(1, 0, file).record(row)
-    assert file.getvalue().startswith("[1/1] submission_1 Ada: graded 0 / 0")
+    assert file.getvalue().startswith("[1/1] submission_1 Ada: graded 0 / 0 (")
+    assert file.getvalue().rstrip().endswith(" s into the batch)")
 
 
 def test_regrade_is_an_option_of_the_cli_and_of_make() -> None:
