@@ -2,28 +2,73 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import platform
 import shutil
+import sys
+from importlib import metadata
 from pathlib import Path
+from types import SimpleNamespace
 
 import jsonschema
 import pytest
 
 from grader.core.paths import TEST_CASES
 from grader.runtime.context import load_cases
-from grader.ta import regen
+from grader.ta import freshness, regen
 from tests.conftest import SOLUTION, patched_solution
 
 # One pytest-xdist worker runs this module: its module fixtures are built once.
 pytestmark = pytest.mark.xdist_group("regen")
 
 
+def regen_inputs_key() -> str:
+    """What a regeneration's output depends on: every file it reads (the digest ``make
+    dist`` records, :func:`freshness.content_digest`), the interpreter, the machine and
+    every installed package's version (torch's and transformers' weights, numpy's RNG)."""
+    packages = sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions())
+    env = [sys.version, platform.platform(), platform.machine(), *packages]
+    return hashlib.sha256("\n".join([freshness.content_digest(), *env]).encode()).hexdigest()
+
+
 @pytest.fixture(scope="session")  # once per worker, however its tests interleave
-def fresh_cases(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The cases as solution/ generates them now, written once for every test here."""
+def fresh_cases(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The cases as solution/ generates them now, written once for every test here.
+
+    Kept in pytest's cache under the key of everything they depend on, so a warm run of the
+    suite on unchanged inputs reuses them; any change to solution/, assignment/, the cases,
+    the grader code that builds them or a package regenerates (``KVGRADER_REGEN_AGAIN=1``
+    or ``pytest --cache-clear`` always does)."""
+    kept = request.config.cache.mkdir("regen-fresh-cases")
+    key = regen_inputs_key()
+    cached, complete = kept / key[:32], kept / f"{key[:32]}.complete"
+    if complete.is_file() and os.environ.get("KVGRADER_REGEN_AGAIN") != "1":
+        return cached
     out = tmp_path_factory.mktemp("fresh")
     regen.write_cases(out)
+    shutil.rmtree(kept, ignore_errors=True)  # one content kept: the last one generated
+    kept.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(out, cached)
+    complete.write_text(key + "\n")  # written last: a copy cut short is never reused
     return out
+
+
+def test_the_kept_cases_follow_every_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A change to a file the regeneration reads, or to a package's version, is another key."""
+    key = regen_inputs_key()
+    assert regen_inputs_key() == key
+    monkeypatch.setattr(freshness, "content_digest", lambda: "another content")
+    assert regen_inputs_key() != key
+    monkeypatch.undo()
+    real = metadata.distributions
+    torch_dist = metadata.distribution("torch")
+
+    other = SimpleNamespace(metadata={"Name": "torch"}, version=torch_dist.version + ".post1")
+    others = [d for d in real() if d.metadata["Name"] != "torch"]
+    monkeypatch.setattr(metadata, "distributions", lambda: [*others, other])
+    assert regen_inputs_key() != key
 
 
 def test_committed_cases_match_the_solution(fresh_cases: Path) -> None:
