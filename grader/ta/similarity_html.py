@@ -52,7 +52,8 @@ class Pair(Protocol):
 HIGHLIGHTS = ("<span class='highlight-red'>", "<span class='highlight-green'>", "</span>")
 
 STYLE = """
-body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1400px; }
+body { font-family: system-ui, sans-serif; margin: 1.5em auto; padding: 0 1.5em;
+       max-width: 1400px; }
 table { border-collapse: collapse; } td, th { border: 1px solid #ccc; padding: 3px 8px; }
 th { background: #eee; text-align: left; } td.num { text-align: right; }
 .code { display: flex; gap: 1em; } .code > div { flex: 1; min-width: 0; }

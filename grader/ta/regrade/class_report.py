@@ -20,7 +20,7 @@ from grader.core.points import part_total
 from grader.core.registry import PARTS
 from grader.core.score import check_text as points_of
 from grader.ta.regrade.census import Cause, Measure, census, measures
-from grader.ta.regrade.report import Row, pass_rates
+from grader.ta.regrade.report import Row, pass_rates, spread
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 70em; color: #222; }
@@ -182,6 +182,21 @@ def feedback_sections(rows: list[Row], results: dict[str, dict[str, Any]]) -> st
     return "".join(sections)
 
 
+def class_totals(rows: list[Row]) -> str:
+    """The class's score (the bonus apart) and total, as ``summary.md`` words them."""
+    if not rows:
+        return ""
+    score = spread([r.score.regular for r in rows])
+    total = spread([r.total for r in rows])
+    top = max(r.max_score for r in rows)
+    return (
+        f"<p>Score out of {top:g}, the bonus apart: mean {score['mean']:.2f}, median "
+        f"{score['median']:g}, min {score['min']:g}, max {score['max']:g}. Total (score + "
+        f"bonus, what Gradescope records): mean {total['mean']:.2f}, median "
+        f"{total['median']:g}, min {total['min']:g}, max {total['max']:g}.</p>"
+    )
+
+
 def render(rows: list[Row], results: dict[str, dict[str, Any]], title: str) -> str:
     """The whole page. ``results``: submission id -> its results data."""
     causes = census(results)
@@ -193,7 +208,7 @@ def render(rows: list[Row], results: dict[str, dict[str, Any]], title: str) -> s
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title>"
         f"<style>{STYLE}</style></head><body><h1>{esc(title)}</h1>"
-        f"<p>{len(rows)} submissions.</p><h2>Scores per part</h2>{images}"
+        f"<p>{len(rows)} submissions.</p>{class_totals(rows)}<h2>Scores per part</h2>{images}"
         "<h2>Mistake census</h2><p>How many submissions each named cause was found in "
         "(a cause named only as another's look-alike is not counted). What to explain in "
         f"the next lecture.</p>{census_table(causes)}"

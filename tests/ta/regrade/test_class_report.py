@@ -136,3 +136,17 @@ def test_the_feedback_is_html_with_the_students_text_escaped_once() -> None:
     assert "&amp;lt;" not in page and "&amp;gt;" not in page and "**" not in page
     assert "\\[" not in page and "<table>" in page and "&lt;module&gt;" in page
     assert "<pre>a &lt;b&gt; c</pre>" in page
+
+
+def test_the_page_states_the_class_score_and_total_as_the_summary_does() -> None:
+    """report.html says the class's mean/median/min/max, the bonus apart and with it, as
+    summary.md does (one rule: grader.core.score)."""
+    from grader.ta.regrade.report import Row
+
+    rows = [
+        Row("s1", [], "graded", {"part1": 20.0}, total=84.0, max_score=100.0, bonus=4.0),
+        Row("s2", [], "graded", {"part1": 10.0}, total=40.0, max_score=100.0),
+    ]
+    page = render(rows, {}, "t")
+    assert "Score out of 100, the bonus apart: mean 60.00, median 60, min 40, max 80." in page
+    assert "what Gradescope records): mean 62.00, median 62, min 40, max 84." in page
