@@ -37,6 +37,8 @@ PYTEST_ARGS ?=
 TEST_JOBS  ?= auto
 DEVICE     ?= auto
 RUNS       ?= 50
+# What make stability grades besides the reference and the disguised cache-free design.
+STABILITY  ?= --partial-caches --variants
 EXPORT     ?=
 REGRADE    ?=
 OUT        ?= regrade
@@ -143,7 +145,7 @@ calibrate: $(STAMP)
 	$(PY) -m grader calibrate --device $(DEVICE) --json results/calibration.json
 
 stability: $(STAMP)
-	$(PY) benchmarks/verdict_stability.py --runs $(RUNS) --device $(if $(filter cuda,$(DEVICE)),cuda,cpu) --out results/stability.json
+	$(PY) benchmarks/verdict_stability.py --runs $(RUNS) $(STABILITY) --device $(if $(filter cuda,$(DEVICE)),cuda,cpu) --out results/stability.json
 
 mbu: $(STAMP)
 	$(PY) benchmarks/reference_mbu.py --dtype float32 --out results/mbu_float32.json
