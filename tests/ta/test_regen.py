@@ -28,7 +28,9 @@ def regen_inputs_key() -> str:
     """What a regeneration's output depends on: every file it reads (the digest ``make
     dist`` records, :func:`freshness.content_digest`), the interpreter, the machine and
     every installed package's version (torch's and transformers' weights, numpy's RNG)."""
-    packages = sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions())
+    # A set: a package seen twice on sys.path (the project's egg-info beside its editable
+    # install, as plain python and pytest-xdist's workers see it) is one package.
+    packages = sorted({f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions()})
     env = [sys.version, platform.platform(), platform.machine(), *packages]
     return hashlib.sha256("\n".join([freshness.content_digest(), *env]).encode()).hexdigest()
 
@@ -69,6 +71,9 @@ def test_the_kept_cases_follow_every_input(monkeypatch: pytest.MonkeyPatch) -> N
     others = [d for d in real() if d.metadata["Name"] != "torch"]
     monkeypatch.setattr(metadata, "distributions", lambda: [*others, other])
     assert regen_inputs_key() != key
+    # ... but the same package found twice on sys.path is the same environment
+    monkeypatch.setattr(metadata, "distributions", lambda: [*real(), *real()])
+    assert regen_inputs_key() == key
 
 
 def test_committed_cases_match_the_solution(fresh_cases: Path) -> None:
