@@ -156,11 +156,22 @@ def verdicts_of(data: dict) -> dict:
         "confirmed": any(r.get("extra_rounds") for r in benchmarks.values()),
         # Why a check failed, as the student reads it (cut short): a GPU run's diagnosis.
         "failures": {
-            t["number"]: t.get("output", "")[:400]
+            t["number"]: reasons(t.get("output", ""))
             for t in data["tests"]
             if t["number"] in CHECKS and t["status"] != "passed"
         },
     }
+
+
+def reasons(feedback: str, keep: int = 600) -> str:
+    """A failed benchmark's feedback without its verdict line and table of measures: the
+    sentences that say why (cut to ``keep`` characters)."""
+    lines = [
+        line
+        for line in feedback.splitlines()
+        if line.strip() and not line.lstrip().startswith(("|", "**Failed", "Timed by"))
+    ]
+    return "\n".join(lines)[:keep]
 
 
 def run_condition(

@@ -153,3 +153,16 @@ def test_the_partial_cache_and_variant_submissions_are_built(
             import shutil
 
             shutil.rmtree(e.path, ignore_errors=True)
+
+
+def test_a_failure_is_kept_by_its_reasons_not_its_table(stability: ModuleType) -> None:
+    feedback = (
+        "**Failed: 0 / 3 points.**\n\nTimed by the grader on **cpu**, **cpu** threshold "
+        "profile.\n\n| measure | measured | runs | needed | met |\n|---|---|---|---|---|\n"
+        "| speed-up | 9.1x | 3 | 3.47x | yes |\n\nYour cached path does not read its cache: "
+        "its time cannot count."
+    )
+    kept = stability.reasons(feedback)
+    assert kept == "Your cached path does not read its cache: its time cannot count."
+    data = {"tests": [{"number": "2.11", "status": "failed", "output": feedback}]}
+    assert stability.verdicts_of(data)["failures"] == {"2.11": kept}
