@@ -58,19 +58,21 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grader.core.paths import SOLUTION  # noqa: E402
-from grader.ta.calibrate import (  # noqa: E402
-    BENCHMARK_PARTS,
-    cache_free_submission,
-    closer_designs,
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from stability_submissions import (  # noqa: E402
+    CHECKS,
+    Entry,
+    as_entry,
+    submissions_of,
 )
-from grader.ta.mutants import load_mutants, materialise_all  # noqa: E402
+
+from grader.core.paths import SOLUTION  # noqa: E402
 from grader.ta.regrade.batch import regrade_timeout_s  # noqa: E402
 from grader.ta.regrade.cluster import (  # noqa: E402
     ClusterError,
@@ -78,28 +80,6 @@ from grader.ta.regrade.cluster import (  # noqa: E402
     add_cluster_options,
     options_from_args,
 )
-
-CHECKS = ("2.11", "3.11", "4.6")
-CHECK_OF_PART = {"part2": "2.11", "part3": "3.11", "part4": "4.6"}
-
-
-@dataclass(frozen=True)
-class Entry:
-    """A submission of a stability run: what is graded and what it must do."""
-
-    path: Path
-    parts: tuple[str, ...] = ()  # the parts graded; () = every part
-    expect_pass: bool = False  # pass every judged check (the reference) or fail every one
-
-    @property
-    def checks(self) -> tuple[str, ...]:
-        """The benchmark checks it is judged on: its parts' (every one by default)."""
-        return tuple(CHECK_OF_PART[p] for p in self.parts) if self.parts else CHECKS
-
-
-def as_entry(value: Entry | Path, name: str) -> Entry:
-    """A plain path is the reference (named so) or a submission that must fail."""
-    return value if isinstance(value, Entry) else Entry(value, expect_pass=name == "reference")
 
 
 def hog(cpu: int) -> subprocess.Popen:
@@ -276,51 +256,6 @@ def stable(summary: dict, entries: dict[str, Entry]) -> bool:
     )  # fmt: skip
 
 
-def partial_cache_entries(root: Path) -> dict[str, Entry]:
-    """The partial caches of the tests, written into ``root``: designs of different parts
-    share a submission (the k-th design of each part), each judged on its parts only."""
-    from tests.grading.test_partial_caches import DESIGNS
-
-    by_part: dict[str, list[tuple[str, str, list]]] = {}
-    for name, (file, part, edits, *_) in DESIGNS.items():
-        by_part.setdefault(part, []).append((name, file, edits))
-    entries = {}
-    for k in range(max(len(v) for v in by_part.values())):
-        chosen = {part: designs[k] for part, designs in by_part.items() if k < len(designs)}
-        path = root / f"partial-{k}"
-        shutil.copytree(SOLUTION, path, ignore=shutil.ignore_patterns("__pycache__", "*.png"))
-        for name, file, edits in chosen.values():
-            target = path / file
-            target.write_text(apply_edits(target.read_text(), edits, name))
-        label = " + ".join(name for name, _, _ in chosen.values())
-        entries[f"partial: {label}"] = Entry(path, tuple(sorted(chosen)))
-    return entries
-
-
-def apply_edits(text: str, edits: list[tuple[str, str]], name: str) -> str:
-    for old, new in edits:
-        if text.count(old) != 1:
-            raise ValueError(f"{name}: edit anchor {old!r} must occur exactly once")
-        text = text.replace(old, new)
-    return text
-
-
-def variant_entries() -> dict[str, Entry]:
-    """The mutant library's correct rewrites of the benchmark parts, the k-th of each part
-    in one submission: each must keep its parts' benchmark points."""
-    by_part = {p: load_mutants(p, variants=True) for p in BENCHMARK_PARTS}
-    by_part = {p: v for p, v in by_part.items() if v}
-    entries = {}
-    for k in range(max((len(v) for v in by_part.values()), default=0)):
-        chosen = [v[k] for v in by_part.values() if k < len(v)]
-        path = materialise_all(chosen, prefix="variant-")
-        label = " + ".join(m.name for m in chosen)
-        entries[f"variant: {label}"] = Entry(
-            path, tuple(sorted({m.part for m in chosen})), expect_pass=True
-        )
-    return entries
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The script's command line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -399,24 +334,6 @@ def main() -> int:
     ok = stable(summary, entries)
     print("verdicts stable" if ok else "VERDICTS NOT STABLE: see the table")
     return 0 if ok else 1
-
-
-def submissions_of(args: argparse.Namespace, scratch: Path) -> dict[str, Entry]:
-    """The submissions the command line asks for, the reference first."""
-    parts = list(BENCHMARK_PARTS)
-    entries = {
-        "reference": Entry(SOLUTION, expect_pass=True),
-        "cache-free (disguised)": Entry(cache_free_submission(parts)),
-    }
-    if args.extra_baselines:
-        entries["cache-free (closer designs)"] = Entry(
-            cache_free_submission(parts, closer_designs(parts))
-        )
-    if args.partial_caches:
-        entries |= partial_cache_entries(scratch)
-    if args.variants:
-        entries |= variant_entries()
-    return entries
 
 
 def on_cluster(args: argparse.Namespace, cluster: ClusterOptions) -> int:
