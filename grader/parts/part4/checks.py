@@ -32,15 +32,14 @@ from grader.core.points import BONUS, points
 from grader.core.thresholds import load_thresholds
 from grader.parts.part4.int8 import int8_reply, judge_int8, judge_int8_cache, restored_dtypes
 from grader.parts.part4.latency import (
-    CLOCKED_CASES,
     RUN_COUNT_CASE,
-    clocked_problem,
     follows_call_pattern,
     judge_latency,
     latency_criteria,
     latency_figures,
     run_count_problem,
 )
+from grader.parts.part4.latency_clock import CLOCKED_CASES, clocked_problem
 from grader.parts.part4.support import (
     Part4Base,
     WrongValue,

@@ -17,7 +17,8 @@ from grader.core.arrays import decode_array
 from grader.parts.part4 import adapter as adapter_part4
 from grader.parts.part4.build import LAB_MODEL, int8_cache_case
 from grader.parts.part4.int8 import int8_reply, judge_int8_cache, restored_dtypes
-from grader.parts.part4.latency import CLOCKED_CASES, clocked_problem, latency_figures
+from grader.parts.part4.latency import latency_figures
+from grader.parts.part4.latency_clock import CLOCKED_CASES, clocked_problem
 from grader.parts.part4.support import plain_value
 from tests.conftest import ROOT
 

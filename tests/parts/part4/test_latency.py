@@ -1,6 +1,6 @@
-"""Part 4's latency judgements (grader/parts/part4/latency.py): measure_latency's
-figures against the grader's clock around the call, and exactly on the clock the
-adapter drives from the model calls. Each known mistake is judged wrong and, where
+"""Part 4's latency judgements (grader/parts/part4/latency.py and latency_clock.py):
+measure_latency's figures against the grader's clock around the call, and exactly on the
+clock the adapter drives from the model calls. Each known mistake is judged wrong and, where
 its figures are its own, named; NaN never passes."""
 
 from __future__ import annotations
@@ -11,16 +11,18 @@ import statistics
 import pytest
 
 from grader.parts.part4.latency import (
-    AVERAGES,
-    CLOCKED_CASES,
     RUN_COUNT_CASE,
-    UNTIMED_STARTS,
-    clocked_figures,
-    clocked_problem,
     follows_call_pattern,
     judge_latency,
     latency_figures,
     run_count_problem,
+)
+from grader.parts.part4.latency_clock import (
+    AVERAGES,
+    CLOCKED_CASES,
+    UNTIMED_STARTS,
+    clocked_figures,
+    clocked_problem,
     same_figures,
 )
 
