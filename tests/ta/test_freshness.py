@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from grader import cli
+from grader.cli.kit import cmd_run_local
 from grader.core.results import GradingResults
 from grader.ta import dist, freshness, regen
 from grader.ta import run_local as run_local_module
@@ -90,7 +91,7 @@ def test_run_local_says_where_its_results_json_is(
 
     monkeypatch.setattr(run_local_module, "run_local", fake_run_local)
     args = cli.build_parser().parse_args(["run-local", "solution", "--zip", "x.zip"])
-    assert cli.cmd_run_local(args) == 0
+    assert cmd_run_local(args) == 0
     out = capsys.readouterr().out
     assert f"results.json: {run_local_module.KEPT_RESULTS}" in out
 

@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from grader import cli
+from grader.cli.submissions import cmd_batch
 from grader.core.points import part_total
 from grader.core.registry import PARTS
 from grader.core.results import validate_results
@@ -106,7 +107,7 @@ def test_missing_or_invalid_metadata_exits_2(tmp_path: Path) -> None:
     )
     with pytest.raises(ExportError, match=r"cannot read submission_metadata\.yml"):
         batch.main(export_dir=tmp_path, out_dir=tmp_path / "out", progress=False)
-    assert cli.cmd_batch(args) == 2
+    assert cmd_batch(args) == 2
     (tmp_path / "submission_metadata.yml").write_text("submission_1: [unclosed")
     proc = subprocess.run(
         [sys.executable, "-m", "grader", "batch", str(tmp_path), "--out", str(tmp_path / "out")],
