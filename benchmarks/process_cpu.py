@@ -36,11 +36,11 @@ def watch(command: list[str], every_s: float) -> tuple[dict, float]:
         for p in processes:
             try:
                 with p.oneshot():
-                    cpu = p.cpu_times()
+                    cpu, key = p.cpu_times(), (p.pid, p.create_time())
                     what = f"{p.username()[:10]} {' '.join(p.cmdline())[-90:]}"
-                    seen[(p.pid, p.create_time())] = (
-                        cpu.user + cpu.system, what, p.ppid(), p.create_time() - started
-                    )  # fmt: skip
+                    if key in seen and not what.split(" ", 1)[1]:  # exiting: keep its name
+                        what = seen[key][1]
+                    seen[key] = (cpu.user + cpu.system, what, p.ppid(), p.create_time() - started)
             except psutil.Error:
                 pass
         time.sleep(every_s)
