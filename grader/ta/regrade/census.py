@@ -4,6 +4,7 @@ class report (:mod:`grader.ta.regrade.class_report`) draws and writes them."""
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,9 +82,9 @@ def example_text(test: dict[str, Any], page: dict[str, Any] | None = None) -> st
     return text if len(text) <= EXAMPLE_CHARS else text[:EXAMPLE_CHARS] + " [...]"
 
 
-def check_order(number: str) -> list[tuple[int, Any]]:
-    """A check number as a sort key: 1.3 before 1.10, as the handout numbers them."""
-    return [(0, int(x)) if x.isdigit() else (1, x) for x in number.split(".")]
+def natural_key(name: str) -> list[tuple[int, Any]]:
+    """Sort ``submission_9`` before ``submission_10``, and check 1.3 before 1.10."""
+    return [(0, int(x)) if x.isdigit() else (1, x) for x in re.split(r"(\d+)", name)]
 
 
 def census(results: dict[str, dict[str, Any]]) -> list[Cause]:
@@ -106,7 +107,7 @@ def census(results: dict[str, dict[str, Any]]) -> list[Cause]:
                 example = example_text(test, data.get("extra_data"))
                 entry.example = f"{test.get('name', '')}\n\n{example}"
     for entry in causes.values():
-        entry.checks = dict(sorted(entry.checks.items(), key=lambda kv: check_order(kv[0])))
+        entry.checks = dict(sorted(entry.checks.items(), key=lambda kv: natural_key(kv[0])))
     return sorted(causes.values(), key=lambda c: (-c.count, c.cause))
 
 

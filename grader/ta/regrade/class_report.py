@@ -20,7 +20,7 @@ from grader.core.points import part_total
 from grader.core.registry import PARTS
 from grader.core.score import check_text as points_of
 from grader.ta.regrade.census import Cause, Measure, census, measures
-from grader.ta.regrade.report import Row, pass_rates, spread
+from grader.ta.regrade.report import Row, pass_rates, score_sentence, spread, total_sentence
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 70em; color: #222; }
@@ -186,15 +186,8 @@ def class_totals(rows: list[Row]) -> str:
     """The class's score (the bonus apart) and total, as ``summary.md`` words them."""
     if not rows:
         return ""
-    score = spread([r.score.regular for r in rows])
-    total = spread([r.total for r in rows])
-    top = max(r.max_score for r in rows)
-    return (
-        f"<p>Score out of {top:g}, the bonus apart: mean {score['mean']:.2f}, median "
-        f"{score['median']:g}, min {score['min']:g}, max {score['max']:g}. Total (score + "
-        f"bonus, what Gradescope records): mean {total['mean']:.2f}, median "
-        f"{total['median']:g}, min {total['min']:g}, max {total['max']:g}.</p>"
-    )
+    score = score_sentence(spread([r.score.regular for r in rows]), max(r.max_score for r in rows))
+    return f"<p>{esc(score)} {esc(total_sentence(spread([r.total for r in rows])))}</p>"
 
 
 def render(rows: list[Row], results: dict[str, dict[str, Any]], title: str) -> str:

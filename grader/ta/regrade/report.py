@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import json
-import re
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -19,7 +18,7 @@ from grader.core.figures import pyplot
 from grader.core.registry import PARTS
 from grader.core.score import Score, file_score
 from grader.core.score import part_scores as check_part_scores
-from grader.ta.regrade.census import Cause, census_markdown, census_records
+from grader.ta.regrade.census import Cause, census_markdown, census_records, natural_key
 
 #: ``died``: a cluster task that never finished (time limit, node failure, out of memory);
 #: it is submitted again by the next run.
@@ -73,11 +72,6 @@ class BatchSummary:
     causes: list[Cause] = field(default_factory=list)  # the mistake census (most made first)
 
 
-def natural_key(name: str) -> list[tuple[int, Any]]:
-    """Sort ``submission_9`` before ``submission_10``."""
-    return [(0, int(x)) if x.isdigit() else (1, x) for x in re.split(r"(\d+)", name)]
-
-
 def part_scores(data: dict[str, Any]) -> dict[str, float | None]:
     """The regular points of the checks of each part (None where a part has none); the
     extra credit is the row's ``bonus``, as every view sets it apart."""
@@ -97,6 +91,22 @@ def spread(values: list[float]) -> dict[str, float]:
         return dict.fromkeys(("mean", "median", "min", "max"), 0.0)
     found = (statistics.fmean(values), float(statistics.median(values)), min(values), max(values))
     return {k: round(v, 4) for k, v in zip(("mean", "median", "min", "max"), found, strict=True)}
+
+
+def score_sentence(score: dict[str, float], max_score: float) -> str:
+    """The class's regular points (a :func:`spread`), as every class view words them."""
+    return (
+        f"Score out of {max_score:g}, the bonus apart: mean {score['mean']:.2f}, median "
+        f"{score['median']:g}, min {score['min']:g}, max {score['max']:g}."
+    )
+
+
+def total_sentence(total: dict[str, float]) -> str:
+    """The class's totals (a :func:`spread`), as every class view words them."""
+    return (
+        f"Total (score + bonus, what Gradescope records): mean {total['mean']:.2f}, median "
+        f"{total['median']:g}, min {total['min']:g}, max {total['max']:g}."
+    )
 
 
 def pass_rates(results: list[dict[str, Any]]) -> list[CheckRate]:
@@ -135,11 +145,9 @@ SUMMARY_MD = """# Regrade summary
 
 {submissions} submissions: {counts_text} ({elapsed_s:.0f} s).
 
-Score out of {max_score:g}, the bonus apart: mean {score[mean]:.2f}, median \
-{score[median]:g}, min {score[min]:g}, max {score[max]:g}. {bonus_text}
+{score_text} {bonus_text}
 
-Total (score + bonus, what Gradescope records): mean {total[mean]:.2f}, median \
-{total[median]:g}, min {total[min]:g}, max {total[max]:g}.
+{total_text}
 
 ![score histogram](score_histogram.png)
 
@@ -215,7 +223,13 @@ def write_outputs(summary: BatchSummary) -> None:
     )
     died = "".join(f"### {k}\n\n```\n{v}\n```\n\n" for k, v in summary.died.items())
     (out / "summary.md").write_text(
-        SUMMARY_MD.format(counts_text=counts_text, bonus_text=bonus_sentence(doc["bonus"]), **doc)
+        SUMMARY_MD.format(
+            counts_text=counts_text,
+            score_text=score_sentence(doc["score"], top),
+            bonus_text=bonus_sentence(doc["bonus"]),
+            total_text=total_sentence(doc["total"]),
+            **doc,
+        )
         + table
         + census_markdown(summary.causes, len(rows))
         + (DIED_MD + died if died else "")
