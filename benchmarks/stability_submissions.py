@@ -9,13 +9,12 @@ temporary copies) and says which benchmark checks each is judged on and which wa
 from __future__ import annotations
 
 import argparse
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from grader.core.paths import SOLUTION
 from grader.ta.calibrate import BENCHMARK_PARTS, cache_free_submission, closer_designs
-from grader.ta.mutants import load_mutants, materialise_all
+from grader.ta.mutants import Mutant, load_mutants, materialise_all
 
 CHECKS = ("2.11", "3.11", "4.6")
 CHECK_OF_PART = {"part2": "2.11", "part3": "3.11", "part4": "4.6"}
@@ -40,52 +39,47 @@ def as_entry(value: Entry | Path, name: str) -> Entry:
     return value if isinstance(value, Entry) else Entry(value, expect_pass=name == "reference")
 
 
-def partial_cache_entries(root: Path) -> dict[str, Entry]:
-    """The partial caches of the tests, written into ``root``: designs of different parts
-    share a submission (the k-th design of each part), each judged on its parts only."""
+def partial_designs() -> dict[str, list[Mutant]]:
+    """The partial caches of ``tests/grading/test_partial_caches.py`` as mutants, by part."""
     from tests.grading.test_partial_caches import DESIGNS
 
-    by_part: dict[str, list[tuple[str, str, list]]] = {}
+    by_part: dict[str, list[Mutant]] = {}
     for name, (file, part, edits, *_) in DESIGNS.items():
-        by_part.setdefault(part, []).append((name, file, edits))
-    entries = {}
-    for k in range(max(len(v) for v in by_part.values())):
-        chosen = {part: designs[k] for part, designs in by_part.items() if k < len(designs)}
-        path = root / f"partial-{k}"
-        shutil.copytree(SOLUTION, path, ignore=shutil.ignore_patterns("__pycache__", "*.png"))
-        for name, file, edits in chosen.values():
-            target = path / file
-            target.write_text(apply_edits(target.read_text(), edits, name))
-        label = " + ".join(name for name, _, _ in chosen.values())
-        entries[f"partial: {label}"] = Entry(path, tuple(sorted(chosen)))
-    return entries
+        by_part.setdefault(part, []).append(Mutant(name, part, file, tuple(edits)))
+    return by_part
 
 
-def apply_edits(text: str, edits: list[tuple[str, str]], name: str) -> str:
-    for old, new in edits:
-        if text.count(old) != 1:
-            raise ValueError(f"{name}: edit anchor {old!r} must occur exactly once")
-        text = text.replace(old, new)
-    return text
+def together(by_part: dict[str, list[Mutant]], prefix: str) -> list[tuple[str, Path, tuple]]:
+    """The k-th rewrite of every part in one temporary copy of the solution (the parts are
+    graded apart, so they do not meet): its label, its folder and the parts it changes."""
+    found = []
+    for k in range(max((len(v) for v in by_part.values()), default=0)):
+        chosen = [v[k] for v in by_part.values() if k < len(v)]
+        label = " + ".join(m.name for m in chosen)
+        parts = tuple(sorted({m.part for m in chosen}))
+        found.append((label, materialise_all(chosen, prefix=prefix), parts))
+    return found
+
+
+def partial_cache_entries() -> dict[str, Entry]:
+    """The partial caches, each judged on its own part only (the caller removes them)."""
+    return {
+        f"partial: {label}": Entry(path, parts)
+        for label, path, parts in together(partial_designs(), "partial-")
+    }
 
 
 def variant_entries() -> dict[str, Entry]:
-    """The mutant library's correct rewrites of the benchmark parts, the k-th of each part
-    in one submission: each must keep its parts' benchmark points."""
+    """The mutant library's correct rewrites of the benchmark parts: each must keep its
+    parts' benchmark points (the caller removes them)."""
     by_part = {p: load_mutants(p, variants=True) for p in BENCHMARK_PARTS}
-    by_part = {p: v for p, v in by_part.items() if v}
-    entries = {}
-    for k in range(max((len(v) for v in by_part.values()), default=0)):
-        chosen = [v[k] for v in by_part.values() if k < len(v)]
-        path = materialise_all(chosen, prefix="variant-")
-        label = " + ".join(m.name for m in chosen)
-        entries[f"variant: {label}"] = Entry(
-            path, tuple(sorted({m.part for m in chosen})), expect_pass=True
-        )
-    return entries
+    return {
+        f"variant: {label}": Entry(path, parts, expect_pass=True)
+        for label, path, parts in together(by_part, "variant-")
+    }
 
 
-def submissions_of(args: argparse.Namespace, scratch: Path) -> dict[str, Entry]:
+def submissions_of(args: argparse.Namespace) -> dict[str, Entry]:
     """The submissions the command line asks for, the reference first."""
     parts = list(BENCHMARK_PARTS)
     entries = {
@@ -97,7 +91,7 @@ def submissions_of(args: argparse.Namespace, scratch: Path) -> dict[str, Entry]:
             cache_free_submission(parts, closer_designs(parts))
         )
     if args.partial_caches:
-        entries |= partial_cache_entries(scratch)
+        entries |= partial_cache_entries()
     if args.variants:
         entries |= variant_entries()
     return entries

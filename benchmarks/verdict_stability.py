@@ -301,8 +301,7 @@ def main() -> int:
     if not shutil.which("taskset"):
         raise SystemExit("this script needs taskset (util-linux)")
 
-    scratch = Path(tempfile.mkdtemp(prefix="stability-subs-"))
-    entries = submissions_of(args, scratch)
+    entries = submissions_of(args)
     conditions = ["busy", "half-cpu"] if args.condition == "both" else [args.condition]
     until = time.monotonic() + args.deadline
     out = Path(args.out)
@@ -323,9 +322,8 @@ def main() -> int:
             )  # fmt: skip
             save(condition, found)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
         for e in entries.values():
-            if e.path != SOLUTION and not e.path.is_relative_to(scratch):
+            if e.path != SOLUTION:  # the temporary copies
                 shutil.rmtree(e.path, ignore_errors=True)
     print(markdown(summary))
     for condition, by_sub in summary.items():

@@ -17,27 +17,26 @@ def submissions() -> ModuleType:
     return import_path(ROOT / "benchmarks" / "stability_submissions.py", "stability_subs_test")
 
 
-def test_the_partial_cache_and_variant_submissions_are_built(
-    submissions: ModuleType, tmp_path
-) -> None:
+def test_the_partial_cache_and_variant_submissions_are_built(submissions: ModuleType) -> None:
     """Every design of the tests becomes part of a submission, on the parts it edits."""
     from tests.grading.test_partial_caches import DESIGNS
 
-    entries = submissions.partial_cache_entries(tmp_path)
-    named = [n for label in entries for n in label.removeprefix("partial: ").split(" + ")]
-    assert sorted(named) == sorted(DESIGNS)
-    for label, entry in entries.items():
-        parts = {DESIGNS[n][1] for n in label.removeprefix("partial: ").split(" + ")}
-        assert set(entry.parts) == parts and not entry.expect_pass
-        assert (entry.path / "transformer_skeleton.py").read_text() != (
-            SOLUTION / "transformer_skeleton.py"
-        ).read_text() or "part2" not in parts
+    entries = submissions.partial_cache_entries()
     variants = submissions.variant_entries()
+    made = [*entries.values(), *variants.values()]
     try:
+        named = [n for label in entries for n in label.removeprefix("partial: ").split(" + ")]
+        assert sorted(named) == sorted(DESIGNS)
+        for label, entry in entries.items():
+            parts = {DESIGNS[n][1] for n in label.removeprefix("partial: ").split(" + ")}
+            assert set(entry.parts) == parts and not entry.expect_pass
+            assert (entry.path / "transformer_skeleton.py").read_text() != (
+                SOLUTION / "transformer_skeleton.py"
+            ).read_text() or "part2" not in parts
         assert all(e.expect_pass for e in variants.values())
         assert sum(len(label.split(" + ")) for label in variants) == sum(
             len(load_mutants(p, variants=True)) for p in submissions.BENCHMARK_PARTS
         )
     finally:
-        for e in variants.values():
+        for e in made:
             shutil.rmtree(e.path, ignore_errors=True)
