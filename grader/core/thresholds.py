@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import glob
 import json
 import os
@@ -19,7 +21,14 @@ DEVICES = ("cpu", "cuda")
 
 
 def parse_thresholds(text: str) -> dict[str, Any]:
-    """Parse and validate the thresholds file's text; raise on anything malformed."""
+    """Parse and validate the thresholds file's text; raise on anything malformed. Each
+    caller gets a copy of its own: a grading reads the file some hundred times, and the
+    schema's validation (20 ms) is done once per distinct text."""
+    return copy.deepcopy(_validated(text))
+
+
+@functools.lru_cache(maxsize=8)
+def _validated(text: str) -> dict[str, Any]:
     data = tomllib.loads(text)
     schema = json.loads(
         resources.files("grader.core").joinpath("schemas/thresholds.schema.json").read_text()

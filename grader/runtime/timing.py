@@ -315,17 +315,29 @@ PASS_MARGIN = 1.25
 MISS_MARGIN, MIN_MISS_ROUNDS = 2.0, 3
 
 
+def _beyond_margins(criterion: Criterion) -> tuple[bool, bool]:
+    """Whether every run met ``criterion``'s limit by :data:`PASS_MARGIN`, and whether every
+    run missed it by :data:`MISS_MARGIN`. Both False for NaN."""
+    r, limit = criterion.ratio, criterion.limit
+    worst, best = (r.low, r.high) if criterion.at_least else (r.high, r.low)
+    if criterion.at_least:
+        return worst >= limit * PASS_MARGIN, best <= limit / MISS_MARGIN
+    return worst <= limit / PASS_MARGIN, best >= limit * MISS_MARGIN
+
+
 def settled(criterion: Criterion, rounds: int) -> bool:
     """Whether ``criterion``'s verdict is decided after ``rounds`` rounds: every run on one
     side of its limit by a margin (:data:`PASS_MARGIN`, :data:`MISS_MARGIN`). False for
     NaN, which keeps measuring and is judged missed in the end."""
-    r, limit = criterion.ratio, criterion.limit
-    worst, best = (r.low, r.high) if criterion.at_least else (r.high, r.low)
-    if criterion.at_least:
-        passed, missed = worst >= limit * PASS_MARGIN, best <= limit / MISS_MARGIN
-    else:
-        passed, missed = worst <= limit / PASS_MARGIN, best >= limit * MISS_MARGIN
+    passed, missed = _beyond_margins(criterion)
     return passed or (missed and rounds >= MIN_MISS_ROUNDS)
+
+
+def missed_for_good(criterion: Criterion, rounds: int) -> bool:
+    """Whether ``criterion`` is :func:`settled` as missed. One such criterion decides a
+    measurement: the check's points need every criterion met, so rounds that only refine
+    the others cannot change its verdict."""
+    return _beyond_margins(criterion)[1] and rounds >= MIN_MISS_ROUNDS
 
 
 def measure(
@@ -341,7 +353,8 @@ def measure(
     until the verdict is decided (a sequential rule, not a fixed count):
 
     - after :data:`MIN_ROUNDS` rounds, stop once every criterion is :func:`settled`
-      (a reference that passes with a 3-10x margin needs no more);
+      (a reference that passes with a 3-10x margin needs no more), or as soon as one is
+      :func:`missed_for_good` (a cache that does not cache, against its yardstick);
     - after ``repeats`` rounds, stop if every criterion is met;
     - otherwise go on, up to ``confirm_repeats`` rounds more, so that one burst of
       background load cannot decide a miss; the verdict is on all rounds.
@@ -352,6 +365,8 @@ def measure(
         rounds = len(next(iter(timings.values())).samples)
         verdict[:] = judge(timings)
         if rounds >= min(MIN_ROUNDS, repeats) and all(settled(c, rounds) for c in verdict):
+            return True
+        if any(missed_for_good(c, rounds) for c in verdict):
             return True
         return rounds == repeats and all(c.passed for c in verdict)
 

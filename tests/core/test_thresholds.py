@@ -66,6 +66,20 @@ def test_malformed_thresholds_are_rejected(old: str, new: str) -> None:
         parse_thresholds(text.replace(old, new, 1))
 
 
+def test_each_reading_is_a_copy_of_its_own_and_a_bad_text_fails_every_time() -> None:
+    """The validated file is kept between readings; a caller that edits its copy (a
+    test's profile, a calibration) must not change what the next caller reads."""
+    first = load_thresholds("cpu")
+    first["part2"]["min_speedup"] = 0.0
+    first["part3"]["batch_sizes"].append(99)
+    again = load_thresholds("cpu")
+    assert again["part2"]["min_speedup"] > 1 and 99 not in again["part3"]["batch_sizes"]
+    bad = shipped_text().replace("min_speedup = 3.47", "min_speedup = 0.5", 1)
+    for _ in range(2):
+        with pytest.raises(jsonschema.ValidationError):
+            parse_thresholds(bad)
+
+
 def test_skeleton_harness_states_the_cpu_threshold() -> None:
     from tests.conftest import ASSIGNMENT, SOLUTION
 

@@ -24,6 +24,7 @@ from grader.runtime.timing import (
     clock_for,
     interleaved,
     measure,
+    missed_for_good,
     settled,
     until_steady,
 )
@@ -149,6 +150,26 @@ def test_measure_stops_a_miss_far_below_the_line_without_confirming_it() -> None
     m = measure(run, ["plain", "cached"], warmup=1, repeats=3, judge=speedup_at_least(2.0),
                 confirm_repeats=6)  # fmt: skip
     assert len(calls) == 2 * (1 + MIN_MISS_ROUNDS) and not m.criteria[0].passed
+
+
+def test_one_criterion_missed_by_far_decides_the_measurement() -> None:
+    """A cache that does not cache: its speedup (1x against 1.6x) never settles, but its
+    cached runs at 5x the reference's against at most 2x do, and the check needs both."""
+    run, calls = scripted({"plain": [1.0] * 12, "cached": [1.0] * 12})
+
+    def judge(timings: dict[str, Timing]) -> list[Criterion]:
+        cached = timings["cached"]
+        yardstick = Timing(tuple(Sample(0.2) for _ in cached.samples))
+        return [
+            Criterion("s", "speedup", Ratio.of(timings["plain"], cached), 1.6, True),
+            Criterion("r", "vs reference", Ratio.of(cached, yardstick), 2.0, False),
+        ]
+
+    m = measure(run, ["plain", "cached"], warmup=1, repeats=3, judge=judge, confirm_repeats=6)
+    assert len(calls) == 2 * (1 + MIN_MISS_ROUNDS) and m.extra_rounds == 0
+    assert [c.passed for c in m.criteria] == [False, False]
+    assert not settled(m.criteria[0], MIN_MISS_ROUNDS) and missed_for_good(m.criteria[1], 3)
+    assert not missed_for_good(m.criteria[1], MIN_MISS_ROUNDS - 1)
 
 
 def test_a_nan_ratio_is_never_settled_and_never_passes() -> None:
