@@ -253,6 +253,7 @@ def test_a_partial_cache_loses_the_benchmark(tmp_path: Path, design: str) -> Non
     [
         ("llama-last-16-again", "[cpu.part3]", 'min_speedup = { "1" = 90, "8" = 90, "16" = 90 }'),
         ("every-8th-step", "[cpu.part2]", "min_speedup = 90"),
+        ("lab-rebuilt-every-16", "[cpu.part4]", "min_speedup = 90"),
     ],
 )
 def test_a_partial_cache_that_misses_a_threshold_first_is_still_named(

@@ -289,16 +289,21 @@ class Part4Checks(Part4LatencyRuns):
         record.add(self.measure_benchmark(timed_run, variants, judge, bench))
         record.add_reference(reference)
         measured = "the worker's CPU time" if clock == "cpu" else "wall time"
+        # The timed runs' own calls name a cause whether or not a threshold was missed
+        # (on a loaded machine a partial cache may miss one first): the advice says it.
+        fed_again = calls_problem(cached_calls)
         self.report_benchmark(
             record,
             f"Time per generated token at L = {lo} and {hi} (ratios of {measured})",
-            "With the cache every step after the prompt feeds one token, so its cost hardly "
-            "depends on how many came before; without it every step re-reads the whole sequence."
+            f"The timing cannot count: {fed_again}"
+            if fed_again
+            else "With the cache every step after the prompt feeds one token, so its cost "
+            "hardly depends on how many came before; without it every step re-reads the whole "
+            "sequence."
             + (f"\n{cause}" if not record.passed and (cause := self.diagnose_generation()) else ""),
         )
-        problem = calls_problem(cached_calls)
-        if problem:
-            self.fail(f"The timing cannot count: {problem}")
+        if fed_again:
+            self.fail(f"The timing cannot count: {fed_again}")
 
     @check("4.7", partial=True, bonus=True)
     def test_int8_bonus(self, set_score: Any = None) -> None:

@@ -87,9 +87,14 @@ def test_benchmark_waiting_for_the_cpu_costs_nothing(tmp_path: Path) -> None:
     record = graded.data["extra_data"]["benchmarks"]["3.11"]
     assert graded.test("3.11")["status"] == "passed", graded.output("3.11")
     timing = record["timings"]["batch 1, with the cache"]
-    assert sum(r > 0.4 for r in timing["runs_s"]) == 2  # the wall clock saw the stalls
-    assert max(timing["cpu_runs_s"]) < 0.4
-    assert record["extra_rounds"] == 0
+    stalled = [i for i, r in enumerate(timing["runs_s"]) if r > 0.4]
+    assert len(stalled) == 2  # the wall clock saw the stalls ...
+    assert max(timing["cpu_runs_s"]) < 0.4  # ... the CPU clock did not
+    # Judged on the recorded runs (not on whether load elsewhere asked for a confirmation
+    # round): the stalled rounds' own CPU-time speedups meet the threshold.
+    plain = record["timings"]["batch 1, without the cache"]["cpu_runs_s"]
+    needed = load_thresholds("cpu")["part3"]["min_speedup"]["1"]
+    assert all(plain[i] / timing["cpu_runs_s"][i] >= needed for i in stalled), record
 
 
 def test_blank_skeleton_scores_zero_without_crashing(blank_graded) -> None:
