@@ -11,9 +11,11 @@ configured local wheels, as it would to the index on a student's machine.
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -22,6 +24,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 from PIL import Image
 
 from grader.core.points import BONUS, POINTS, bonus_total, part_total
@@ -135,20 +138,19 @@ def test_selfcheck_run_from_inside_assignment_grades_the_assignment(
     assert [cmd[4] for cmd in graded] == [str(home / "assignment")] * 3
 
 
-@pytest.fixture(scope="session")  # once per worker, however its tests interleave
-def student_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """student.zip unpacked and set up by the handout's commands, in a fresh venv."""
-    base = tmp_path_factory.mktemp("student")
-    zip_path = build.build_student(out=base / "student.zip", check_cases=False)
-    with zipfile.ZipFile(zip_path) as zf:
-        zf.extractall(base)
-    home = base / TOP
-    commands = setup_commands((home / "README.md").read_text())
-    install = commands[:-1]  # the last one is the self-check, run by the tests below
+def student_venv_key(commands: list[str], requirements: str) -> str:
+    """What the handout's set-up installs depends on: its commands, the requirements file
+    they name, the interpreter and the machine."""
+    inputs = [*commands, requirements, sys.version, platform.platform(), platform.machine()]
+    return hashlib.sha256("\n".join(inputs).encode()).hexdigest()
+
+
+def install(home: Path, commands: list[str]) -> None:
+    """Run the set-up ``commands`` in ``home`` as a student's shell would."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON"))}
     env.update(PIP_RETRIES="0", PIP_NO_INPUT="1")
     proc = subprocess.run(
-        ["bash", "-euc", "\n".join(install)],
+        ["bash", "-euc", "\n".join(commands)],
         cwd=home,
         env=env,
         capture_output=True,
@@ -156,8 +158,50 @@ def student_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
         timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+@pytest.fixture(scope="session")  # once per worker, however its tests interleave
+def student_home(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """student.zip unpacked and set up by the handout's commands, in a fresh venv.
+
+    The installed venv is kept in pytest's cache (at a fixed path: a venv records where it
+    lives) under the key of what it was installed from; a warm run of the suite with the
+    same commands, requirements and interpreter puts this build's files around it instead
+    of installing again. ``KVGRADER_FRESH_VENV=1`` or ``pytest --cache-clear`` installs."""
+    base = tmp_path_factory.mktemp("student")
+    zip_path = build.build_student(out=base / "student.zip", check_cases=False)
+    with zipfile.ZipFile(zip_path) as zf:
+        zf.extractall(base)
+    unpacked = base / TOP
+    commands = setup_commands((unpacked / "README.md").read_text())[:-1]  # the last: selfcheck
+    key = student_venv_key(commands, (unpacked / "requirements.txt").read_text())
+    kept = request.config.cache.mkdir("student-venv")
+    home, complete = kept / TOP, kept / "complete"
+    with FileLock(f"{kept}.lock"):
+        reuse = complete.is_file() and complete.read_text().strip() == key
+        if not reuse or os.environ.get("KVGRADER_FRESH_VENV") == "1":
+            complete.unlink(missing_ok=True)
+            shutil.rmtree(home, ignore_errors=True)
+            shutil.copytree(unpacked, home)
+            install(home, commands)
+            complete.write_text(key + "\n")  # written last: a venv cut short is never reused
+        else:  # this build's files, none of the last run's, around the kept venv
+            for child in home.iterdir():
+                if child.name != ".venv":
+                    shutil.rmtree(child) if child.is_dir() else child.unlink()
+            shutil.copytree(unpacked, home, dirs_exist_ok=True)
     assert (home / ".venv" / "bin" / "python").is_file()
     return home
+
+
+def test_the_kept_venv_follows_what_it_was_installed_from() -> None:
+    """Another command, requirement or interpreter is another key: the venv is installed
+    again rather than reused."""
+    commands = setup_commands((ROOT / "assignment" / "README.md").read_text())[:-1]
+    key = student_venv_key(commands, "torch\n")
+    assert student_venv_key(commands, "torch\n") == key
+    assert student_venv_key(commands, "torch\nnumpy\n") != key
+    assert student_venv_key([*commands[:-1], "pip install other"], "torch\n") != key
 
 
 def run_selfcheck(home: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
