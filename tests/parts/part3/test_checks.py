@@ -4,6 +4,7 @@ skeleton and broken submissions."""
 from __future__ import annotations
 
 import re
+import statistics
 from pathlib import Path
 
 import pytest
@@ -90,11 +91,12 @@ def test_benchmark_waiting_for_the_cpu_costs_nothing(tmp_path: Path) -> None:
     stalled = [i for i, r in enumerate(timing["runs_s"]) if r > 0.4]
     assert len(stalled) == 2  # the wall clock saw the stalls ...
     assert max(timing["cpu_runs_s"]) < 0.4  # ... the CPU clock did not
-    # Judged on the recorded runs (not on whether load elsewhere asked for a confirmation
-    # round): the stalled rounds' own CPU-time speedups meet the threshold.
-    plain = record["timings"]["batch 1, without the cache"]["cpu_runs_s"]
-    needed = load_thresholds("cpu")["part3"]["min_speedup"]["1"]
-    assert all(plain[i] / timing["cpu_runs_s"][i] >= needed for i in stalled), record
+    # Judged on the recorded runs, not on whether load elsewhere asked for a confirmation
+    # round: the verdict's speedup is the CPU-time medians' ratio, never the wall clock's.
+    plain = record["timings"]["batch 1, without the cache"]
+    (speedup,) = [c for c in record["criteria"] if c["key"] == "part3.min_speedup.1"]
+    on_cpu = statistics.median(plain["cpu_runs_s"]) / statistics.median(timing["cpu_runs_s"])
+    assert speedup["ratio"]["median"] == pytest.approx(on_cpu)
 
 
 def test_blank_skeleton_scores_zero_without_crashing(blank_graded) -> None:
