@@ -36,6 +36,7 @@ from grader.parts.part2.timed import (
 )
 from grader.ta.mutants import load_mutants
 from grader.ta.regen import import_path, one_thread
+from grader.worker.tensor_search import CACHE_DEPTH
 from tests.conftest import SOLUTION, patched_solution
 from tests.grading.test_partial_caches import LAYER_INPUT_CACHE, refreshed_in_forward
 
@@ -209,6 +210,6 @@ def test_keys_and_values_are_found_in_lists_tuples_dicts_and_objects() -> None:
     past = [(k, k), {"k": torch.zeros(1, 4, WIDTH)}, Pair(), None, "text"]
     assert len(adapter.kv_tensors(past, 4, WIDTH)) == 5
     deep: Any = torch.zeros(1, 4, WIDTH)
-    for _ in range(adapter.CACHE_DEPTH + 1):
+    for _ in range(CACHE_DEPTH + 1):
         deep = [deep]
     assert adapter.kv_tensors(deep, 4, WIDTH) == []
