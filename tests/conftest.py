@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,6 +101,15 @@ def load_graded(folder: Path) -> Graded:
     validate_results(data)
     plain = json.loads((folder / "plain.json").read_text())
     return Graded(GradingResults.from_gradescope(plain), plain, data)
+
+
+@pytest.fixture(scope="module")
+def worker_modules_importable() -> Iterator[None]:
+    """The worker's modules (``values``, ``tensor_search``) importable by their flat names,
+    as an adapter imports them in the sandbox, for tests that call an adapter here."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(ROOT / "grader" / "worker"))
+        yield
 
 
 @pytest.fixture(scope="session")

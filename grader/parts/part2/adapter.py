@@ -221,10 +221,7 @@ def kv_tensors(value: Any, prefix: int, width: int) -> list[Any]:
     ``prefix`` positions of ``width`` features: (..., T, width) or (..., width, T), T >=
     ``prefix``. The course's (B, T_total, D) pairs, views of a preallocated buffer and a
     key held transposed all qualify; masks and position indices do not."""
-    try:  # flat beside the adapter in the sandbox; the kit's package in regen and tests
-        from tensor_search import tensors_in
-    except ImportError:
-        from grader.worker.tensor_search import tensors_in
+    from tensor_search import tensors_in  # the worker's module, flat beside the adapter
 
     def kv_shaped(t: Any) -> bool:
         if not t.is_floating_point() or t.ndim < 2:

@@ -65,11 +65,7 @@ def cache_tensors(
     step), and per-layer pairs in the lists, tuples, dicts or objects of any module (a model
     that hands each layer its cache). Without ``head_dim`` only Meta's names count."""
     import torch
-
-    try:  # flat beside the adapter in the sandbox; the kit's package in regen and tests
-        from tensor_search import tensors_in
-    except ImportError:
-        from grader.worker.tensor_search import tensors_in
+    from tensor_search import tensors_in  # the worker's module, flat beside the adapter
 
     internal = set(vars(torch.nn.Module()))  # bookkeeping, parameters, submodules
     found: dict[int, Any] = {}

@@ -40,6 +40,9 @@ from grader.worker.tensor_search import CACHE_DEPTH
 from tests.conftest import SOLUTION, patched_solution
 from tests.grading.test_partial_caches import LAYER_INPUT_CACHE, refreshed_in_forward
 
+# The adapters import the worker's modules flat, as in the sandbox.
+pytestmark = pytest.mark.usefixtures("worker_modules_importable")
+
 FILE = "transformer_skeleton.py"
 FORWARD_HEAD = "    def forward(\n        self,\n        input_ids: torch.Tensor,\n"
 CONFIG = PUBLIC_MODEL["config"]

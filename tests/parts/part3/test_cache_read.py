@@ -37,6 +37,9 @@ from grader.ta.regen import one_thread
 from tests.conftest import SOLUTION, patched_solution
 from tests.grading.test_partial_caches import LLAMA_LAYER_INPUTS, llama_refreshed_in_forward
 
+# The adapters import the worker's modules flat, as in the sandbox.
+pytestmark = pytest.mark.usefixtures("worker_modules_importable")
+
 CKPT = TEST_CASES / "public" / "part3" / "tiny_llama"
 PARAMS = {"n_heads": 4, "n_kv_heads": 2, "dim": 64}  # the tiny checkpoint's params.json
 HEADS = (PARAMS["n_kv_heads"], PARAMS["n_heads"])
