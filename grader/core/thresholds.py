@@ -22,7 +22,7 @@ DEVICES = ("cpu", "cuda")
 
 def parse_thresholds(text: str) -> dict[str, Any]:
     """Parse and validate the thresholds file's text; raise on anything malformed. Each
-    caller gets a copy of its own: a grading reads the file some hundred times, and the
+    caller gets a copy of its own: a grading reads the file about fifty times, and the
     schema's validation (20 ms) is done once per distinct text."""
     return copy.deepcopy(_validated(text))
 

@@ -329,8 +329,7 @@ def settled(criterion: Criterion, rounds: int) -> bool:
     """Whether ``criterion``'s verdict is decided after ``rounds`` rounds: every run on one
     side of its limit by a margin (:data:`PASS_MARGIN`, :data:`MISS_MARGIN`). False for
     NaN, which keeps measuring and is judged missed in the end."""
-    passed, missed = _beyond_margins(criterion)
-    return passed or (missed and rounds >= MIN_MISS_ROUNDS)
+    return _beyond_margins(criterion)[0] or missed_for_good(criterion, rounds)
 
 
 def missed_for_good(criterion: Criterion, rounds: int) -> bool:

@@ -145,10 +145,14 @@ def student_venv_key(commands: list[str], requirements: str) -> str:
     return hashlib.sha256("\n".join(inputs).encode()).hexdigest()
 
 
+def student_env() -> dict[str, str]:
+    """This process's environment without its venv and Python settings: a student's shell."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON"))}
+
+
 def install(home: Path, commands: list[str]) -> None:
     """Run the set-up ``commands`` in ``home`` as a student's shell would."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON"))}
-    env.update(PIP_RETRIES="0", PIP_NO_INPUT="1")
+    env = {**student_env(), "PIP_RETRIES": "0", "PIP_NO_INPUT": "1"}
     proc = subprocess.run(
         ["bash", "-euc", "\n".join(commands)],
         cwd=home,
@@ -207,7 +211,7 @@ def test_the_kept_venv_follows_what_it_was_installed_from() -> None:
 def run_selfcheck(home: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
     """``python selfcheck.py ARGS`` with the student's environment active."""
     command = f". .venv/bin/activate && python selfcheck.py {' '.join(args)}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON"))}
+    env = student_env()
     proc = subprocess.run(
         ["bash", "-euc", command], cwd=home, env=env, capture_output=True, text=True, timeout=900
     )
