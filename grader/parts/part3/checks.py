@@ -94,10 +94,10 @@ class Part3GenerateChecks(Part3Timed, Part3Probes):
     @check("3.5")
     def test_greedy_generation(self) -> None:
         """3.5 greedy generate: the reference's text with and without the cache (ragged batch)"""
-        gen, want = self.meta()["generate"], self.meta()["expected_texts"]
+        want = self.meta()["expected_texts"]
         problems = []
         for cache in (True, False):
-            reply = self.generate_or_fail(gen["prompts"], cache)
+            reply = self.handout_generation(cache)
             got = self.texts(reply)
             wrong = [i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b]
             if len(got) != len(want) or wrong:
@@ -158,9 +158,8 @@ class Part3GenerateChecks(Part3Timed, Part3Probes):
     @check("3.6")
     def test_step_logits_agree(self) -> None:
         """3.6 per-step logits of cached and cache-free generation agree within tolerance"""
-        prompts = self.meta()["generate"]["prompts"]
-        cached = self.generate_or_fail(prompts, True).arrays.get("step_logits")
-        plain = self.generate_or_fail(prompts, False).arrays.get("step_logits")
+        cached = self.handout_generation(True).arrays.get("step_logits")
+        plain = self.handout_generation(False).arrays.get("step_logits")
         if not isinstance(cached, np.ndarray) or cached.ndim != 3 or cached.shape != plain.shape:
             self.fail(
                 "The two modes made different numbers of forward calls (or returned logits of "
@@ -180,10 +179,9 @@ class Part3GenerateChecks(Part3Timed, Part3Probes):
         # The forward calls are recorded in the worker, where the submission could rewrite
         # the record: they name a mistake, and only the work the grader measures (a cached
         # run must cost far less CPU time than a cache-free one) gives the points.
-        prompts = self.meta()["generate"]["prompts"]
         problems = []
-        cached = self.generate_or_fail(prompts, True).header.get("calls", [])
-        plain = self.generate_or_fail(prompts, False).header.get("calls", [])
+        cached = self.handout_generation(True).header.get("calls", [])
+        plain = self.handout_generation(False).header.get("calls", [])
         if not cached:
             problems.append("generate never called the model's forward(tokens, start_pos).")
             problems.append(self.name_mistakes("generate_cached_calls", cached))

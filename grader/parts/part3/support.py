@@ -267,6 +267,17 @@ class Part3Base(GradedTestCase):
         except SubmissionError as exc:
             self.fail(with_output(exc.message, exc.output) + self.cause_of_error(exc, cache))
 
+    def handout_generation(self, cache: bool) -> Reply:
+        """``generate`` of the handout's prompts on the public model in one mode, run once
+        per grading: checks 3.5 (its text), 3.6 (its per-step logits) and 3.7 (its forward
+        calls) read the same reply, which holds all three. Each reads what a first call
+        in that mode gives; whether a later call gives the same is check 3.8's question,
+        asked on models of its own. A call that failed is not kept: each check says so."""
+        kept = self.ctx.scratch.setdefault(f"{self.part}.handout_generation", {})
+        if cache not in kept:
+            kept[cache] = self.generate_or_fail(self.meta()["generate"]["prompts"], cache)
+        return kept[cache]
+
     # ------------------------------------------------------------ diagnosis
 
     def signatures(self, probe: str) -> dict[str, Any]:

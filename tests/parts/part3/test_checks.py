@@ -13,7 +13,7 @@ from grader.core.points import POINTS, part_total
 from grader.core.thresholds import load_thresholds
 from grader.runtime.timing import MIN_ROUNDS
 from grader.sandbox.sandbox import Limits
-from tests.conftest import Graded, patched_solution, run_grade
+from tests.conftest import SOLUTION, Graded, grade_checks, patched_solution, run_grade
 
 CHECKS = set(POINTS["part3"])
 LIMITS = Limits(request_timeout_s=30.0, startup_timeout_s=30.0)
@@ -334,3 +334,27 @@ def test_rope_applied_again_to_the_cached_keys_keeps_3_10(tmp_path: Path) -> Non
     output = graded.output("3.10")
     assert graded.score("3.10") == graded.test("3.10")["max_score"], output
     assert "temperature" not in output.lower()
+
+
+def test_the_handouts_generation_runs_once_per_mode_for_3_5_to_3_7(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checks 3.5, 3.6 and 3.7 read the text, per-step logits and forward calls of one
+    generate of the handout's prompts in each mode, instead of asking for it three times."""
+    from grader.runtime import client
+
+    asked: list[tuple] = []
+    request = client.WorkerClient.request
+
+    def counting(self, header, arrays=None, **kw):
+        if header.get("op") == "generate" and header.get("model") == "public":
+            asked.append((header["kv_caching"], tuple(header["prompts"]), header["max_gen_len"]))
+        return request(self, header, arrays, **kw)
+
+    monkeypatch.setattr(client.WorkerClient, "request", counting)
+    limits = Limits(request_timeout_s=30.0, startup_timeout_s=30.0)
+    graded = grade_checks(SOLUTION, tmp_path / "out", "part3", {"3.5", "3.6", "3.7"}, limits)
+    assert [graded.score(n) for n in ("3.5", "3.6", "3.7")] == [
+        POINTS["part3"][n] for n in ("3.5", "3.6", "3.7")
+    ]
+    assert len(asked) >= 2 and len(set(asked)) == len(asked), asked  # none asked twice
