@@ -100,7 +100,8 @@ mutant-tests: $(STAMP)
 	if [ $$status -eq 5 ]; then echo "pytest collected no mutant tests" >&2; exit 1; fi; exit $$status
 
 # Hostile designs graded again for every part and both CPU accountings (cgroup, process
-# tree): each must lose its benchmark points.
+# tree), those slowed or padded on purpose and the partial caches at other periods: each
+# must lose its benchmark points.
 attack-tests: $(STAMP)
 	@$(TEST_ENV) $(PY) -m pytest -m attacks -q -n $(TEST_JOBS) --dist loadgroup $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no attack tests" >&2; exit 1; fi; exit $$status

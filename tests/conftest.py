@@ -145,6 +145,12 @@ PRIVATE_VIEW = pytest.mark.needs_root(
     reason="needs root and a private mount namespace", available=_private_view_available
 )
 
+#: A hostile design whose grading is long by construction (a cache-free path slowed or
+#: padded on purpose, so that its own ratios look like a cache's): graded by
+#: ``make attack-tests`` (CI runs it), not by ``make test``, which keeps a cheaper design
+#: that the same defence catches.
+ATTACK = pytest.mark.attacks
+
 #: What a test module uses to run whole gradings: its tests carry the ``grading`` mark.
 GRADING_ENTRY_POINTS = ("run_grade", "grade", "run_mutants", "run_local", "grade_course_style")
 GRADED_FIXTURES = {"solution_graded", "blank_graded", "course_graded", "regraded"}

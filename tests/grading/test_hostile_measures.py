@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from grader.sandbox.sandbox import Limits
-from tests.conftest import PART2_LIMITS, patched_solution, run_grade
+from tests.conftest import ATTACK, PART2_LIMITS, patched_solution, run_grade
 
 PART3_LIMITS = Limits(request_timeout_s=30.0, startup_timeout_s=30.0)
 
@@ -146,6 +146,7 @@ MEMO_PART3 = """    def generate(
 """
 
 
+@ATTACK
 def test_a_memo_of_earlier_requests_does_not_pass_check_3_11(tmp_path: Path) -> None:
     # Cache-free in disguise, and a cached call whose prompts were all seen before
     # returns the old texts: with one prompt in every row of every timed run, each
@@ -214,6 +215,7 @@ BURNS_WITHOUT_CACHE = (
 )
 
 
+@ATTACK
 def test_a_slowed_cache_free_path_does_not_earn_check_2_9(tmp_path: Path) -> None:
     # Cache-free (the whole prefix recomputed at every cached step, the call counts forged),
     # with a cache-free path 5 times too slow: the work ratio passes, the growth does not.
@@ -240,6 +242,7 @@ SLOW_NO_CACHE = (
 )
 
 
+@ATTACK
 def test_a_slowed_cache_free_path_does_not_earn_check_3_7(tmp_path: Path) -> None:
     # Cache-free in disguise (prev_pos never advances, the call record forged) beside a
     # cache-free path that burns CPU: the work ratio of the two paths looks like a

@@ -237,7 +237,21 @@ DESIGNS = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("design", DESIGNS)
+# The same design at another period: graded by `make attack-tests` (CI), not `make test`,
+# which keeps one design of each kind and cause per part (see the test below).
+SWEEPS = {"refreshed-in-forward-64", "every-32nd-step", "every-64th-step",
+          "llama-every-32nd-step", "llama-refreshed-in-forward-64"}  # fmt: skip
+
+
+def test_make_test_keeps_every_part_and_cause_of_the_partial_caches() -> None:
+    kept = {(DESIGNS[d][1], DESIGNS[d][5]) for d in DESIGNS if d not in SWEEPS}
+    assert set(DESIGNS) >= SWEEPS
+    assert kept == {(d[1], d[5]) for d in DESIGNS.values()}
+
+
+@pytest.mark.parametrize(
+    "design", [pytest.param(d, marks=[pytest.mark.attacks] if d in SWEEPS else []) for d in DESIGNS]
+)
 def test_a_partial_cache_loses_the_benchmark(tmp_path: Path, design: str) -> None:
     file, part, edits, kept, lost, why, limits = DESIGNS[design]
     submission = patched_solution(tmp_path / "sub", file, edits)

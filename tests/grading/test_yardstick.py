@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 from grader.ta.calibrate import cache_free_submission
-from tests.conftest import PART2_LIMITS, grade_checks, patched_solution
+from tests.conftest import ATTACK, PART2_LIMITS, grade_checks, patched_solution
 from tests.grading.test_hostile_measures import (
     BURNS_WITHOUT_CACHE,
     FORGE_PART2_LENGTHS,
@@ -35,6 +35,7 @@ PADS_SHORT_RUNS = (
 )
 
 
+@ATTACK
 def test_a_padded_cache_free_generate_loses_check_2_11(tmp_path: Path) -> None:
     anchor = "# One layer's cache"
     edits = [RECOMPUTES, BURNS_WITHOUT_CACHE, PADS_SHORT_RUNS,
@@ -69,6 +70,7 @@ PADS_SHORT_LLAMA_RUNS = (
 )
 
 
+@ATTACK
 def test_a_padded_cache_free_llama_loses_check_3_11(tmp_path: Path) -> None:
     forge = ("def sample_top_p(", FORGE_PART3_CALLS + "def sample_top_p(")
     edits = [PREV_POS_STUCK, forge, SLOW_NO_CACHE, PADS_SHORT_LLAMA_RUNS]
@@ -156,6 +158,7 @@ PADS_SHORT_L = (
 )
 
 
+@ATTACK
 def test_a_padded_cache_free_lab_loses_check_4_6(tmp_path: Path) -> None:
     submission = patched_solution(tmp_path / "sub", "kv_lab.py", [PADS_SHORT_L])
     graded = grade_checks(submission, tmp_path / "out", "part4", {"4.6"})
