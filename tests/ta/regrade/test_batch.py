@@ -459,7 +459,7 @@ def test_a_batch_timeout_sweeps_a_daemon_that_left_the_sandbox(tmp_path: Path) -
     )
     target.write_text(text.replace(anchor, daemon + anchor, 1))
     summary = batch.main(
-        export_dir=export, out_dir=tmp_path / "out", parts=["part1"], timeout_s=20, progress=False
+        export_dir=export, out_dir=tmp_path / "out", parts=["part1"], timeout_s=10, progress=False
     )
     assert summary.counts["timeout"] == 1
     left = [
