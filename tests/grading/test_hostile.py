@@ -175,7 +175,9 @@ def test_monkeypatching_comparisons_in_the_worker_changes_nothing(tmp_path: Path
         "numpy.testing.assert_allclose = lambda *a, **k: None\n"
         "import numpy\nnumpy.allclose = lambda *a, **k: True\n"
     )
-    graded = grade_part2(tmp_path, [("/ math.sqrt(self.d_model)", "/ self.d_model")], patch)
+    graded = grade_part2(
+        tmp_path, [("/ math.sqrt(self.d_model)", "/ self.d_model")], patch, numbers={"2.2"}
+    )
     assert graded.score("2.2") == 0
     assert "divides the attention scores by d_model" in graded.output("2.2")
 
@@ -183,14 +185,14 @@ def test_monkeypatching_comparisons_in_the_worker_changes_nothing(tmp_path: Path
 def test_patching_the_clock_does_not_fake_the_benchmark(tmp_path: Path) -> None:
     # A cache that recomputes the prefix, with a frozen clock in the worker.
     patch = "import time\ntime.perf_counter = lambda: 0.0\ntime.time = lambda: 0.0\n"
-    graded = grade_part2(tmp_path, [("if not use_cache:", "if True:")], patch)
+    graded = grade_part2(tmp_path, [("if not use_cache:", "if True:")], patch, numbers={"2.11"})
     assert graded.score("2.11") == 0
     assert "speedup" in graded.output("2.11")
 
 
 def test_always_equal_objects_are_rejected(grade_patched, tmp_path: Path) -> None:
     cls = "    class Same:\n        def __eq__(self, other): return True\n"
-    graded = grade_patched([in_param_count(cls + "    return Same()")])
+    graded = grade_patched([in_param_count(cls + "    return Same()")], numbers=frozenset({"1.1"}))
     assert graded.score("1.1") == 0
     assert "must return an int, got an object of type Same" in graded.output("1.1")
     forward = (
@@ -198,7 +200,9 @@ def test_always_equal_objects_are_rejected(grade_patched, tmp_path: Path) -> Non
         "            def __eq__(self, other): return True\n"
         "        return Same(), new_past_kv"
     )
-    graded = grade_part2(tmp_path, [("        return logits, new_past_kv", forward)])
+    graded = grade_part2(
+        tmp_path, [("        return logits, new_past_kv", forward)], numbers={"2.2"}
+    )
     assert graded.score("2.2") == 0
     assert "must be a torch.Tensor" in graded.output("2.2")
 
@@ -274,8 +278,14 @@ def test_the_worker_has_no_network(grade_patched) -> None:
 # ---------------------------------------------------------------------- helper
 
 
-def grade_part2(tmp_path: Path, edits: list[tuple[str, str]], prelude: str = ""):
-    """Grade Part 2 of the solution with ``edits``, and ``prelude`` run at import."""
+def grade_part2(
+    tmp_path: Path,
+    edits: list[tuple[str, str]],
+    prelude: str = "",
+    numbers: set[str] | None = None,
+):
+    """Grade Part 2 of the solution with ``edits``, and ``prelude`` run at import (only
+    the checks ``numbers`` when given)."""
     anchor = "# One layer's cache"
     if prelude:
         edits = [*edits, (anchor, prelude + anchor)]
@@ -283,5 +293,9 @@ def grade_part2(tmp_path: Path, edits: list[tuple[str, str]], prelude: str = "")
         tmp_path / f"part2-{len(list(tmp_path.iterdir()))}", "transformer_skeleton.py", edits
     )
     return run_grade(
-        submission, tmp_path / f"out-{submission.name}", parts=["part2"], limits=PART2_LIMITS
+        submission,
+        tmp_path / f"out-{submission.name}",
+        parts=["part2"],
+        limits=PART2_LIMITS,
+        numbers=frozenset(numbers) if numbers is not None else None,
     )

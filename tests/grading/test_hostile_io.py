@@ -335,7 +335,7 @@ def test_the_worker_sees_neither_the_checkout_nor_other_gradings(grade_patched) 
             "    assert not seen, f'the checkout is visible: {sorted(seen)[:5]}'\n"
             f"    assert not os.path.exists({str(neighbour)!r}), 'another sandbox is visible'"
         )
-        graded = grade_patched([in_param_count(code)])
+        graded = grade_patched([in_param_count(code)], numbers=frozenset({"1.1"}))
     finally:
         shutil.rmtree(neighbour)
     assert graded.score("1.1") == 2, graded.output("1.1")
@@ -357,7 +357,7 @@ def test_the_worker_cannot_fill_the_machines_temp_folders(grade_patched) -> None
         "        if os.path.exists(f'/tmp/fill{i}'): os.unlink(f'/tmp/fill{i}')\n"
         "    assert total <= 256 * 2**20, f'{total} bytes written to /tmp'"
     )
-    graded = grade_patched([in_param_count(code)])
+    graded = grade_patched([in_param_count(code)], numbers=frozenset({"1.1"}))
     assert graded.score("1.1") == 2, graded.output("1.1")
     assert not list(Path("/tmp").glob("fill*"))
 

@@ -117,7 +117,7 @@ def grade_edit(tmp_path: Path, file: str, edits: list[tuple[str, str]]):
 
 
 def test_build_without_clear_errors_loses_only_3_1(tmp_path: Path) -> None:
-    graded = grade_edit(
+    graded = grade_numbers(
         tmp_path,
         "llama/model.py",
         [
@@ -127,6 +127,7 @@ def test_build_without_clear_errors_loses_only_3_1(tmp_path: Path) -> None:
                 "        unknown = []\n",
             )
         ],
+        {"3.1", "3.2"},
     )
     assert graded.score("3.1") == 0
     assert "unknown params.json key" in graded.output("3.1")
@@ -146,7 +147,7 @@ def test_a_model_py_alone_names_the_file_still_to_upload(tmp_path: Path) -> None
 
 
 def test_generate_returning_strings_is_explained(tmp_path: Path) -> None:
-    graded = grade_edit(
+    graded = grade_numbers(
         tmp_path,
         "llama/generation.py",
         [
@@ -155,6 +156,7 @@ def test_generate_returning_strings_is_explained(tmp_path: Path) -> None:
                 "return [tokenizer.decode(t) for t in out]",
             )
         ],
+        {"3.2", "3.5"},
     )
     assert graded.score("3.5") == 0
     assert 'one dict per prompt with a "generation" string' in graded.output("3.5")
@@ -180,7 +182,7 @@ def test_all_nan_logits_never_pass(tmp_path: Path) -> None:
         "return self.output(self.norm(h)).float()  # (B, T, vocab)",
         'return self.output(self.norm(h)).float() * float("nan")  # (B, T, vocab)',
     )
-    graded = grade_edit(tmp_path, "llama/model.py", [nan])
+    graded = grade_numbers(tmp_path, "llama/model.py", [nan], {"3.2", "3.3", "3.5", "3.6"})
     for number in ("3.2", "3.3", "3.5", "3.6"):
         assert graded.score(number) == 0, number
     assert "NaN" in graded.output("3.2") or "nan" in graded.output("3.6").lower()
@@ -190,7 +192,7 @@ def test_a_cache_kept_when_switched_off_loses_3_1(tmp_path: Path) -> None:
     """set_kv_caching freeing the caches when switched on instead of off: the outputs are
     right, but the worker's resident memory, read by the grader, does not shrink."""
     keep = ("            if not enabled:\n", "            if enabled:\n")
-    graded = grade_edit(tmp_path, "llama/model.py", [keep])
+    graded = grade_numbers(tmp_path, "llama/model.py", [keep], {"3.1", "3.5"})
     assert graded.score("3.1") == 0
     assert "set_kv_caching(False) must drop every layer's cache" in graded.output("3.1")
     assert graded.score("3.5") == graded.test("3.5")["max_score"]
@@ -200,7 +202,7 @@ def test_a_prompt_of_max_seq_len_tokens_is_accepted(tmp_path: Path) -> None:
     """Meta's guard refuses only prompts longer than max_seq_len; one that refuses a prompt
     of exactly max_seq_len tokens loses 3.5 on the full batch."""
     guard = ("if max_prompt_len > params.max_seq_len:", "if max_prompt_len >= params.max_seq_len:")
-    graded = grade_edit(tmp_path, "llama/generation.py", [guard])
+    graded = grade_numbers(tmp_path, "llama/generation.py", [guard], {"3.1", "3.5"})
     assert graded.score("3.5") == 0
     assert "the longest exactly max_seq_len = 128" in graded.output("3.5")
     assert graded.score("3.1") == graded.test("3.1")["max_score"]
