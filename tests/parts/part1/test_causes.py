@@ -55,7 +55,10 @@ def test_four_parameter_mistakes_at_once_are_named_together(grade_patched) -> No
     all four in one sentence, results.json lists all four ids, and 1.12's hidden specs
     name them too."""
     mutants = {m.name: m for m in load_mutants("part1", combined=False)}
-    graded = grade_patched([e for name in PARAM_MISTAKES for e in mutants[name].edits])
+    graded = grade_patched(
+        [e for name in PARAM_MISTAKES for e in mutants[name].edits],
+        numbers=frozenset({"1.1", "1.12"}),
+    )
     order = sorted(PARAM_MISTAKES)
     sentence = "Likely cause: your code " + ", and ".join(DIAGNOSES[n] for n in order) + "."
     assert graded.score("1.1") == 0
@@ -68,7 +71,7 @@ def test_four_parameter_mistakes_at_once_are_named_together(grade_patched) -> No
 
 def test_the_write_ups_answer_returned_for_another_input_is_named(grade_patched) -> None:
     body = "    return embedding + spec.n_layers * per_layer + final_norm + output_head"
-    graded = grade_patched([(body, "    return 8030261248")])
+    graded = grade_patched([(body, "    return 8030261248")], numbers=frozenset({"1.1", "1.12"}))
     hint = "returns the answer for LLaMA-3-8B for other inputs as well"
     assert graded.score("1.1") == 0
     assert "param_count(an input of its own) returned 8,030,261,248, which is wrong " in (

@@ -46,7 +46,8 @@ def test_feedback_shows_what_was_compared_never_the_answer(grade_patched) -> Non
     """Every Part 1 value is a write-up answer: the feedback shows the student's value and
     how it was compared, public checks included, never the expected one."""
     graded = grade_patched(
-        [("return embedding + spec.n_layers", "return 1 + embedding + spec.n_layers")]
+        [("return embedding + spec.n_layers", "return 1 + embedding + spec.n_layers")],
+        numbers=frozenset({"1.1", "1.10"}),
     )
     assert graded.score("1.1") == 0
     assert "returned 8,030,261,249, which is wrong (compared exactly)" in graded.output("1.1")
@@ -63,7 +64,8 @@ def test_answer_table_feedback_names_the_wrong_cells_without_the_answers(grade_p
                 '"max_batch_size": max_batch_size(spec, gpu_mem_bytes, context_len),',
                 '"max_batch_size": 1 + max_batch_size(spec, gpu_mem_bytes, context_len),',
             )
-        ]
+        ],
+        numbers=frozenset({"1.10"}),
     )
     output = graded.output("1.10")
     assert graded.score("1.10") == 0
@@ -77,7 +79,8 @@ def test_hidden_checks_give_partial_credit_without_revealing_answers(grade_patch
     # Wrong only for tied embeddings: the write-up's models are not tied; 1.1's input of
     # its own and some hidden specs are.
     graded = grade_patched(
-        [("output_head = 0 if spec.tied_embeddings else", "output_head = 0 if False else")]
+        [("output_head = 0 if spec.tied_embeddings else", "output_head = 0 if False else")],
+        numbers=frozenset({"1.1", "1.12"}),
     )
     assert graded.score("1.1") == 0
     assert "param_count(an input of its own) returned" in graded.output("1.1")
@@ -103,7 +106,10 @@ def test_import_error_is_reported(grade_patched) -> None:
 
 
 def test_missing_function_loses_only_its_checks(grade_patched) -> None:
-    graded = grade_patched([("def weight_bytes(", "def weight_bytes_renamed(")])
+    graded = grade_patched(
+        [("def weight_bytes(", "def weight_bytes_renamed(")],
+        numbers=frozenset({"1.1", "1.2", "1.6"}),
+    )
     assert "does not define `weight_bytes`" in graded.output("1.2")
     assert graded.score("1.2") == 0
     assert graded.score("1.1") == 2
@@ -112,7 +118,8 @@ def test_missing_function_loses_only_its_checks(grade_patched) -> None:
 
 def test_function_that_raises(grade_patched) -> None:
     graded = grade_patched(
-        [("    return float(4 * N * d)  # one query", "    raise ValueError('boom')  # one query")]
+        [("    return float(4 * N * d)  # one query", "    raise ValueError('boom')  # one query")],
+        numbers=frozenset({"1.1", "1.6"}),
     )
     assert graded.score("1.6") == 0
     assert "raised ValueError: boom" in graded.output("1.6")
@@ -129,7 +136,8 @@ def test_a_whole_float_for_an_int_is_right_with_a_note(grade_patched) -> None:
                 "return param_count(spec) * spec.bytes_per_param",
                 "return float(param_count(spec) * spec.bytes_per_param)",
             )
-        ]
+        ],
+        numbers=frozenset({"1.2", "1.4", "1.10"}),
     )
     assert graded.score("1.2") == 1 and graded.test("1.2")["status"] == "passed"
     note = (
@@ -146,7 +154,8 @@ def test_a_whole_float_for_an_int_is_right_with_a_note(grade_patched) -> None:
 def test_wrong_return_type(grade_patched) -> None:
     """A float with a fraction where an int is asked for (a batch size by /) still fails."""
     graded = grade_patched(
-        [("return max(free // per_request, 0)", "return max(free / per_request, 0)")]
+        [("return max(free // per_request, 0)", "return max(free / per_request, 0)")],
+        numbers=frozenset({"1.1", "1.4"}),
     )
     assert graded.score("1.4") == 0
     assert "must return an int, but returned the float" in graded.output("1.4")
@@ -160,7 +169,8 @@ def test_gb_instead_of_gib_in_the_table_is_named(grade_patched) -> None:
         [
             ('"weight_gib": weight_bytes(spec) / GIB,', '"weight_gib": weight_bytes(spec) / 1e9,'),
             ("        / GIB,\n", "        / 1e9,\n"),
-        ]
+        ],
+        numbers=frozenset({"1.10"}),
     )
     output = graded.output("1.10")
     assert "weight_gib = 16.0605 (compared" in output
@@ -170,7 +180,10 @@ def test_gb_instead_of_gib_in_the_table_is_named(grade_patched) -> None:
 
 
 def test_nan_is_rejected(grade_patched) -> None:
-    graded = grade_patched([("return float(4 * N * d)  #", "return float('nan')  #")])
+    graded = grade_patched(
+        [("return float(4 * N * d)  #", "return float('nan')  #")],
+        numbers=frozenset({"1.6", "1.7"}),
+    )
     assert graded.score("1.6") == 0
     assert "not a finite number" in graded.output("1.6")
     assert graded.score("1.7") == 2
@@ -184,7 +197,9 @@ HANG_LIMITS = Limits(request_timeout_s=2.0, startup_timeout_s=5.0)
 def test_function_that_never_returns_times_out(grade_patched) -> None:
     anchor = '    _check_phase(phase)\n    if phase == "prefill":\n        # read Q'
     looping = anchor.replace("_check_phase(phase)\n", "_check_phase(phase)\n    while True: pass\n")
-    graded = grade_patched([(anchor, looping)], limits=HANG_LIMITS)
+    graded = grade_patched(
+        [(anchor, looping)], limits=HANG_LIMITS, numbers=frozenset({"1.1", "1.6", "1.7", "1.12"})
+    )
     assert graded.score("1.7") == 0
     assert f"did not finish within {HANG_LIMITS.request_timeout_s:g} s" in graded.output("1.7")
     # Everything that does not call attention_bytes is still graded.
@@ -200,7 +215,8 @@ def test_exit_inside_a_function_is_contained(grade_patched) -> None:
                 "    free = tp * gpu_mem_bytes",
                 "    import os; os._exit(0)\n    free = tp * gpu_mem_bytes",
             )
-        ]
+        ],
+        numbers=frozenset({"1.1", "1.4"}),
     )
     assert graded.score("1.4") == 0
     assert "os._exit" in graded.output("1.4")
@@ -214,7 +230,8 @@ def test_sys_exit_inside_a_function(grade_patched) -> None:
                 "    free = tp * gpu_mem_bytes",
                 "    raise SystemExit(3)\n    free = tp * gpu_mem_bytes",
             )
-        ]
+        ],
+        numbers=frozenset({"1.3", "1.4"}),
     )
     assert "called sys.exit(3)" in graded.output("1.4")
     assert graded.score("1.3") == 2
@@ -278,7 +295,9 @@ def test_results_are_written_even_if_the_grader_crashes(tmp_path: Path, monkeypa
 
 
 def test_memory_limit_is_enforced(grade_patched) -> None:
-    graded = grade_patched([in_param_count("    bytearray(64 * 2**30)")])
+    graded = grade_patched(
+        [in_param_count("    bytearray(64 * 2**30)")], numbers=frozenset({"1.1", "1.6"})
+    )
     assert graded.score("1.1") == 0
     assert "ran out of memory" in graded.output("1.1")
     assert graded.score("1.6") == 1
@@ -292,7 +311,7 @@ def test_process_limit_and_cleanup(grade_patched) -> None:
         "    import subprocess\n"
         "    procs = [subprocess.Popen(['sleep', '77.5']) for _ in range(400)]"
     )
-    graded = grade_patched([edit], limits=Limits(max_processes=32))
+    graded = grade_patched([edit], limits=Limits(max_processes=32), numbers=frozenset({"1.1"}))
     assert graded.score("1.1") == 0
     assert "raised BlockingIOError" in graded.output("1.1")
     assert "(question1.py, line" in graded.output("1.1")  # the student's line, not the library's
@@ -308,14 +327,15 @@ def test_tensor_instead_of_number(grade_patched) -> None:
         "    return param_count(spec) * spec.bytes_per_param",
         "    import torch\n    return torch.tensor(param_count(spec) * spec.bytes_per_param)",
     )
-    graded = grade_patched([edit], limits=PART2_LIMITS)  # importing torch takes a while
+    # importing torch takes a while
+    graded = grade_patched([edit], limits=PART2_LIMITS, numbers=frozenset({"1.2"}))
     assert graded.score("1.2") == 0
     assert "use .item()" in graded.output("1.2")
 
 
 def test_printed_output_is_shown_with_the_failure_and_capped(grade_patched) -> None:
     edit = in_param_count("    print('debugging ' * 20_000)\n    raise RuntimeError('oops')")
-    graded = grade_patched([edit])
+    graded = grade_patched([edit], numbers=frozenset({"1.1"}))
     output = graded.output("1.1")
     assert "raised RuntimeError: oops" in output
     assert "Your code printed:\ndebugging" in output
@@ -329,7 +349,8 @@ def test_answers_written_in_for_the_write_ups_inputs_earn_nothing(grade_patched)
     graded = grade_patched(
         [("    free = tp * gpu_mem_bytes - weight_bytes(spec)",
           "    if spec.vocab_size != 128256:\n        return 0\n"
-          "    free = tp * gpu_mem_bytes - weight_bytes(spec)")]
+          "    free = tp * gpu_mem_bytes - weight_bytes(spec)")],
+        numbers=frozenset({"1.4", "1.5"}),
     )  # fmt: skip
     for number in ("1.4", "1.5"):
         assert graded.score(number) == 0, number
