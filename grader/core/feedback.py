@@ -251,7 +251,14 @@ def benchmark_tables(record: dict[str, Any], device: str) -> list[Block]:
         blocks.append(table(header, runs))
     if record.get("extra_rounds"):
         blocks.append(plain(confirmed(record["extra_rounds"])))
+    if record.get("cut_short"):
+        blocks.append(plain(CUT_SHORT))
     return blocks
+
+
+#: What a benchmark's feedback says when its timing stopped because the timed runs' own
+#: results already lost the check (the console's words and the Markdown's).
+CUT_SHORT = "Timing stopped early: what the timed runs did already decides the check."
 
 
 def confirmed(extra_rounds: int) -> str:

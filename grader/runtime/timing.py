@@ -37,6 +37,9 @@ from typing import Any
 
 #: What a benchmark's ratios are taken of: "cpu" (CPU seconds) or "wall" (wall seconds).
 CLOCKS = ("cpu", "wall")
+#: With this variable set to 1, a benchmark times every round even once its timed runs
+#: have lost the check some other way (calibration needs the cache-free designs' ratios).
+FULL_TIMING = "KVGRADER_FULL_TIMING"
 
 
 def clock_for(device: str) -> str:
@@ -203,12 +206,14 @@ class BenchmarkRecord:
     timings: dict[str, Timing] = field(default_factory=dict)
     leaderboard: dict[str, float] = field(default_factory=dict)  # tokens_per_s, speedup
     extra_rounds: int = 0  # rounds added to each measurement that missed (0: none needed)
+    cut_short: bool = False  # a measurement stopped once something else decided the check
 
     def add(self, measurement: Measurement) -> None:
         """Keep the timings and the verdicts of one measurement."""
         self.timings.update(measurement.timings)
         self.criteria.extend(measurement.criteria)
         self.extra_rounds = max(self.extra_rounds, measurement.extra_rounds)
+        self.cut_short = self.cut_short or measurement.cut_short
 
     def add_reference(self, reference: dict[str, Timing]) -> None:
         """Keep the reference's timings of this grading (the yardstick), beside the
@@ -231,6 +236,7 @@ class BenchmarkRecord:
             "timings": {name: t.summary() for name, t in self.timings.items()},
             "leaderboard": self.leaderboard,
             "extra_rounds": self.extra_rounds,
+            "cut_short": self.cut_short,
         }
 
 
@@ -302,6 +308,7 @@ class Measurement:
     timings: dict[str, Timing]
     criteria: list[Criterion]
     extra_rounds: int = 0  # rounds added to confirm a miss; the verdict is on all rounds
+    cut_short: bool = False  # stopped because ``decided_elsewhere`` said the check is lost
 
 
 #: Rounds a measurement always takes before its verdict may be settled early.
@@ -347,6 +354,7 @@ def measure(
     repeats: int,
     judge: Callable[[dict[str, Timing]], list[Criterion]],
     confirm_repeats: int = 0,
+    decided_elsewhere: Callable[[], bool] | None = None,
 ) -> Measurement:
     """Time ``variants`` interleaved, one round at a time, and ``judge`` the timings
     until the verdict is decided (a sequential rule, not a fixed count):
@@ -356,13 +364,20 @@ def measure(
       :func:`missed_for_good` (a cache that does not cache, against its yardstick);
     - after ``repeats`` rounds, stop if every criterion is met;
     - otherwise go on, up to ``confirm_repeats`` rounds more, so that one burst of
-      background load cannot decide a miss; the verdict is on all rounds.
+      background load cannot decide a miss; the verdict is on all rounds;
+    - after any round, stop when ``decided_elsewhere()`` says the check is lost whatever
+      the timings say (the timed runs' own results: a cache whose calls feed tokens
+      again cannot earn the points), with what was measured so far.
     """
     verdict: list[Criterion] = []
+    cut = [False]
 
     def decided(timings: dict[str, Timing]) -> bool:
         rounds = len(next(iter(timings.values())).samples)
         verdict[:] = judge(timings)
+        if decided_elsewhere is not None and decided_elsewhere():
+            cut[0] = True
+            return True
         if rounds >= min(MIN_ROUNDS, repeats) and all(settled(c, rounds) for c in verdict):
             return True
         if any(missed_for_good(c, rounds) for c in verdict):
@@ -372,4 +387,4 @@ def measure(
     most = repeats + max(0, confirm_repeats)
     timings = interleaved(run, variants, warmup=warmup, repeats=most, until=decided)
     rounds = len(next(iter(timings.values())).samples)
-    return Measurement(timings, list(verdict), max(0, rounds - repeats))
+    return Measurement(timings, list(verdict), max(0, rounds - repeats), cut[0])

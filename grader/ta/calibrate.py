@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import statistics
 import sys
@@ -29,9 +30,11 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from unittest import mock
 
 from grader.core.paths import PROJECT_ROOT, RESULTS, SOLUTION
 from grader.core.registry import PARTS
+from grader.runtime.timing import FULL_TIMING
 from grader.ta.mutants import load_mutants, materialise_all
 
 if TYPE_CHECKING:
@@ -195,16 +198,19 @@ def measure(
     submission: Path, parts: list[str], device: str, runs: int, side: str,
     observations: dict[str, Observation],
 ) -> None:  # fmt: skip
-    """Grade only the benchmark checks of ``submission`` ``runs`` times."""
+    """Grade only the benchmark checks of ``submission`` ``runs`` times, every round of
+    each timed (``FULL_TIMING``): a cache-free baseline's calls lose its check early in a
+    grading, but its ratios are what the thresholds are proposed from."""
     from grader.grading.runner import grade
 
     for i in range(runs):
         out = Path(tempfile.mkdtemp(prefix="calibrate-"))
         try:
-            results = grade(
-                submission, results_path=out / "results.json", parts=parts, device=device,
-                tags=frozenset({"benchmark"}),
-            )  # fmt: skip
+            with mock.patch.dict(os.environ, {FULL_TIMING: "1"}):
+                results = grade(
+                    submission, results_path=out / "results.json", parts=parts, device=device,
+                    tags=frozenset({"benchmark"}),
+                )  # fmt: skip
         finally:
             shutil.rmtree(out, ignore_errors=True)
         if results is None:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from grader.core.feedback import CUT_SHORT
+from grader.runtime.timing import FULL_TIMING, MIN_ROUNDS
 from grader.sandbox.sandbox import Limits
 from tests.conftest import (
     FAST_LIMITS,
@@ -260,6 +262,25 @@ def test_a_partial_cache_loses_the_benchmark(tmp_path: Path, design: str) -> Non
     assert graded.score(lost) == 0
     assert why in graded.output(lost)
     assert "cannot count" in graded.output(lost)
+    # Calls that feed tokens again lose the check whatever the runs cost: timing stops there.
+    fed_again = why == "recomputes part of the work"
+    assert (CUT_SHORT in graded.output(lost)) == fed_again, graded.output(lost)
+    assert graded.results.extra_data["benchmarks"][lost]["cut_short"] == fed_again
+
+
+def test_full_timing_times_every_round_of_a_check_its_calls_lose(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``KVGRADER_FULL_TIMING=1`` (calibration) a partial cache's runs are timed in
+    every round; the verdict and its cause are the same."""
+    monkeypatch.setenv(FULL_TIMING, "1")
+    file, part, edits, _kept, lost, why, limits = DESIGNS["every-8th-step"]
+    submission = patched_solution(tmp_path / "sub", file, edits)
+    graded = grade_checks(submission, tmp_path / "out", part, {lost}, limits)
+    assert graded.score(lost) == 0 and why in graded.output(lost)
+    record = graded.results.extra_data["benchmarks"][lost]
+    assert not record["cut_short"] and CUT_SHORT not in graded.output(lost)
+    assert len(record["timings"]["with the cache"]["runs_s"]) >= MIN_ROUNDS
 
 
 @pytest.mark.parametrize(

@@ -172,6 +172,32 @@ def test_one_criterion_missed_by_far_decides_the_measurement() -> None:
     assert not missed_for_good(m.criteria[1], MIN_MISS_ROUNDS - 1)
 
 
+def test_a_check_lost_by_what_its_runs_did_stops_the_rounds() -> None:
+    """Runs that lose the check whatever they cost (a cache whose calls feed tokens again)
+    stop after the first timed round, with its timings; without that, a speedup near the
+    line keeps every confirmation round going."""
+    run, calls = scripted({"plain": [1.0] * 12, "cached": [0.6] * 12})  # 1.67x against 2x
+    lost: list[str] = []
+
+    def cached_run(variant: str, i: int) -> Sample:
+        if variant == "cached":
+            lost.append("fed again")  # what the run's own calls showed
+        return run(variant, i)
+
+    m = measure(cached_run, ["plain", "cached"], warmup=1, repeats=3,
+                judge=speedup_at_least(2.0), confirm_repeats=6,
+                decided_elsewhere=lambda: bool(lost))  # fmt: skip
+    assert len(calls) == 2 * 2 and m.cut_short and m.extra_rounds == 0  # warm-up + 1 round
+    assert len(m.timings["cached"].samples) == 1 and not m.criteria[0].passed
+    record = BenchmarkRecord(check="2.11", profile="cpu")
+    record.add(m)
+    assert record.cut_short and record.summary()["cut_short"]
+    run, calls = scripted({"plain": [1.0] * 12, "cached": [0.6] * 12})
+    m = measure(run, ["plain", "cached"], warmup=1, repeats=3, judge=speedup_at_least(2.0),
+                confirm_repeats=6, decided_elsewhere=lambda: False)  # fmt: skip
+    assert len(calls) == 2 * 10 and not m.cut_short
+
+
 def test_a_nan_ratio_is_never_settled_and_never_passes() -> None:
     nan = Criterion("k", "label", Ratio(math.nan, math.nan, math.nan), 2.0, True)
     assert not settled(nan, 10) and not nan.passed

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from grader.runtime.timing import FULL_TIMING
+from grader.ta import calibrate
 from grader.ta.calibrate import (
     BASELINES,
     EXTRA_BASELINES,
@@ -97,3 +102,20 @@ def test_calibrating_part2_separates_reference_from_baseline(capsys) -> None:
     # The yardstick too: the reference near 1x its own runs, the cache-free baseline far.
     yardstick = proposals["part2.max_vs_reference"]
     assert yardstick.separates and f"max_vs_reference = {yardstick.threshold:g}" in out
+
+
+def test_calibration_times_every_round_of_its_gradings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache-free baseline's calls lose its check in the first timed round; calibration
+    still needs its ratios over every round, so its gradings time them all."""
+    import grader.grading.runner as runner
+
+    seen: list[str | None] = []
+
+    def grade(*args, **kwargs) -> SimpleNamespace:
+        seen.append(os.environ.get(FULL_TIMING))
+        return SimpleNamespace(extra_data={"benchmarks": {}})
+
+    monkeypatch.delenv(FULL_TIMING, raising=False)
+    monkeypatch.setattr(runner, "grade", grade)
+    calibrate.measure(Path("solution"), ["part2"], "cpu", 2, "baseline", {})
+    assert seen == ["1", "1"] and FULL_TIMING not in os.environ

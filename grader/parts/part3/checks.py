@@ -386,6 +386,7 @@ class Part3Benchmark(Part3Timed):
                 variants,
                 functools.partial(self.bench_criteria, bench, batch, reference),
                 bench,
+                lambda: calls_problem(cached_calls),
             )
             record.add(measured)
             self.report_unjudged_speedup(bench, batch, measured.timings)
