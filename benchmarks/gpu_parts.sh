@@ -19,6 +19,9 @@
 # reference_*.json --baseline-results cache_free_*.json closer_*.json` proposes thresholds
 # and re-judges every grading with today's values (docs/benchmarks.md).
 set -u
+# Every round of every benchmark timed, even once a design's calls have lost the check:
+# calibration proposes thresholds from the cache-free designs' ratios.
+export KVGRADER_FULL_TIMING=1
 OUT=${OUT:-results/gpu}
 BUDGET=${BUDGET:-540}
 FIRST=${FIRST:-cache_free_part3 cache_free_part4 closer_part3 closer_part4 reference_part4}
