@@ -21,6 +21,7 @@
 #                                 (DEVICE=cuda judges the cuda profile)
 #   make mbu                      reference Llama decode vs memory bandwidth and transformers
 #   make budget                   time and memory of a whole grading run (also at 1/2 CPU)
+#   make throughput [JOBS=2]      submissions a minute of a class regrade (20, every part)
 #   make slurm-tests              start a single-node Slurm here (root, apt), grade through it
 #   make format / make clean      ruff's formatting applied / the venv and build outputs removed
 
@@ -63,7 +64,7 @@ help:
 	@sed -n '1,/^$$/{s/^# \{0,1\}//p}' $(firstword $(MAKEFILE_LIST))
 
 .PHONY: help grade test lint format regen check-cases venv clean dist bench calibrate stability mbu budget slow-tests lock \
-	run-local mutants mutation batch slurm-tests mutant-tests attack-tests
+	run-local mutants mutation batch slurm-tests mutant-tests attack-tests throughput
 
 venv: $(STAMP)
 
@@ -140,7 +141,7 @@ batch: $(STAMP)
 	@test -n "$(EXPORT)" || { echo "usage: make batch EXPORT=dir [OUT=regrade JOBS=2 REGRADE=1]" >&2; exit 2; }
 	$(KVGRADER) batch $(EXPORT) --out $(OUT) --jobs $(JOBS) $(if $(PARTS),--parts $(PARTS),) $(if $(REGRADE),--regrade,)
 
-bench: calibrate stability mbu budget slow-tests
+bench: calibrate stability mbu budget throughput slow-tests
 
 calibrate: $(STAMP)
 	$(PY) -m grader calibrate --device $(DEVICE) --json results/calibration.json
@@ -155,6 +156,9 @@ mbu: $(STAMP)
 budget: $(STAMP)
 	$(PY) benchmarks/grading_budget.py
 	$(PY) benchmarks/grading_budget.py --half-cpu
+
+throughput: $(STAMP)
+	$(PY) benchmarks/regrade_throughput.py --jobs $(JOBS)
 
 slow-tests: $(STAMP)
 	@$(PY) -m pytest -m slow -q $(PYTEST_ARGS); status=$$?; \
