@@ -21,7 +21,7 @@
 set -u
 # Every round of every benchmark timed, even once a design's calls have lost the check:
 # calibration proposes thresholds from the cache-free designs' ratios.
-export KVGRADER_FULL_TIMING=1
+export KVGRADER_FULL_TIMING=${KVGRADER_FULL_TIMING-1}  # preset empty: stop early
 OUT=${OUT:-results/gpu}
 BUDGET=${BUDGET:-540}
 FIRST=${FIRST:-cache_free_part3 cache_free_part4 closer_part3 closer_part4 reference_part4}

@@ -25,6 +25,7 @@ from grader.runtime.client_output import OutputCollector, describe_error, syntax
 from grader.runtime.gpu_memory import gpu_peak, nvml_usage
 from grader.runtime.launch import Launch, launch
 from grader.runtime.outcomes import Reply, SubmissionError
+from grader.runtime.trace import trace
 from grader.runtime.usage import cpu_snapshot, cpu_used, rss_peak
 from grader.sandbox import cgroups
 from grader.sandbox.cgroups import PROCESS_TREE, CpuGroup
@@ -232,8 +233,10 @@ class WorkerClient:
         """
         key = key if key is not None else what.split("(")[0]
         self._refuse_if_stopped(what, key)
+        began = time.perf_counter()
         if self._proc is None:
             self._start()
+        started = time.perf_counter() - began
         assert self._output is not None
         self._output.since_mark()
         limit = timeout if timeout is not None else self.limits.request_timeout_s
@@ -243,6 +246,10 @@ class WorkerClient:
             {**header, "id": rid}, arrays, what=what, key=key, limit=limit, timed=timed
         )
         output = self._output.since_mark()
+        trace(
+            part=self.part, trusted=self.trusted, what=what, op=header.get("op"), timed=timed,
+            start_s=round(started, 3), seconds=round(measured["seconds"], 3),
+        )  # fmt: skip
         self._check_reply(reply, rid, what, output)
         return Reply(header=reply, arrays=out_arrays, output=output, **measured)
 

@@ -442,9 +442,14 @@ class FakeCuda:
     def empty_cache(self) -> None:  # must not be called: see the test below
         self.calls.append("empty_cache")
 
+    reserved = 0  # what PyTorch's allocator holds (memory_reserved)
+
     def max_memory_allocated(self) -> int:
         self.calls.append("peak")
         return 123_456
+
+    def memory_reserved(self) -> int:
+        return self.reserved
 
 
 def test_worker_synchronises_cuda_around_a_timed_request(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -491,3 +496,25 @@ def test_the_yardstick_stops_once_its_runs_are_steady() -> None:
     run, calls = scripted({"cached": [5.0, 1.0, 2.0, 1.0, 1.5, 1.0]})
     out = until_steady(run, ["cached"], warmup=1, repeats=5, clock="wall")
     assert len(calls) == 6 and len(out["cached"].samples) == 5
+
+
+@pytest.mark.parametrize(("reserved", "released"), [(2 * 123_456, False), (2 * 123_456 + 1, True)])
+def test_worker_hands_back_cached_gpu_blocks_past_twice_its_peak(
+    monkeypatch: pytest.MonkeyPatch, reserved: int, released: bool
+) -> None:
+    """After a reply, a worker whose cached blocks exceed twice the request's peak hands
+    them back (a cache-free run's scores, a new size each step, filled an H200); a run
+    that needs its blocks again keeps them."""
+    import types
+
+    from grader.ta.regen import import_path
+    from tests.conftest import ROOT
+
+    worker_dir = ROOT / "grader" / "worker"
+    monkeypatch.syspath_prepend(str(worker_dir))
+    main = import_path(worker_dir / "main.py", "worker_main_release")
+    cuda = FakeCuda()
+    cuda.reserved = reserved
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    main.release_cached()
+    assert ("empty_cache" in cuda.calls) is released

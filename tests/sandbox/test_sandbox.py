@@ -273,3 +273,20 @@ def test_the_reference_copy_is_out_of_the_worker_accounts_reach() -> None:
             assert (run.returncode == 0) is readable, run.stderr
     finally:
         box.cleanup()
+
+
+def test_a_gpu_worker_gets_growing_allocator_segments_unless_the_ta_sets_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from grader.sandbox.sandbox import worker_environment
+
+    for name in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+        monkeypatch.delenv(name, raising=False)
+    assert worker_environment(None, "cuda", 1)["PYTORCH_CUDA_ALLOC_CONF"] == (
+        "expandable_segments:True"
+    )
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in worker_environment(None, "cpu", 1)
+    monkeypatch.setenv("PYTORCH_ALLOC_CONF", "max_split_size_mb:128")  # the TA's choice
+    env = worker_environment(None, "cuda", 1)
+    assert env["PYTORCH_ALLOC_CONF"] == "max_split_size_mb:128"
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in env

@@ -74,12 +74,21 @@ def as_ids(model: Any, ids: np.ndarray) -> Any:
 
 
 def run_generate(
-    mod: Any, model: Any, ids: np.ndarray, n: int, cached: bool, cached_prefix: int = 0
+    mod: Any,
+    model: Any,
+    ids: np.ndarray,
+    n: int,
+    cached: bool,
+    cached_prefix: int = 0,
+    gaps: bool = False,
 ) -> dict[str, Any]:
     """The student's greedy generation, with every forward call recorded.
 
     ``cached_prefix`` > 0 calls ``generate_with_cache_from`` with a cache of the first
-    ``cached_prefix`` tokens (built here, before the recording starts)."""
+    ``cached_prefix`` tokens (built here, before the recording starts). With ``gaps``,
+    each step keeps its best-minus-runner-up logit per row, taken on the model's device,
+    instead of the whole last-position logits: a batch of long runs over GPT-2's
+    vocabulary would otherwise fill the host's memory."""
     import torch
 
     x = as_ids(model, ids)
@@ -101,7 +110,11 @@ def run_generate(
         out = original(*args, **kwargs)
         logits = getattr(out, "logits", None)
         if isinstance(logits, torch.Tensor) and logits.ndim == 3:
-            last.append(logits[:, -1].detach().to("cpu", torch.float32).numpy().copy())
+            step = logits[:, -1].detach().float()  # (B, vocab)
+            if gaps:
+                top = step.topk(2, dim=-1).values  # (B, 2)
+                step = top[:, 0] - top[:, 1]  # (B,)
+            last.append(step.to("cpu").numpy().copy())
         return out
 
     model.forward = recording
@@ -423,14 +436,13 @@ def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict
             request["n"],
             request["cached"],
             int(request.get("cached_prefix", 0)),
+            gaps=bool(request.get("gaps_only")),
         )
         header = {k: out[k] for k in ("lengths", "use_cache", "past_given")}
         if request.get("tokens_only"):  # a timed run: only its tokens are compared
             return header, {"tokens": out["tokens"]}
-        if request.get("gaps_only"):  # a long run's logits outgrow a reply: each step's
-            ordered = np.sort(out["step_logits"], axis=-1)  # best minus runner-up instead
-            gaps = ordered[..., -1] - ordered[..., -2] if ordered.ndim == 3 else ordered
-            return header, {"tokens": out["tokens"], "step_gaps": gaps}
+        if request.get("gaps_only"):  # a long run's logits outgrow a reply: (steps, B) gaps
+            return header, {"tokens": out["tokens"], "step_gaps": out["step_logits"]}
         return header, {
             "tokens": out["tokens"],
             "step_logits": out["step_logits"],

@@ -200,10 +200,12 @@ def test_a_pool_request_gets_each_steps_gap_instead_of_the_logits(monkeypatch) -
     monkeypatch.setattr(adapter_part4, "module", reference, raising=False)
     model = adapter_part4.build(LAB_MODEL["config"], LAB_MODEL["seed"])
     monkeypatch.setitem(adapter_part4.MODELS, "lab", model)
-    ids = np.array([[5, 6, 7, 8]], dtype=np.int64)
+    ids = np.array([[5, 6, 7, 8], [9, 3, 2, 1]], dtype=np.int64)  # a batch of candidates
     request = {"op": "generate", "model": "lab", "n": 6, "cached": True}
     _, full = adapter_part4.handle(request, {"ids": ids})
     _, gaps = adapter_part4.handle({**request, "gaps_only": True}, {"ids": ids})
-    assert "step_logits" not in gaps and gaps["step_gaps"].shape == (6, 1)
+    assert "step_logits" not in gaps and gaps["step_gaps"].shape == (6, 2)  # (steps, B)
     np.testing.assert_array_equal(gaps["tokens"], full["tokens"])
-    assert float(gaps["step_gaps"].min()) == pytest.approx(min_gap(full["step_logits"]))
+    for row in range(2):
+        expected = min_gap(full["step_logits"][:, row])
+        assert float(gaps["step_gaps"][:, row].min()) == pytest.approx(expected, abs=1e-6)

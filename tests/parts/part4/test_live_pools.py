@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from grader.core.thresholds import load_thresholds
@@ -85,3 +86,52 @@ def test_timed_runs_reply_with_tokens_only(own_model_profile: Path) -> None:
     output = graded.output("4.6")
     assert "byte limit" not in output, output
     assert "with the cache, L = 12: median" in output, output
+
+
+class _Drawer:
+    """A reference worker stand-in: every generate request's rows get the gaps ``gap``
+    says (a row of a rejected prompt wins a step by less than the margin)."""
+
+    def __init__(self, gap) -> None:
+        self.gap, self.batches = gap, []
+
+    def request(self, header, arrays=None, **_):
+        from grader.runtime.outcomes import Reply
+
+        if header["op"] != "generate":
+            return Reply(header={}, arrays={})
+        ids = arrays["ids"]  # (B, PROMPT_LEN)
+        self.batches.append(ids.shape)
+        rows = range(len(self.batches) * 100, len(self.batches) * 100 + ids.shape[0])
+        gaps = np.array([[self.gap(r) for r in rows]] * header["n"])  # (steps, B)
+        tokens = np.concatenate([ids, np.zeros((ids.shape[0], header["n"]), np.int64)], 1)
+        return Reply(header={}, arrays={"tokens": tokens, "step_gaps": gaps})
+
+
+def _context(drawer: _Drawer):
+    import contextlib
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        limits=FAST_LIMITS, reference_session=lambda part: contextlib.nullcontext(drawer)
+    )
+
+
+def test_the_pool_is_drawn_a_batch_of_candidates_at_a_time() -> None:
+    """One request continues as many candidates as the grading has timed runs (on a GPU
+    a step costs about the same for all of them as for one), and the next batch tops the
+    pool up when some candidates' greedy steps win by too little."""
+    from grader.parts.part4 import live_pools
+    from grader.parts.part4.pools import MARGIN, PROMPT_LEN
+
+    bench = {"L_values": [4, 12], "warmup": 1, "repeats": 1, "confirm_repeats": 0}
+    spec = {"config": {"vocab_size": 50}, "seed": 1}
+    size = runs_per_grading(bench)
+    drawer = _Drawer(lambda row: MARGIN * (10 if row % 3 else 0.5))  # a third rejected
+    cases = live_pools.live_pool(_context(drawer), spec, bench)
+    assert drawer.batches == [(size, PROMPT_LEN)] * 2
+    assert len(cases) == size and all(len(c["tokens"][0]) == PROMPT_LEN + 12 for c in cases)
+    never = _Drawer(lambda row: MARGIN)  # no step wins by more than the margin
+    with pytest.raises(RuntimeError, match="whose greedy steps all win"):
+        live_pools.live_pool(_context(never), spec, bench)
+    assert len(never.batches) == live_pools.MAX_DRAWS
