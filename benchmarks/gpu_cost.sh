@@ -17,7 +17,7 @@
 set -u
 OUT=${OUT:-results/gpu-cost}
 BUDGET=${BUDGET:-540}
-ALONE=${ALONE:-270}  # seconds the first grading may take
+ALONE=${ALONE:-360}  # seconds the first grading may take
 mkdir -p "$OUT"
 began=$(date +%s)
 GPU_INFO="$OUT/gpu.txt"
