@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +67,9 @@ class GradingContext:
     _cases: dict[str, dict[str, Any]] = field(default_factory=dict)
     scratch: dict[str, Any] = field(default_factory=dict)  # per-run state checks share
     benchmarks: dict[str, BenchmarkRecord] = field(default_factory=dict)  # by check number
+    #: Seeded model weights by what they were drawn from, kept across reference sessions
+    #: (they are the same for the reference and the submission by construction).
+    _weights: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def worker(self, part: str) -> WorkerClient:
         """The part's worker; raises :class:`SubmissionError` if its file is missing."""
@@ -170,6 +173,18 @@ class GradingContext:
             self.scratch.update(held)
             if keep is not None:
                 self.scratch = saved
+
+    def seeded_weights(
+        self, part: str, spec: dict[str, Any], draw: Callable[[], dict[str, Any]]
+    ) -> dict[str, Any]:
+        """``draw()``'s weights of ``part``'s model ``spec`` (what they are drawn from),
+        drawn once per grading: every worker that loads the model, the reference's and the
+        restarted ones, gets the same arrays. A GPU workload's model is 1.5 GB that one
+        core takes about 9 s to draw."""
+        key = f"{part}:{json.dumps(spec, sort_keys=True)}"
+        if key not in self._weights:
+            self._weights[key] = draw()
+        return self._weights[key]
 
     def cases(self, part: str) -> dict[str, Any]:
         if part not in self._cases:

@@ -43,7 +43,8 @@ def live_pool(ctx: GradingContext, public: dict[str, Any], bench: dict[str, Any]
     expected: list[list[int]] = []
     with ctx.reference_session("part2") as worker:
         header = {"op": "load", "model": "bench", "config": spec["config"]}
-        worker.request(header, make_state_dict(spec), what="the reference's model", timeout=timeout)
+        weights = ctx.seeded_weights("part2", spec, lambda: make_state_dict(spec))
+        worker.request(header, weights, what="the reference's model", timeout=timeout)
         rng = np.random.default_rng(secrets.randbits(64))  # new prompts in every grading
         for _ in range(MAX_DRAWS * size // CANDIDATES + 1):
             if len(prompts) >= size:

@@ -61,6 +61,14 @@ def plan(steps: list[int] | None) -> str:
     return f"with the cache, {len(steps)} calls of {steps[0]}, then {steps[1]} tokens"
 
 
+def checked_weights(spec: dict[str, Any], name: str) -> dict[str, np.ndarray]:
+    """The weights of model ``spec``, checked against their stored digest where it has one."""
+    weights = make_state_dict(spec)
+    if "weights_sha256" in spec and weights_digest(weights) != spec["weights_sha256"]:
+        raise RuntimeError(f"grader fault: the {name} model's weights do not match their digest")
+    return weights
+
+
 class CaseFailure(Exception):
     """One case failed; ``kind`` says whether later cases are worth running."""
 
@@ -147,11 +155,7 @@ class Part2Base(Part2Diagnosis, GradedTestCase):
 
     def _load(self, name: str) -> None:
         spec = self.model_spec(name)
-        weights = make_state_dict(spec)
-        if "weights_sha256" in spec and weights_digest(weights) != spec["weights_sha256"]:
-            raise RuntimeError(
-                f"grader fault: the {name} model's weights do not match their digest"
-            )
+        weights = self.ctx.seeded_weights(self.part, spec, lambda: checked_weights(spec, name))
         if "@" in name:
             weights = ablate(weights, name.split("@")[1])
         c = spec["config"]

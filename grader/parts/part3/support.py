@@ -138,7 +138,8 @@ class Part3Base(GradedTestCase):
         what = f"your Llama on the tiny checkpoint (kv_caching={cache})"
         if name == "hidden":
             spec = self.raw()["models"]["hidden"]
-            weights = make_weights(spec["params"], spec["vocab_size"], spec["seed"])
+            draw = functools.partial(make_weights, spec["params"], spec["vocab_size"], spec["seed"])
+            weights = self.ctx.seeded_weights(self.part, spec, draw)
             header = {
                 "op": "load",
                 **self.settings("hidden", cache),
@@ -179,7 +180,11 @@ class Part3Base(GradedTestCase):
             "params": params,
             "vocab_size": TOKENIZER_VOCAB,
         }  # fmt: skip
-        weights = make_weights(params, TOKENIZER_VOCAB, WORKLOAD_SEED)
+        weights = self.ctx.seeded_weights(
+            self.part,
+            {"params": params, "vocab_size": TOKENIZER_VOCAB, "seed": WORKLOAD_SEED},
+            lambda: make_weights(params, TOKENIZER_VOCAB, WORKLOAD_SEED),
+        )
         what = f"Llama(ModelArgs(the benchmark's sizes, kv_caching={cache}))"
         timeout = max(self.ctx.limits.request_timeout_s, 120)
         self.keep_notes(

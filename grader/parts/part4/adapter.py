@@ -50,16 +50,21 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
-def build(config: dict[str, int], seed: int, on: str | None = None) -> Any:
+def build(config: dict[str, int], seed: int, on: str | None = None, on_device: bool = False) -> Any:
     """A GPT-2 of ``config`` with weights drawn from ``seed`` (the same in every process),
     in eval mode on ``on`` (default: the grading device). The weights are drawn on the
-    CPU, so they are the same whichever device the model then runs on."""
+    CPU, so they are the same whichever device the model then runs on; ``on_device``
+    draws them where the model runs instead (the same in every process on that device)."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    torch.manual_seed(seed)
+    torch.manual_seed(seed)  # every device's generator
     cfg = GPT2Config(**config, bos_token_id=0, eos_token_id=0)
-    return GPT2LMHeadModel(cfg).eval().to(on or device())
+    target = on or device()
+    if on_device:
+        with torch.device(target):
+            return GPT2LMHeadModel(cfg).eval()
+    return GPT2LMHeadModel(cfg).eval().to(target)
 
 
 def model_device(model: Any) -> Any:
@@ -415,7 +420,8 @@ def run_latency_clock(mod: Any, model: Any, request: dict[str, Any]) -> dict[str
 def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict, dict]:
     op = request.get("op")
     if op == "build":
-        MODELS[request["model"]] = build(request["config"], request["seed"])
+        on_device = bool(request.get("on_device"))
+        MODELS[request["model"]] = build(request["config"], request["seed"], on_device=on_device)
         return {}, {}
     if op == "call":  # a pure function of plain arguments
         from values import MissingName, encode_value

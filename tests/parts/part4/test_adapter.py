@@ -42,6 +42,32 @@ def test_weights_do_not_depend_on_the_device(monkeypatch) -> None:
         assert (a == b).all()
 
 
+def test_a_workload_model_is_drawn_where_it_runs(monkeypatch) -> None:
+    """A GPU workload's GPT-2 (``on_device``) is made on the grading device, never drawn
+    on a core first (7-10 s for its 0.3 billion weights on the H200's host); on one
+    device the draw is the same in every process."""
+    import torch
+
+    made: list[str] = []
+    real = torch.Tensor.normal_
+
+    def watched(self, *args, **kwargs):
+        made.append(self.device.type)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "normal_", watched)
+    monkeypatch.setenv("KVGRADER_DEVICE", "meta")
+    model = adapter_part4.build(LAB_MODEL["config"], LAB_MODEL["seed"], on_device=True)
+    assert {p.device.type for p in model.parameters()} == {"meta"}
+    assert made and set(made) == {"meta"}
+    a, b = (
+        adapter_part4.build(LAB_MODEL["config"], LAB_MODEL["seed"], on="cpu", on_device=True)
+        for _ in range(2)
+    )
+    for x, y in zip(a.parameters(), b.parameters(), strict=True):
+        assert (x == y).all()
+
+
 def test_the_first_model_call_of_measure_latency_is_delayed_once(monkeypatch) -> None:
     monkeypatch.syspath_prepend(str(ROOT / "grader" / "worker"))  # values.py, as in the worker
 

@@ -58,6 +58,7 @@ def test_the_benchmark_model_takes_the_profiles_sizes(own_model_profile: Path) -
     lab = cases["models"]["lab"]
     assert spec["config"] == {**lab["config"], "n_embd": 48, "n_layer": 2, "n_head": 4}
     assert spec["seed"] == lab["seed"]
+    assert spec["on_device"] is True and "on_device" not in lab  # drawn where it runs
     assert runs_per_grading(bench) == 4  # 2 modes x 2 L values x 1 round
     assert bench_spec(cases, load_thresholds("cuda")["part4"])["config"]["n_positions"] >= 520
 
