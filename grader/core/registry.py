@@ -32,7 +32,9 @@ class Part:
     main_file: str  # the file the submission must contain, relative to its folder
     checks_module: str  # module holding the part's unittest.TestCase classes
     # What its adapter imports before the student's code (``module`` or
-    # ``module:name,...``), loaded once by a fork server that starts its workers.
+    # ``module:name,...``), loaded once by a fork server that starts its workers. Each
+    # part's list holds the one before it, so that one server grows with the grading
+    # (numpy, then torch, then transformers: ``ForkServer.extend``).
     preload: tuple[str, ...] = ()
     # The files a student edits besides ``main_file`` (each must be uploaded), and the
     # assignment's files they need not edit: the kit supplies those an upload lacks.
@@ -58,14 +60,14 @@ PARTS: dict[str, Part] = {
         "Tiny transformer with a KV cache",
         "transformer_skeleton.py",
         "grader.parts.part2.checks",
-        preload=("torch",),
+        preload=("numpy", "torch"),
     ),
     "part3": Part(
         "part3",
         "KV caching in Llama 3",
         "llama/model.py",
         "grader.parts.part3.checks",
-        preload=("torch",),
+        preload=("numpy", "torch"),
         also_edited=("llama/generation.py",),
         given=("llama/__init__.py", "llama/tokenizer.py", "inference.py", "benchmark_inference.py"),
     ),
@@ -74,7 +76,7 @@ PARTS: dict[str, Part] = {
         "KV-cache lab (distilgpt2 shape)",
         "kv_lab.py",
         "grader.parts.part4.checks",
-        preload=("torch", "transformers:GPT2Config,GPT2LMHeadModel,DynamicCache"),
+        preload=("numpy", "torch", "transformers:GPT2Config,GPT2LMHeadModel,DynamicCache"),
     ),
 }
 

@@ -117,6 +117,26 @@ class ForkServer:
             self.close()
             raise ForkServerError(f"it runs {ready['threads']} threads, and forking them is unsafe")
 
+    def extend(self, specs: tuple[str, ...], timeout: float = START_TIMEOUT_S) -> None:
+        """Have the live server import ``specs`` as well, and serve parts that need them:
+        one interpreter and one torch import for Parts 2 to 4, not one per part's
+        libraries. :class:`ForkServerError` where it could not (the caller drops it)."""
+        assert self.control is not None
+        with self.lock:
+            try:
+                self.control.send(json.dumps({"preload": list(specs)}).encode())
+            except OSError as exc:
+                raise ForkServerError(f"the server is gone: {exc}") from None
+            answer = self._receive(timeout, lambda m: "preloaded" in m)
+        if answer is None:
+            raise ForkServerError(f"it did not import {', '.join(specs)} in {timeout:g} s")
+        if not answer["preloaded"]:
+            raise ForkServerError(f"it could not import {', '.join(specs)}: {answer['error']}")
+        if answer["threads"] != 1:
+            threads = answer["threads"]
+            raise ForkServerError(f"it runs {threads} threads, and forking them is unsafe")
+        self.preload = (*self.preload, *(s for s in specs if s not in self.preload))
+
     @property
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None and self.control is not None
@@ -290,6 +310,15 @@ def server_for(
         return server
     for known in _SERVERS.values():  # one that preloads more serves as well
         if known.alive and known.env == env and set(preload) <= set(known.preload):
+            return known
+    for old_key, known in list(_SERVERS.items()):  # one that preloads less learns the rest
+        if known.alive and known.env == env and set(known.preload) < set(preload):
+            try:
+                known.extend(tuple(s for s in preload if s not in known.preload), timeout)
+            except ForkServerError:
+                break  # a new server below
+            del _SERVERS[old_key]
+            _SERVERS[key] = known
             return known
     close_all()
     server = ForkServer(preload, env)

@@ -17,6 +17,8 @@ The parent (:mod:`grader.sandbox.forkserver`) talks to this process over a Unix
   a worker ends (``c`` as ``subprocess`` reports it: negative for a signal);
 * to the server: ``{"id", "argv", "env", "cwd", "confinement"}`` with three descriptors
   (output, requests in, replies out). ``argv`` may name ``{in_fd}`` and ``{out_fd}``.
+  Or ``{"preload": [...]}``: import those too (the next part's libraries), answered by
+  ``{"preloaded": true, "threads": n}`` or ``{"preloaded": false, "error": ...}``.
 
 Only the standard library and the modules it preloads are imported here, so a worker
 holds nothing of the grader but this module and :mod:`grader.sandbox.confine`, which
@@ -63,6 +65,16 @@ def preload(specs: list[str]) -> None:
             getattr(loaded, name)
 
 
+def extend(specs: list[str]) -> dict[str, Any]:
+    """Import ``specs`` as well (see :func:`preload`): the answer to the parent's
+    ``{"preload": [...]}``, with the thread count a fork must still find at one."""
+    try:
+        preload(specs)
+    except Exception as exc:  # the parent starts a new server instead
+        return {"preloaded": False, "error": f"{type(exc).__name__}: {exc}"}
+    return {"preloaded": True, "threads": len(os.listdir("/proc/self/task"))}
+
+
 def send(control: socket.socket, message: dict[str, Any]) -> None:
     control.send(json.dumps(message).encode())
 
@@ -100,6 +112,9 @@ def serve(control: socket.socket) -> Job | None:
         if not data:
             return None
         request = json.loads(data)
+        if "preload" in request:  # more libraries for the next part's workers
+            send(control, extend(request["preload"]))
+            continue
         pid = os.fork()
         if pid == 0:
             signal.set_wakeup_fd(-1)

@@ -91,10 +91,11 @@ def test_a_workers_gpu_selection_is_the_graders(tmp_path: Path, monkeypatch, for
     assert "not passed" in graded.output("1.1")
 
 
-def test_parts_that_preload_the_same_libraries_share_one_fork_server(
+def test_one_fork_server_serves_the_whole_grading(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Parts 2 and 3 preload torch alone: a grading of both starts one server (an
+    """Each part's libraries hold the part's before it: a grading of all four parts starts
+    one server, which imports torch for Part 2 and transformers for Part 4 (an
     interpreter's imports cost seconds of CPU, a fork almost nothing)."""
     forkserver.close_all()
     started: list[tuple[str, ...]] = []
@@ -105,17 +106,14 @@ def test_parts_that_preload_the_same_libraries_share_one_fork_server(
         return start(self, *args, **kwargs)
 
     monkeypatch.setattr(ForkServer, "start", counting)
-    graded = run_grade(
-        SOLUTION,
-        tmp_path,
-        parts=["part2", "part3"],
-        limits=FAST_LIMITS,
-        numbers=frozenset({"2.2", "3.2"}),
-    )
-    assert graded.score("2.2") == graded.test("2.2")["max_score"]
-    assert graded.score("3.2") == graded.test("3.2")["max_score"]
-    assert PARTS["part2"].preload == PARTS["part3"].preload
-    assert started == [PARTS["part2"].preload]
+    numbers = frozenset({"1.1", "2.2", "3.2", "4.3"})
+    graded = run_grade(SOLUTION, tmp_path, limits=FAST_LIMITS, numbers=numbers)
+    for number in numbers:
+        assert graded.score(number) == graded.test(number)["max_score"], number
+    assert not [w for w in graded.results.extra_data["sandbox_warnings"] if "fork" in w]
+    order = [PARTS[p].preload for p in ("part1", "part2", "part3", "part4")]
+    assert all(set(a) <= set(b) for a, b in zip(order, order[1:]))
+    assert started == [PARTS["part1"].preload]
     forkserver.close_all()
 
 

@@ -209,8 +209,27 @@ def test_a_server_that_cannot_start_says_why_and_is_not_tried_again(monkeypatch)
     used = server_for(("json",), env, timeout=60)
     assert used is not None and used.alive
     assert server_for(("json",), env, timeout=60) is used  # one server, kept
-    other = server_for(("json", "csv"), env, timeout=60)
+    other = server_for(("csv",), env, timeout=60)  # json does not serve it: a new one
     assert other is not used and not used.alive  # one at a time
+    forkserver.close_all()
+
+
+def test_a_server_that_preloads_less_imports_the_rest_and_serves_on(box) -> None:
+    """Part 4's libraries hold Part 2's: the server that forked Part 2's workers imports
+    transformers too, instead of a new interpreter importing torch again; one that
+    cannot is replaced by a new server, which says why where it cannot start either."""
+    forkserver.close_all()
+    env = {**box.environment("cpu", 1), "HOME": "/nonexistent"}
+    first = server_for(("json",), env, timeout=60)
+    assert first is not None
+    pid = first.proc.pid
+    grown = server_for(("json", "csv"), env, timeout=60)
+    assert grown is first and grown.proc.pid == pid and grown.preload == ("json", "csv")
+    assert server_for(("json",), env, timeout=60) is first  # still serves the narrower part
+    assert spawn_exit(box, grown, "3").wait(timeout=30) == 3  # forks as before
+    with pytest.raises(forkserver.ForkServerError, match="No module named"):
+        server_for(("json", "csv", "no_such_module_anywhere"), env, timeout=60)
+    assert not first.alive
     forkserver.close_all()
 
 
