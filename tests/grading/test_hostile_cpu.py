@@ -141,8 +141,8 @@ _adapter = _sys.modules.get("adapter_part4")
 if _adapter is not None:  # inside the grader's worker: rewrite what it records
     _real_run_generate = _adapter.run_generate
 
-    def _forged_run_generate(mod, model, ids, n, cached, cached_prefix=0):
-        out = _real_run_generate(mod, model, ids, n, cached, cached_prefix)
+    def _forged_run_generate(mod, model, ids, n, cached, cached_prefix=0, **options):
+        out = _real_run_generate(mod, model, ids, n, cached, cached_prefix, **options)
         if cached and not cached_prefix:
             out["lengths"] = [ids.shape[1]] + [1] * (n - 1)
             out["use_cache"] = [True] * n
