@@ -5,6 +5,7 @@ grades exactly as it does with workers started as new interpreters
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import signal
 from pathlib import Path
@@ -112,7 +113,7 @@ def test_one_fork_server_serves_the_whole_grading(
         assert graded.score(number) == graded.test(number)["max_score"], number
     assert not [w for w in graded.results.extra_data["sandbox_warnings"] if "fork" in w]
     order = [PARTS[p].preload for p in ("part1", "part2", "part3", "part4")]
-    assert all(set(a) <= set(b) for a, b in zip(order, order[1:]))
+    assert all(set(a) <= set(b) for a, b in itertools.pairwise(order))
     assert started == [PARTS["part1"].preload]
     forkserver.close_all()
 
