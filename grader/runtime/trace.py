@@ -1,5 +1,5 @@
 """A TA's record of where a grading's time goes: with ``KVGRADER_TRACE`` naming a file,
-every worker request appends one JSON line (part, whose worker, what, timed or not, its
+every worker request answered appends one JSON line (part, whose worker, what, timed or not, its
 seconds and the seconds spent starting the worker first). For profiling a device whose
 gradings cannot be watched (``benchmarks/gpu_cost.sh``); off, it costs one lookup."""
 

@@ -154,8 +154,8 @@ def worker_environment(root: Path | None, device: str, threads: int) -> dict[str
     where the TA set no allocator of their own."""
     home, tmp = (root / "home", root / "tmp") if root is not None else ("/nonexistent", "/tmp")
     passed = {name: os.environ[name] for name in PASSED_FROM_GRADER if name in os.environ}
-    own_allocator = device == "cuda" and not passed.keys() & ALLOCATOR_SETTINGS
-    allocator = CUDA_ALLOCATOR if own_allocator else {}
+    default_allocator = device == "cuda" and not passed.keys() & ALLOCATOR_SETTINGS
+    allocator = CUDA_ALLOCATOR if default_allocator else {}
     return {
         **allocator,
         **passed,

@@ -111,7 +111,8 @@ def release_cached() -> None:
     """After a request's reply: hand PyTorch's cached GPU blocks back when they exceed
     twice what the request used at its peak, so that a worker holds about what it needs
     and gradings can share a GPU. Runs of one shape reuse their blocks and release
-    nothing; the reply is sent first, so the parent's clock never covers it."""
+    nothing. The reply is sent first: the request that left the blocks is not charged
+    for handing them back (a request sent at once after it may wait for it)."""
     cuda = _cuda()
     if cuda is not None and cuda.memory_reserved() > 2 * cuda.max_memory_allocated():
         cuda.empty_cache()

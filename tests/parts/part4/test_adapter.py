@@ -58,7 +58,7 @@ def test_a_workload_model_is_drawn_where_it_runs(monkeypatch) -> None:
     monkeypatch.setattr(torch.Tensor, "normal_", watched)
     monkeypatch.setenv("KVGRADER_DEVICE", "meta")
     model = adapter_part4.build(LAB_MODEL["config"], LAB_MODEL["seed"], on_device=True)
-    assert {p.device.type for p in model.parameters()} == {"meta"}
+    assert {t.device.type for t in [*model.parameters(), *model.buffers()]} == {"meta"}
     assert made and set(made) == {"meta"}
     a, b = (
         adapter_part4.build(LAB_MODEL["config"], LAB_MODEL["seed"], on="cpu", on_device=True)
