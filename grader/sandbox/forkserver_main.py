@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import gc
 import importlib
 import json
 import os
@@ -57,12 +58,17 @@ class Job:
 
 def preload(specs: list[str]) -> None:
     """Import each ``module`` or ``module:name,name`` (names read from it, for packages
-    that load their members lazily, as transformers does)."""
+    that load their members lazily, as transformers does), then freeze what is left in the
+    collector's permanent generation: a worker's garbage collections no longer walk the
+    libraries' objects (torch's 170,000 cost 70 ms each, against microseconds frozen, and
+    check 3.1 collects before each memory reading), nor write to their pages."""
     for spec in specs:
         module, _, names = spec.partition(":")
         loaded = importlib.import_module(module)
         for name in filter(None, names.split(",")):
             getattr(loaded, name)
+    gc.collect()
+    gc.freeze()
 
 
 def extend(specs: list[str]) -> dict[str, Any]:

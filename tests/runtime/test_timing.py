@@ -15,6 +15,7 @@ import pytest
 from grader.runtime.timing import (
     MIN_MISS_ROUNDS,
     MIN_ROUNDS,
+    STEADY_ROUNDS,
     BenchmarkRecord,
     Criterion,
     Measurement,
@@ -489,10 +490,10 @@ def test_a_ratio_against_another_process_runs_compares_medians_unpaired() -> Non
 
 
 def test_the_yardstick_stops_once_its_runs_are_steady() -> None:
-    """Steady runs: MIN_ROUNDS after the warm-up; a scattered run: up to ``repeats``."""
+    """Steady runs: STEADY_ROUNDS after the warm-up; a scattered run: up to ``repeats``."""
     run, calls = scripted({"cached": [5.0] + [1.0] * 9})
     out = until_steady(run, ["cached"], warmup=1, repeats=5, clock="wall")
-    assert len(calls) == 1 + MIN_ROUNDS and len(out["cached"].samples) == MIN_ROUNDS
+    assert len(calls) == 1 + STEADY_ROUNDS and len(out["cached"].samples) == STEADY_ROUNDS
     run, calls = scripted({"cached": [5.0, 1.0, 2.0, 1.0, 1.5, 1.0]})
     out = until_steady(run, ["cached"], warmup=1, repeats=5, clock="wall")
     assert len(calls) == 6 and len(out["cached"].samples) == 5

@@ -174,6 +174,17 @@ def test_the_worker_is_forked_from_the_server(box, server) -> None:
     assert worker.wait(timeout=30) == -signal.SIGKILL
 
 
+#: Exits 0 when the libraries the server imported are frozen out of the worker's collections.
+FROZEN = """import gc, sys
+sys.exit(0 if gc.isenabled() and gc.get_freeze_count() > 1000 else 1)
+"""
+
+
+def test_the_preloaded_libraries_are_frozen_out_of_the_workers_collections(box, server) -> None:
+    (box.worker_dir / "exit.py").write_text(FROZEN)
+    assert spawn_exit(box, server, "-").wait(timeout=30) == 0
+
+
 @pytest.mark.parametrize(("arg", "code"), [("3", 3), ("0", 0)])
 def test_exit_statuses_are_reported_as_subprocess_reports_them(box, server, arg, code) -> None:
     worker = spawn_exit(box, server, arg)

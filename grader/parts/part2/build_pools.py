@@ -19,6 +19,7 @@ from grader.parts.part2.cases import (
     PUBLIC_MODEL,
     WORK_BATCH,
     WORK_NEW,
+    WORK_POSITIONS,
     WORK_PROMPT,
     WORK_ROUNDS,
     bench_model,
@@ -50,11 +51,15 @@ def bench_pools(reference_module: ModuleType) -> dict[str, Any]:
         for shape, size in sorted(wanted.items())
     }
     size = 2 * WORK_ROUNDS * WORK_BATCH
-    pools["work"] = bench_pool(reference_module, WORK_PROMPT, WORK_NEW, size, rng)
+    pools["work"] = bench_pool(
+        reference_module, WORK_PROMPT, WORK_NEW, size, rng, positions=WORK_POSITIONS
+    )
     # Drawn after the others, so their prompts stay what they were. Every growth run, short
     # or long, takes prompts of its own; a short run checks the first of the new tokens.
     size = 2 * GROWTH_ROUNDS * GROWTH_BATCH
-    pools["growth"] = bench_pool(reference_module, GROWTH_PROMPT, GROWTH_LONG, size, rng)
+    pools["growth"] = bench_pool(
+        reference_module, GROWTH_PROMPT, GROWTH_LONG, size, rng, positions=WORK_POSITIONS
+    )
     return pools
 
 
@@ -64,10 +69,12 @@ def bench_pool(
     new_tokens: int,
     size: int,
     rng: np.random.Generator,
+    positions: int | None = None,
 ) -> dict[str, Any]:
-    """``size`` random prompts on the benchmark's model whose greedy continuation wins by
-    at least ``POOL_MIN_GAP`` at every step, with the reference's new tokens."""
-    spec = bench_model(PUBLIC_MODEL, prompt_len + new_tokens)
+    """``size`` random prompts on the benchmark's model (``positions`` positions, or just
+    room for the run) whose greedy continuation wins by at least ``POOL_MIN_GAP`` at every
+    step, with the reference's new tokens."""
+    spec = bench_model(PUBLIC_MODEL, positions or prompt_len + new_tokens)
     model = adapter.build_model(reference_module, spec["config"], make_state_dict(spec))
     vocab = spec["config"]["vocab_size"]
     prompts, expected = [], []

@@ -36,8 +36,7 @@ from grader.core.points import points
 from grader.core.thresholds import load_thresholds
 from grader.parts.part2 import live_pools
 from grader.parts.part2.cases import (
-    WORK_NEW,
-    WORK_PROMPT,
+    WORK_POSITIONS,
     ablate,
     bench_model,
     make_state_dict,
@@ -148,7 +147,7 @@ class Part2Base(Part2Diagnosis, GradedTestCase):
             positions = bench["prompt_len"] + bench["new_tokens"]
             return bench_model(self.meta()["models"]["public"], positions, bench.get("model"))
         if name == "work":  # check 2.9's work probe, on the CPU
-            return bench_model(self.meta()["models"]["public"], WORK_PROMPT + WORK_NEW)
+            return bench_model(self.meta()["models"]["public"], WORK_POSITIONS)
         if "@" in name:  # the public model with one path switched off (see ablate)
             return self.meta()["models"][name.split("@")[0]]
         return self.meta()["models"][name]

@@ -62,7 +62,8 @@ def test_regen_leaves_a_profile_model_to_the_grading(
 
     built: list[tuple[int, int]] = []
 
-    def record(module, prompt_len, new_tokens, size, rng):  # regen's pool builder, stubbed
+    # regen's pool builder, stubbed
+    def record(module, prompt_len, new_tokens, size, rng, positions=None):
         built.append((prompt_len, new_tokens))
         return {}
 
