@@ -42,7 +42,7 @@ from grader.parts.part3.cases import (
 )
 from grader.parts.part3.support import Part3Base
 from grader.runtime.outcomes import SubmissionError
-from grader.runtime.timing import Ratio, Sample, Timing
+from grader.runtime.timing import Ratio, Sample, Timing, warmup_length
 
 # A cache that attention reads changes the logits by O(1) when scrambled; float noise
 # alone stays below 1e-3.
@@ -74,11 +74,18 @@ class Part3Timed(TimedPools, Part3Base):
         return pool["prompts"][picked], pool["expected_texts"][picked]
 
     def timed_generate(
-        self, model: str, pool_name: str, shape: tuple[int, int, int], cache: bool, **kw: Any
+        self,
+        model: str,
+        pool_name: str,
+        shape: tuple[int, int, int],
+        cache: bool,
+        checked: bool = True,
+        **kw: Any,
     ) -> Sample:
         """One timed greedy ``generate`` of ``shape`` (rows, prompt tokens, new tokens) on
         fresh prompts of pool ``pool_name``; its text must be the reference's in every row, or
-        the check fails (a run whose answer is wrong cannot count)."""
+        the check fails (a run whose answer is wrong cannot count). ``checked`` False: a
+        warm-up's, whose time never counts."""
         rows, input_len, output_len = shape
         prompts, expected = self.take(pool_name, rows, input_len)
         reply = self.generate_or_fail(
@@ -94,7 +101,7 @@ class Part3Timed(TimedPools, Part3Base):
         self.last_calls = reply.header.get("calls")
         texts = self.texts(reply)
         want = expected if expected is not None else (texts[:1] * rows or [""])
-        if texts != want:
+        if checked and texts != want:
             wrong = [i + 1 for i, (a, b) in enumerate(zip(texts, want, strict=False)) if a != b]
             if expected is not None:
                 note_detail(HIDDEN_ANSWER, True)
@@ -125,15 +132,20 @@ class Part3Timed(TimedPools, Part3Base):
         self, bench: dict, variants: dict[str, tuple[int, bool]], variant: str, i: int
     ) -> Sample:
         """One timed generate of ``variant`` (its batch size and kv_caching): every row of
-        every run has a prompt of its own and the reference's text."""
+        every run has a prompt of its own and the reference's text. A warm-up round's (``i``
+        below the profile's ``warmup``) generates :func:`warmup_length` of the new tokens,
+        its text unchecked (the pool holds the whole run's)."""
         batch, cache = variants[variant]
+        warm = i < bench["warmup"]
+        output_len = warmup_length(bench["output_len"]) if warm else bench["output_len"]
         sample = self.timed_generate(
             "workload" if "model" in bench else "bench",  # a GPU workload's model, or the tiny
             bench_key(bench),
-            (batch, bench["input_len"], bench["output_len"]),
+            (batch, bench["input_len"], output_len),
             cache,
             timeout=max(self.ctx.limits.request_timeout_s, 60.0),
             key=f"timed generate {batch} {cache}",
+            checked=not warm,
         )
         return sample
 
