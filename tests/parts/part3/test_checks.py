@@ -88,8 +88,9 @@ def test_benchmark_waiting_for_the_cpu_costs_nothing(tmp_path: Path) -> None:
     record = graded.data["extra_data"]["benchmarks"]["3.11"]
     assert graded.test("3.11")["status"] == "passed", graded.output("3.11")
     timing = record["timings"]["batch 1, with the cache"]
-    stalled = [i for i, r in enumerate(timing["runs_s"]) if r > 0.4]
-    assert len(stalled) == 2  # the wall clock saw the stalls ...
+    runs = timing["runs_s"]  # one round may settle it: the CPU clock saw no stall
+    stalled = [i for i, r in enumerate(runs) if r > 0.4]
+    assert stalled == list(range(min(2, len(runs))))  # the wall clock saw the stalls ...
     assert max(timing["cpu_runs_s"]) < 0.4  # ... the CPU clock did not
     # Judged on the recorded runs, not on whether load elsewhere asked for a confirmation
     # round: the verdict's speedup is the CPU-time medians' ratio, never the wall clock's.
