@@ -28,6 +28,7 @@ from grader.runtime.timing import (
     missed_for_good,
     settled,
     until_steady,
+    warmup_length,
 )
 from grader.runtime.usage import cpu_snapshot, cpu_used, rss_peak
 from tests.conftest import SOLUTION
@@ -129,11 +130,11 @@ def scripted(times: dict[str, list[float]]):
 
 
 def test_measure_stops_once_every_run_clears_the_limit() -> None:
-    """A 9x speedup against 2x needed is decided after MIN_ROUNDS rounds, before repeats."""
+    """A 9x speedup against 2x needed is decided after one timed round, before repeats."""
     run, calls = scripted({"plain": [9.0] * 10, "cached": [1.0] * 10})
     m = measure(run, ["plain", "cached"], warmup=1, repeats=3, judge=speedup_at_least(2.0),
                 confirm_repeats=6)  # fmt: skip
-    assert len(calls) == 2 * (1 + MIN_ROUNDS) and m.extra_rounds == 0
+    assert MIN_ROUNDS == 1 and len(calls) == 2 * 2 and m.extra_rounds == 0
     assert [c.passed for c in m.criteria] == [True]
 
 
@@ -487,6 +488,10 @@ def test_a_ratio_against_another_process_runs_compares_medians_unpaired() -> Non
     assert math.isnan(empty.median)
     assert not Criterion("k", "over the reference's", empty, 1e9, False).passed
     assert not Criterion("k", "over the reference's", empty, 0.0, True).passed
+
+
+def test_a_warm_up_run_generates_a_quarter_of_the_new_tokens() -> None:
+    assert [warmup_length(n) for n in (1, 2, 7, 16, 20, 256)] == [1, 2, 2, 4, 5, 64]
 
 
 def test_the_yardstick_stops_once_its_runs_are_steady() -> None:

@@ -33,3 +33,35 @@ def test_a_grading_traces_each_request_with_its_worker_start(
     assert lines[0]["start_s"] > 0  # the first request started the worker
     assert all(line["start_s"] == 0 for line in lines[1:] if not line["trusted"])
     assert all(line["seconds"] >= 0 and isinstance(line["timed"], bool) for line in lines)
+
+
+def test_warm_up_runs_generate_a_quarter_of_the_tokens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Check 4.6's warm-up round (the submission's and the reference's) generates a
+    quarter of each L; its timed rounds the whole L."""
+    from grader.core.thresholds import load_thresholds
+
+    def warmup_length(n: int) -> int:
+        return n // 4
+
+    log = tmp_path / "trace.jsonl"
+    monkeypatch.setenv(TRACE, str(log))
+    graded = grade_checks(SOLUTION, tmp_path / "out", "part4", {"4.6"})
+    assert graded.test("4.6")["status"] == "passed", graded.output("4.6")
+    bench = load_thresholds("cpu")["part4"]
+    short, long = bench["L_values"][0], bench["L_values"][-1]
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    for trusted in (False, True):
+        timed = [line["what"] for line in lines if line["timed"] and line["trusted"] == trusted]
+        cached = [w for w in timed if w.startswith("generate_with_cache(")]
+        assert cached[0].endswith(f", {warmup_length(short if not trusted else long)})")
+        assert any(w.endswith(f", {long})") for w in cached[1:])
+    free = [
+        line["what"] for line in lines if line["timed"] and "generate_no_cache(" in line["what"]
+    ]
+    assert [w.rsplit(", ", 1)[1] for w in free[:2]] == [
+        f"{warmup_length(short)})",
+        f"{warmup_length(long)})",
+    ]
+    assert f", {long})" in free[-1]
