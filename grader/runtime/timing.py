@@ -240,19 +240,17 @@ class BenchmarkRecord:
         }
 
 
-#: A warm-up run generates this share of a timed run's new tokens (see :func:`warmup_length`).
-WARMUP_SHARE = 4
-
-
-def warmup_length(new_tokens: int) -> int:
-    """How many new tokens a warm-up run of a ``new_tokens`` workload generates: a quarter
-    (at least 2, at most all). A warm-up is there to take the first run's costs out of the
-    timed ones (code paths run once, buffers of the run's shapes allocated, pages touched),
-    which the prefill and the first steps already do; the cache-free path's later steps
-    only repeat them at a growing price (a full warm-up round was an eighth of a grading's
-    CPU time). A part's run function sees the round index ``i`` that :func:`interleaved`
-    passes and shortens rounds ``i < warmup``."""
-    return min(new_tokens, max(2, new_tokens // WARMUP_SHARE))
+def warmup_length(new_tokens: int, bench: dict[str, Any]) -> int:
+    """How many new tokens a warm-up run of a ``new_tokens`` workload generates under the
+    profile part ``bench``: ``1 / warmup_share`` of them (at least 2, at most all; all
+    where the profile sets no share). A warm-up is there to take the first run's costs
+    out of the timed ones (code paths run once, buffers of the run's shapes allocated,
+    pages touched), which the prefill and the first steps already do on a CPU; the
+    cache-free path's later steps only repeat them at a growing price (a whole warm-up
+    round was an eighth of a CPU grading). A part's run function sees the round index
+    ``i`` that :func:`interleaved` passes and shortens rounds ``i < warmup``."""
+    share = int(bench.get("warmup_share", 1))
+    return min(new_tokens, max(2, new_tokens // share))
 
 
 def interleaved(

@@ -490,8 +490,18 @@ def test_a_ratio_against_another_process_runs_compares_medians_unpaired() -> Non
     assert not Criterion("k", "over the reference's", empty, 0.0, True).passed
 
 
-def test_a_warm_up_run_generates_a_quarter_of_the_new_tokens() -> None:
-    assert [warmup_length(n) for n in (1, 2, 7, 16, 20, 256)] == [1, 2, 2, 4, 5, 64]
+def test_a_warm_up_run_generates_its_share_of_the_new_tokens() -> None:
+    quarter = {"warmup_share": 4}
+    assert [warmup_length(n, quarter) for n in (1, 2, 7, 16, 20, 256)] == [1, 2, 2, 4, 5, 64]
+    assert warmup_length(256, {}) == 256  # no share set (the cuda profile): whole runs
+
+
+def test_the_cpu_profile_warms_up_on_a_quarter_and_the_cuda_profile_on_whole_runs() -> None:
+    from grader.core.thresholds import load_thresholds
+
+    for part in ("part2", "part3", "part4"):
+        assert load_thresholds("cpu")[part]["warmup_share"] == 4
+        assert "warmup_share" not in load_thresholds("cuda")[part]
 
 
 def test_the_yardstick_stops_once_its_runs_are_steady() -> None:

@@ -138,7 +138,7 @@ class Part2Timed(TimedPools, Part2Base):
         bench = load_thresholds(self.ctx.device)["part2"]
         new_tokens = bench["new_tokens"]
         if i < bench["warmup"]:
-            new_tokens = warmup_length(new_tokens)
+            new_tokens = warmup_length(new_tokens, bench)
         shape = (1, bench["prompt_len"], new_tokens)
         return self.timed_generate("bench", bench_key(bench), shape, cached, i)
 

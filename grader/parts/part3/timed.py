@@ -137,7 +137,7 @@ class Part3Timed(TimedPools, Part3Base):
         its text unchecked (the pool holds the whole run's)."""
         batch, cache = variants[variant]
         warm = i < bench["warmup"]
-        output_len = warmup_length(bench["output_len"]) if warm else bench["output_len"]
+        output_len = warmup_length(bench["output_len"], bench) if warm else bench["output_len"]
         sample = self.timed_generate(
             "workload" if "model" in bench else "bench",  # a GPU workload's model, or the tiny
             bench_key(bench),

@@ -278,8 +278,8 @@ class Part4Checks(Part4LatencyRuns):
 
         def timed_run(variant: str, i: int) -> Sample:
             cached, L = variants[variant]
-            if i < bench["warmup"]:  # a warm-up round: a quarter of the tokens
-                L = warmup_length(L)
+            if i < bench["warmup"]:  # a warm-up round: the profile's share of the tokens
+                L = warmup_length(L, bench)
             case = pool[taken[0] % len(pool)]  # (the pool holds one per run of a grading)
             taken[0] += 1
             sample, reply = self.latency_run(model, case, cached, L)

@@ -50,7 +50,7 @@ class Part4LatencyRuns(Part4Base):
         pool, L = self.timed_prompts(), bench["L_values"][-1]
 
         def run(_: str, i: int) -> Sample:
-            length = warmup_length(L) if i < bench["warmup"] else L  # a warm-up round's
+            length = warmup_length(L, bench) if i < bench["warmup"] else L  # a warm-up round's
             return self.latency_run(model, pool[i % len(pool)], True, length)[0]
 
         return {"latency": (run, [f"with the cache, L = {L}"], bench)} if pool else {}
