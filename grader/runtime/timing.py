@@ -240,15 +240,17 @@ class BenchmarkRecord:
         }
 
 
-def warmup_length(new_tokens: int, bench: dict[str, Any]) -> int:
-    """How many new tokens a warm-up run of a ``new_tokens`` workload generates under the
-    profile part ``bench``: ``1 / warmup_share`` of them (at least 2, at most all; all
-    where the profile sets no share). A warm-up is there to take the first run's costs
-    out of the timed ones (code paths run once, buffers of the run's shapes allocated,
-    pages touched), which the prefill and the first steps already do on a CPU; the
-    cache-free path's later steps only repeat them at a growing price (a whole warm-up
-    round was an eighth of a CPU grading). A part's run function sees the round index
-    ``i`` that :func:`interleaved` passes and shortens rounds ``i < warmup``."""
+def round_length(new_tokens: int, bench: dict[str, Any], i: int) -> int:
+    """How many new tokens round ``i`` (as :func:`interleaved` numbers them, warm-up rounds
+    first) of a ``new_tokens`` workload generates under the profile part ``bench``: all of
+    them in a timed round; in a warm-up round (``i`` below ``warmup``) ``1 / warmup_share``
+    of them (at least 2, at most all; all where the profile sets no share). A warm-up is
+    there to take the first run's costs out of the timed ones (code paths run once,
+    buffers of the run's shapes allocated, pages touched), which the prefill and the first
+    steps already do on a CPU; the cache-free path's later steps only repeat them at a
+    growing price (a whole warm-up round was an eighth of a CPU grading)."""
+    if i >= bench["warmup"]:
+        return new_tokens
     share = int(bench.get("warmup_share", 1))
     return min(new_tokens, max(2, new_tokens // share))
 

@@ -26,9 +26,9 @@ from grader.runtime.timing import (
     interleaved,
     measure,
     missed_for_good,
+    round_length,
     settled,
     until_steady,
-    warmup_length,
 )
 from grader.runtime.usage import cpu_snapshot, cpu_used, rss_peak
 from tests.conftest import SOLUTION
@@ -491,9 +491,10 @@ def test_a_ratio_against_another_process_runs_compares_medians_unpaired() -> Non
 
 
 def test_a_warm_up_run_generates_its_share_of_the_new_tokens() -> None:
-    quarter = {"warmup_share": 4}
-    assert [warmup_length(n, quarter) for n in (1, 2, 7, 16, 20, 256)] == [1, 2, 2, 4, 5, 64]
-    assert warmup_length(256, {}) == 256  # no share set (the cuda profile): whole runs
+    quarter = {"warmup": 1, "warmup_share": 4}
+    assert [round_length(n, quarter, 0) for n in (1, 2, 7, 16, 20, 256)] == [1, 2, 2, 4, 5, 64]
+    assert round_length(256, quarter, 1) == 256  # a timed round: all of them
+    assert round_length(256, {"warmup": 1}, 0) == 256  # no share set (the cuda profile)
 
 
 def test_the_cpu_profile_warms_up_on_a_quarter_and_the_cuda_profile_on_whole_runs() -> None:

@@ -24,7 +24,15 @@ from grader.parts.part2.cases import frequency_band, softmax64
 from grader.parts.part2.support import Part2Base
 from grader.parts.part2.timed import Part2CacheContents, Part2Growth, bench_key, calls_problem
 from grader.runtime.outcomes import SubmissionError
-from grader.runtime.timing import BenchmarkRecord, Criterion, Ratio, Sample, Timing, clock_for
+from grader.runtime.timing import (
+    BenchmarkRecord,
+    Criterion,
+    Ratio,
+    Sample,
+    Timing,
+    clock_for,
+    round_length,
+)
 
 
 class Part2ForwardChecks(Part2Base):
@@ -307,7 +315,9 @@ class Part2Benchmark(Part2CacheContents):
         def timed_run(variant: str, i: int) -> Sample:
             sample = self.bench_run(variants[variant], i)
             if variants[variant]:  # with the new tokens it made (a warm-up's are fewer)
-                cached_calls.append((self.last_lengths, self.last_new_tokens))
+                cached_calls.append(
+                    (self.last_lengths, round_length(bench["new_tokens"], bench, i))
+                )
             return sample
 
         reference = self.yardstick("bench")

@@ -40,7 +40,7 @@ from grader.parts.part2.cases import (
 )
 from grader.parts.part2.support import Part2Base
 from grader.runtime.outcomes import SubmissionError
-from grader.runtime.timing import Ratio, Sample, Timing, warmup_length
+from grader.runtime.timing import Ratio, Sample, Timing, round_length
 
 # A cache that attention reads changes the logits by O(1) when scrambled; float noise
 # alone stays below 1e-3.
@@ -57,7 +57,6 @@ class Part2Timed(TimedPools, Part2Base):
     """Timed ``generate`` runs on fresh prompts, checked against the reference's tokens."""
 
     last_lengths: list[int] | None = None  # forward's input lengths in the last timed run
-    last_new_tokens = 0  # the new tokens the last timed run asked for
 
     min_work_ratio = MIN_WORK_RATIO
     work_shape = (WORK_NEW, WORK_BATCH, WORK_PROMPT)
@@ -90,7 +89,6 @@ class Part2Timed(TimedPools, Part2Base):
         prompts, expected = self.take(key, rows, prompt_len, vocab)
         pool = self.pool(key)
         temperature = pool["temperature"] if pool else 1.0
-        self.last_new_tokens = new_tokens
         tokens, self.last_lengths, sample = self.generate_or_fail(
             timing=True,
             model=model,
@@ -133,13 +131,9 @@ class Part2Timed(TimedPools, Part2Base):
 
     def bench_run(self, cached: bool | None, i: int) -> Sample:
         """One timed run of check 2.11's workload: a prompt of its own, the reference's
-        tokens to match. A warm-up round's (``i`` below the profile's ``warmup``) generates
-        :func:`warmup_length` of the new tokens."""
+        tokens to match; a warm-up round's shorter (:func:`round_length`)."""
         bench = load_thresholds(self.ctx.device)["part2"]
-        new_tokens = bench["new_tokens"]
-        if i < bench["warmup"]:
-            new_tokens = warmup_length(new_tokens, bench)
-        shape = (1, bench["prompt_len"], new_tokens)
+        shape = (1, bench["prompt_len"], round_length(bench["new_tokens"], bench, i))
         return self.timed_generate("bench", bench_key(bench), shape, cached, i)
 
     def yardstick_workloads(self) -> dict[str, Workload]:

@@ -42,7 +42,7 @@ from grader.parts.part3.cases import (
 )
 from grader.parts.part3.support import Part3Base
 from grader.runtime.outcomes import SubmissionError
-from grader.runtime.timing import Ratio, Sample, Timing, warmup_length
+from grader.runtime.timing import Ratio, Sample, Timing, round_length
 
 # A cache that attention reads changes the logits by O(1) when scrambled; float noise
 # alone stays below 1e-3.
@@ -132,16 +132,14 @@ class Part3Timed(TimedPools, Part3Base):
         self, bench: dict, variants: dict[str, tuple[int, bool]], variant: str, i: int
     ) -> Sample:
         """One timed generate of ``variant`` (its batch size and kv_caching): every row of
-        every run has a prompt of its own and the reference's text. A warm-up round's (``i``
-        below the profile's ``warmup``) generates :func:`warmup_length` of the new tokens,
-        its text unchecked (the pool holds the whole run's)."""
+        every run has a prompt of its own and the reference's text. A warm-up round's is
+        shorter (:func:`round_length`), its text unchecked (the pool holds the whole run's)."""
         batch, cache = variants[variant]
         warm = i < bench["warmup"]
-        output_len = warmup_length(bench["output_len"], bench) if warm else bench["output_len"]
         sample = self.timed_generate(
             "workload" if "model" in bench else "bench",  # a GPU workload's model, or the tiny
             bench_key(bench),
-            (batch, bench["input_len"], output_len),
+            (batch, bench["input_len"], round_length(bench["output_len"], bench, i)),
             cache,
             timeout=max(self.ctx.limits.request_timeout_s, 60.0),
             key=f"timed generate {batch} {cache}",

@@ -50,7 +50,7 @@ from grader.runtime.timing import (
     Sample,
     Timing,
     clock_for,
-    warmup_length,
+    round_length,
 )
 
 DISTILGPT2 = {"n_layers": 6, "hidden_size": 768, "n_heads": 12, "vocab_size": 50257,
@@ -278,8 +278,7 @@ class Part4Checks(Part4LatencyRuns):
 
         def timed_run(variant: str, i: int) -> Sample:
             cached, L = variants[variant]
-            if i < bench["warmup"]:  # a warm-up round: the profile's share of the tokens
-                L = warmup_length(L, bench)
+            L = round_length(L, bench, i)  # a warm-up round's is shorter
             case = pool[taken[0] % len(pool)]  # (the pool holds one per run of a grading)
             taken[0] += 1
             sample, reply = self.latency_run(model, case, cached, L)

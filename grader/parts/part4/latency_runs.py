@@ -14,7 +14,7 @@ from grader.core.thresholds import load_thresholds
 from grader.parts.part4.latency import RUN_COUNT_CASE, latency_figures, run_count_problem
 from grader.parts.part4.latency_clock import CLOCKED_CASES, clocked_problem
 from grader.parts.part4.support import Part4Base, plain_value
-from grader.runtime.timing import Sample, warmup_length
+from grader.runtime.timing import Sample, round_length
 
 
 class Part4LatencyRuns(Part4Base):
@@ -50,7 +50,7 @@ class Part4LatencyRuns(Part4Base):
         pool, L = self.timed_prompts(), bench["L_values"][-1]
 
         def run(_: str, i: int) -> Sample:
-            length = warmup_length(L, bench) if i < bench["warmup"] else L  # a warm-up round's
+            length = round_length(L, bench, i)  # a warm-up round's is shorter
             return self.latency_run(model, pool[i % len(pool)], True, length)[0]
 
         return {"latency": (run, [f"with the cache, L = {L}"], bench)} if pool else {}
