@@ -218,6 +218,7 @@ class TimedPools:
         short: int,
         long: int,
         threshold: float | None = None,
+        first_counts: bool = False,
     ) -> Ratio:
         """CPU seconds per generated token of the cached path alone, ``long`` new tokens
         over ``short`` ones: ``run(new_tokens, round)`` is one cached run, measured by the
@@ -225,10 +226,13 @@ class TimedPools:
         length, however slow the submission makes its own cache-free path. With a
         ``threshold`` (at most), one round is measured first; unless it is :func:`decided`,
         ``rounds`` more are measured and they alone decide (a short
-        run lasts a few of the kernel's clock ticks, so one round near the line is noise)."""
+        run lasts a few of the kernel's clock ticks, so one round near the line is noise).
+        With ``first_counts``, the first round is one of ``rounds`` and counts with the
+        others: an undecided probe measures and judges exactly what it would without a
+        threshold (its pool holds ``rounds`` rounds)."""
+        per_token: dict[int, list[float]] = {short: [], long: []}
 
         def measure(first: int, count: int) -> Ratio:
-            per_token: dict[int, list[float]] = {short: [], long: []}
             for i in range(first, first + count):
                 for n in (short, long):
                     per_token[n].append(run(n, i).on("cpu") / n)
@@ -237,7 +241,13 @@ class TimedPools:
         if threshold is None:
             return measure(0, rounds)
         growth = measure(0, 1)
-        return growth if decided(growth, threshold, at_least=False) else measure(1, rounds)
+        if decided(growth, threshold, at_least=False):
+            return growth
+        if first_counts:
+            return measure(1, rounds - 1)
+        for runs in per_token.values():  # the undecided first round is left out
+            runs.clear()
+        return measure(1, rounds)
 
     @staticmethod
     def _ratio(runs: dict[str, list[Sample]]) -> Ratio:

@@ -98,6 +98,30 @@ def test_cached_growth_with_a_threshold_measures_more_rounds_only_near_the_line(
     assert calls == [(n, i) for i in range(4) for n in (32, 256)]
 
 
+def test_cached_growth_whose_first_round_counts_stays_within_its_rounds() -> None:
+    """Part 2's probe (its pool holds three rounds): decided in one round, or three in
+    all, judged on all three, exactly as without a threshold."""
+
+    def probe(growths: list[float]) -> tuple[float, list[tuple[int, int]]]:
+        calls: list[tuple[int, int]] = []
+
+        def run(new_tokens: int, i: int) -> Sample:
+            calls.append((new_tokens, i))
+            per_token = 0.001 * (growths[i] if new_tokens == 256 else 1.0)
+            return Sample(seconds=1.0, cpu_seconds=per_token * new_tokens)
+
+        growth = TimedPools.cached_growth(3, run, 32, 256, threshold=2.0, first_counts=True)
+        return growth.median, calls
+
+    growth, calls = probe([0.9, 9.0, 9.0])  # far below the maximum: one round
+    assert growth == pytest.approx(0.9) and calls == [(32, 0), (256, 0)]
+    growth, calls = probe([5.0, 1.0, 1.0])  # far above it: one round
+    assert growth == pytest.approx(5.0) and len(calls) == 2
+    growth, calls = probe([1.6, 2.6, 1.1])  # near the line: the median of all three
+    assert growth == pytest.approx(1.6)
+    assert calls == [(n, i) for i in range(3) for n in (32, 256)]
+
+
 class GrowthStub(TimedPools):
     """A part whose growth probe measured ``growth`` and whose runs' calls say ``calls``."""
 

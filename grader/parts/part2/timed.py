@@ -168,8 +168,10 @@ class Part2Growth(Part2Timed):
     def growth_probe(self) -> Ratio:
         """CPU seconds per generated token of cached ``generate`` (use_cache left at its
         default), ``GROWTH_LONG`` new tokens over ``GROWTH_SHORT``, after ``GROWTH_BATCH``
-        prompts of ``GROWTH_PROMPT`` tokens on the work model, ``GROWTH_ROUNDS`` rounds,
-        every run on prompts of its own with its tokens checked against the reference's.
+        prompts of ``GROWTH_PROMPT`` tokens on the work model, one round where it decides
+        (the reference reads about 1x, a recomputed prefix far over the maximum), else
+        ``GROWTH_ROUNDS`` in all, every run on prompts of its own with its tokens checked
+        against the reference's.
         A cache keeps every step's cost nearly flat; recomputing the prefix makes the long
         run's steps dearer. The submission's cache-free path plays no part in it."""
         self.ensure_model("work")
@@ -181,7 +183,14 @@ class Part2Growth(Part2Timed):
             self.growth_calls.append((self.last_lengths, new_tokens))
             return sample
 
-        return self.cached_growth(GROWTH_ROUNDS, run, GROWTH_SHORT, GROWTH_LONG)
+        return self.cached_growth(
+            GROWTH_ROUNDS,
+            run,
+            GROWTH_SHORT,
+            GROWTH_LONG,
+            threshold=self.max_cached_growth,
+            first_counts=True,
+        )
 
     def growth_calls_problem(self) -> str:
         """Why a growth run's forward calls were not the prompt once and then one token per
