@@ -65,8 +65,9 @@ WORK_ROUNDS, WORK_BATCH, WORK_PROMPT, WORK_NEW = 2, 8, 64, 96
 WORK_POSITIONS = 256
 MIN_WORK_RATIO = 3.0  # cache-free CPU time / cached CPU time the probe must reach
 # Check 2.9's growth probe: the cached path alone, one round (if it decides) or
-# GROWTH_ROUNDS rounds in all of one cached generate of GROWTH_SHORT and one of GROWTH_LONG new tokens after GROWTH_PROMPT-token
-# prompts (GROWTH_BATCH rows, fresh ones every run), on the work model's CPU, in CPU time.
+# GROWTH_ROUNDS rounds in all, each of one cached generate of GROWTH_SHORT and one of
+# GROWTH_LONG new tokens after GROWTH_PROMPT-token prompts (GROWTH_BATCH rows, fresh ones
+# every run), on the work model's CPU, in CPU time.
 # Its CPU time per generated token, long over short, must stay within MAX_CACHED_GROWTH:
 # with a cache every step costs about the same, while recomputing the prefix makes the
 # steps of the long run dearer, however slow the submission makes its own cache-free
