@@ -12,7 +12,7 @@ cache. Otherwise (no network is ever tried) a randomly initialised GPT-2 of the
 same shape stands in: latency and cache size depend on the shape, not on the
 weights.
 
-    python kv_lab.py --report OUT_DIR [--device cpu|cuda] [--quick]
+    python kv_lab.py --report OUT_DIR [--device cpu|cuda] [--quick] [--rounds N]
 """
 
 # Every function whose body raises NotImplementedError is yours (TODO 1-5, the steps are
@@ -412,7 +412,8 @@ def report(
         lines.append(f"| {L} | {a:.2f} | {b:.2f} | {a / b:.1f}x |")
     verdict = latency_verdict(latency, noisy)
     threads = f", {torch.get_num_threads()} CPU thread(s)" if device == "cpu" else ""
-    lines += ["", f"Median of {rounds} runs per figure{threads}. " + " ".join(verdict)]
+    runs = f"Median of {rounds} runs" if rounds > 1 else "One run"
+    lines += ["", f"{runs} per figure{threads}. " + " ".join(verdict)]
     print("\n".join(lines[lines.index("## Tasks 2 and 3: latency") :]))
     per_token = theoretical_kv_bytes(1, summary["hidden_size"], summary["n_layers"], 4)
     lines += [
@@ -452,12 +453,16 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--quick", action="store_true", help="small L values: a quick run")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="measure_latency calls per figure (default 3)"
+    )
     args = parser.parse_args()
     if args.device == "cpu":
         # One thread: at batch 1 the matrices are small, and on a busy laptop more threads
         # mostly add noise (and slow the cache-free path less than the cached one).
         torch.set_num_threads(max(1, args.threads))
-    print(f"wrote {report(args.report, device=args.device, quick=args.quick)}")
+    path = report(args.report, device=args.device, quick=args.quick, rounds=max(1, args.rounds))
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -320,8 +320,8 @@ def test_skeleton_todos_raise_and_load_model_works(model: GPT2LMHeadModel, tmp_p
 
 
 def test_report_command_runs_offline_on_the_random_fallback(tmp_path: Path) -> None:
-    """`python kv_lab.py --report OUT --quick` from a clean environment with no network:
-    the distilgpt2-shaped random model, the Markdown report and both plots."""
+    """`python kv_lab.py --report OUT --quick --rounds 1` from a clean environment with no
+    network: the distilgpt2-shaped random model, the Markdown report and both plots."""
     import os
     import subprocess
 
@@ -335,7 +335,7 @@ def test_report_command_runs_offline_on_the_random_fallback(tmp_path: Path) -> N
     }
     out = tmp_path / "report"
     proc = subprocess.run(
-        [sys.executable, "kv_lab.py", "--report", str(out), "--quick"],
+        [sys.executable, "kv_lab.py", "--report", str(out), "--quick", "--rounds", "1"],
         cwd=SOLUTION_FILE.parent,
         env=env,
         capture_output=True,
@@ -346,6 +346,7 @@ def test_report_command_runs_offline_on_the_random_fallback(tmp_path: Path) -> N
     assert "randomly initialised distilgpt2-shaped" in proc.stderr
     text = (out / "report.md").read_text()
     assert "| n_layers | 6 |" in text and "36,864 bytes per token" in text
+    assert "One run per figure" in text  # --rounds reached the report
     for png in ("latency.png", "memory.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
