@@ -26,7 +26,7 @@ from grader.parts.part3.cases import (
 #: ``ref`` below: a ``build.Observer`` (typed loosely: ``build`` imports this module).
 Observer = Any
 #: Check 3.5's full batch: one prompt per cache row, the longest filling every position.
-FULL_LENGTHS = (MAX_SEQ_LEN, MAX_SEQ_LEN - 8, 57, 23)
+FULL_LENGTHS = (MAX_SEQ_LEN, MAX_SEQ_LEN - 8, MAX_SEQ_LEN - 24, MAX_SEQ_LEN - 40)
 #: The hidden stop batch's prompts (check 3.9).
 HIDDEN_STOP_SEED = 6565
 

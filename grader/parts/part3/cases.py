@@ -100,7 +100,7 @@ MAX_CACHE_MEMORY_RATIO = 1.5
 FULL_SEED = 5353
 # Check 3.5's stop batch: two prompts of STOP_PROMPT tokens, STOP_NEW new tokens; the
 # first one's greedy continuation reaches a stop token, which generate must cut off.
-STOP_SEED, STOP_PROMPT, STOP_NEW = 6464, 32, 96
+STOP_SEED, STOP_PROMPT, STOP_NEW = 6464, 32, 40
 MIB = 1024 * 1024
 
 
