@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
+import functools
 import os
 import pwd
 import subprocess
@@ -42,8 +43,12 @@ class WorkerIdentity:
     lock_fd: int = -1  # held while a grading uses a pool account (see claim_identity)
 
 
+@functools.cache
 def _interpreter_usable_by(uid: int, gid: int) -> bool:
-    """Whether ``uid`` can start this interpreter (a pyenv under /root is not readable)."""
+    """Whether ``uid`` can start this interpreter (a pyenv under /root is not readable).
+    Asked once per account in a process (one that grades many submissions, as a TA's
+    script or the test suite does, would otherwise start an interpreter for each): the
+    answer does not change while it runs."""
     try:
         result = subprocess.run(
             [sys.executable, "-E", "-s", "-c", "import numpy"],

@@ -59,6 +59,24 @@ def test_root_grader_drops_to_an_unprivileged_worker() -> None:
     assert identity.uid != 0
 
 
+@pytest.mark.needs_root(reason="dropping privileges needs root")
+def test_whether_an_account_can_run_the_interpreter_is_asked_once(monkeypatch) -> None:
+    from grader.sandbox import identity as module
+
+    started: list[list[str]] = []
+    real_run = subprocess.run
+
+    def counting(cmd, *args, **kwargs):
+        started.append(cmd)
+        return real_run(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(module.subprocess, "run", counting)
+    module._interpreter_usable_by.cache_clear()
+    first, second = resolve_identity(), resolve_identity()
+    assert first == second and first.dropped
+    assert len(started) == 1  # the second grading asked no interpreter
+
+
 @pytest.mark.skipif(ROOT_ONLY, reason="only meaningful when not root")
 def test_non_root_grader_warns_that_it_cannot_drop() -> None:
     identity = resolve_identity()
