@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -21,7 +20,12 @@ from typing import Any, NoReturn
 import numpy as np
 import psutil
 
-from grader.runtime.client_output import OutputCollector, describe_error, syntax_sentence
+from grader.runtime.client_output import (
+    OutputCollector,
+    death_message,
+    describe_error,
+    syntax_sentence,
+)
 from grader.runtime.gpu_memory import gpu_peak, nvml_usage
 from grader.runtime.launch import Launch, launch
 from grader.runtime.outcomes import Reply, SubmissionError
@@ -29,13 +33,6 @@ from grader.runtime.trace import trace
 from grader.runtime.usage import cpu_snapshot, cpu_used, rss_peak
 from grader.sandbox import cgroups
 from grader.sandbox.cgroups import PROCESS_TREE, CpuGroup
-from grader.sandbox.confine import (
-    NO_CPU_GROUP,
-    NO_IPC_NAMESPACE,
-    NO_MOUNTS,
-    NO_NETWORK_NAMESPACE,
-    NO_PRIVILEGE_LOCK,
-)
 from grader.sandbox.forkserver import ForkedWorker
 from grader.sandbox.processes import STARTED, become_subreaper, kill_tree, reap_orphans
 from grader.sandbox.sandbox import (
@@ -380,32 +377,8 @@ class WorkerClient:
         code = proc.wait(timeout=10) if proc is not None else None
         output = self._output.since_mark() if self._output else ""
         self.stop()
-        if self.sandbox.expired.is_set():  # the watchdog stopped it, not the submission
-            raise SubmissionError(
-                f"{label} was stopped before it finished: the whole grading ran past its "
-                f"{self.limits.grading_timeout_s:.0f} s time budget.",
-                kind="timeout",
-                output=output,
-            )
-        if code in (NO_MOUNTS, NO_NETWORK_NAMESPACE, NO_PRIVILEGE_LOCK, NO_CPU_GROUP,
-                    NO_IPC_NAMESPACE):  # fmt: skip
-            raise SubmissionError(
-                f"{label}: the grader could not isolate the worker (network, IPC, files, "
-                "CPU accounting or privileges); "
-                "this is not your fault, please tell the course staff.",
-                "crash",
-                output,
-            )
-        if code is not None and code < 0:
-            sig = signal.Signals(-code).name
-            reason = {
-                "SIGKILL": "it was killed (usually for using too much memory)",
-                "SIGXFSZ": "it wrote a file larger than the limit",
-                "SIGXCPU": "it used too much CPU time",
-                "SIGSEGV": "it crashed (segmentation fault)",
-            }.get(sig, f"it was killed by {sig}")
-        else:
-            reason = (
-                f"the process exited with status {code} (did your code call os._exit() or exit()?)"
-            )
-        raise SubmissionError(f"{label} stopped the grader's worker: {reason}.", "crash", output)
+        message, kind = death_message(
+            label, code, expired=self.sandbox.expired.is_set(),
+            budget_s=self.limits.grading_timeout_s,
+        )  # fmt: skip
+        raise SubmissionError(message, kind, output)

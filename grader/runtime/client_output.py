@@ -1,12 +1,22 @@
 """What a worker says besides its replies: the output it prints, drained and capped per
-request, and the exceptions it reports, turned into sentences a student can act on."""
+request, and the exceptions it reports and the way it died, turned into sentences a
+student can act on."""
 
 from __future__ import annotations
 
 import os
 import select
+import signal
 import threading
 from typing import Any
+
+from grader.sandbox.confine import (
+    NO_CPU_GROUP,
+    NO_IPC_NAMESPACE,
+    NO_MOUNTS,
+    NO_NETWORK_NAMESPACE,
+    NO_PRIVILEGE_LOCK,
+)
 
 
 class OutputCollector(threading.Thread):
@@ -93,3 +103,42 @@ def syntax_sentence(module_file: str, error: dict[str, Any]) -> str:
     if file == module_file:
         return f"{module_file} has a syntax error{at}: {message}"
     return f"{module_file} could not be imported: {file} has a syntax error{at}: {message}"
+
+
+#: The worker's exit codes when it could not be isolated (``grader.sandbox.confine``).
+ISOLATION_FAILED = (NO_MOUNTS, NO_NETWORK_NAMESPACE, NO_PRIVILEGE_LOCK, NO_CPU_GROUP,
+                    NO_IPC_NAMESPACE)  # fmt: skip
+#: What a signal that ended the worker most likely means, in a student's words.
+SIGNAL_REASONS = {
+    "SIGKILL": "it was killed (usually for using too much memory)",
+    "SIGXFSZ": "it wrote a file larger than the limit",
+    "SIGXCPU": "it used too much CPU time",
+    "SIGSEGV": "it crashed (segmentation fault)",
+}
+
+
+def death_message(
+    label: str, code: int | None, *, expired: bool, budget_s: float
+) -> tuple[str, str]:
+    """The message and kind of a worker that died during ``label`` with exit ``code``
+    (negative: the signal), or that the grading's watchdog stopped (``expired``): the
+    grader's own failures said to be the staff's, the student's said to be theirs."""
+    if expired:  # the watchdog stopped it, not the submission
+        return (
+            f"{label} was stopped before it finished: the whole grading ran past its "
+            f"{budget_s:.0f} s time budget.",
+            "timeout",
+        )
+    if code in ISOLATION_FAILED:
+        return (
+            f"{label}: the grader could not isolate the worker (network, IPC, files, "
+            "CPU accounting or privileges); "
+            "this is not your fault, please tell the course staff.",
+            "crash",
+        )
+    if code is not None and code < 0:
+        sig = signal.Signals(-code).name
+        reason = SIGNAL_REASONS.get(sig, f"it was killed by {sig}")
+    else:
+        reason = f"the process exited with status {code} (did your code call os._exit() or exit()?)"
+    return f"{label} stopped the grader's worker: {reason}.", "crash"

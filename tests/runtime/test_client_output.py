@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import signal
 import traceback
 
-from grader.runtime.client_output import describe_error, syntax_sentence
+from grader.runtime.client_output import death_message, describe_error, syntax_sentence
+from grader.sandbox.confine import NO_MOUNTS
 
 
 def test_every_frame_of_a_traceback_is_indented_alike() -> None:
@@ -42,3 +44,18 @@ def test_a_syntax_error_names_its_file_and_line_once() -> None:
         "llama/generation.py could not be imported: llama/model.py has a syntax error on line 3:"
     )
     assert syntax_sentence("q.py", {"message": "bad"}) == "q.py has a syntax error: bad"
+
+
+def test_a_dead_worker_is_told_by_its_exit() -> None:
+    def said(code: int | None, expired: bool = False) -> tuple[str, str]:
+        return death_message("generate(...)", code, expired=expired, budget_s=900)
+
+    message, kind = said(-signal.SIGKILL)
+    assert kind == "crash" and "too much memory" in message
+    assert message.startswith("generate(...) stopped the grader's worker")
+    assert "SIGUSR1" in said(-signal.SIGUSR1)[0]  # a signal without a reason is named
+    assert "exited with status 3" in said(3)[0] and "os._exit()" in said(3)[0]
+    message, kind = said(NO_MOUNTS)  # the grader's fault, not the student's
+    assert kind == "crash" and "not your fault" in message
+    message, kind = said(-signal.SIGKILL, expired=True)  # the watchdog, whatever the exit
+    assert kind == "timeout" and "900 s time budget" in message
