@@ -13,6 +13,7 @@ import os
 import sys
 import time
 import traceback
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +38,7 @@ from grader.core.thresholds import (
 from grader.grading.suite import Selection, build_suite, check_classes, run_suite
 from grader.grading.watchdog import Watchdog
 from grader.runtime.context import GradingContext
+from grader.runtime.launch import STARTS
 from grader.sandbox.identity import RUN_RECORD_ENV
 from grader.sandbox.layout import PartLayout, lay_out
 from grader.sandbox.mounts import mount_isolation
@@ -111,6 +113,7 @@ class Grading:
     limits: Limits
     cases_root: Path
     started: float = field(default_factory=time.monotonic)
+    starts_before: Counter[str] = field(default_factory=lambda: Counter(STARTS))
     sandbox: Sandbox | None = None
     ctx: GradingContext | None = None
     watchdog: Watchdog | None = None
@@ -174,10 +177,7 @@ class Grading:
             bases={p: layout.base for p, layout in self.layouts.items()},
             missing={p: layout.missing_message(PARTS[p]) for p, layout in self.layouts.items()},
             cases_root=self.cases_root,
-            # One thread: on a shared or fractional CPU (Gradescope gives 1/2 a core)
-            # more threads than cores makes torch's OpenMP workers spin against
-            # each other, turning milliseconds into seconds.
-            threads=int(os.environ.get("KVGRADER_THREADS", "1")),
+            threads=worker_threads(),
         )
 
     def run_checks(self, selection: Selection) -> None:
@@ -231,6 +231,8 @@ class Grading:
                 for p, lo in self.layouts.items()
             },
             "sandbox_warnings": sandbox.warnings,
+            # How its workers started (a class regrade forks them from a shared server).
+            "worker_starts": dict(STARTS - self.starts_before),
         }
         results.leaderboard = leaderboard_entries(benchmarks, leaderboard_settings())
 
@@ -257,6 +259,14 @@ class Grading:
         if self.sandbox is not None and self.warn:
             for warning in self.sandbox.warnings:
                 print(f"warning: {warning}", file=sys.stderr)
+
+
+def worker_threads() -> int:
+    """The threads a worker's libraries may use: one unless ``KVGRADER_THREADS`` says
+    more. On a shared or fractional CPU (Gradescope gives 1/2 a core) more threads than
+    cores makes torch's OpenMP workers spin against each other, turning milliseconds into
+    seconds."""
+    return int(os.environ.get("KVGRADER_THREADS", "1"))
 
 
 def limits_for(device: str) -> Limits:

@@ -173,7 +173,7 @@ class WorkerClient:
         if self._cpu_group is not None:
             return self._cpu_group.usage_s()
         server = getattr(self._proc, "server", None)
-        server_pid = server.proc.pid if server is not None and server.proc is not None else None
+        server_pid = server.pid if server is not None else None
         return cpu_snapshot(pid, run_gid, reapers=(server_pid,) if server_pid else ())
 
     def _cpu_between(self, before: Any, after: Any) -> float | None:

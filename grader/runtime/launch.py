@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,13 +64,21 @@ class Launch:
         return confinement(self.limits, identity, isolate, mounts, self.device, procs)
 
 
+#: How this process's workers were started, counted: forked from a batch's shared fork
+#: server, from this grading's own, or as new interpreters (a results file says which).
+STARTS: Counter[str] = Counter()
+SHARED, OWN, INTERPRETER = "shared fork server", "fork server", "new interpreter"
+
+
 def launch(job: Launch, req_r: int, resp_w: int) -> subprocess.Popen | ForkedWorker:
     """The worker's process, reading requests from ``req_r`` and replying on ``resp_w``."""
     spec = job.confinement()
     env = job.sandbox.environment(job.device, job.threads)
     forked = _forked(job, spec, env, (req_r, resp_w))
     if forked is not None:
+        STARTS[SHARED if forked.server.adopted_pid is not None else OWN] += 1
         return forked
+    STARTS[INTERPRETER] += 1
     argv = job.arguments(str(req_r), str(resp_w))
     return started(
         argv, env=env, cwd=job.submission_dir, confinement=spec, pass_fds=(req_r, resp_w)

@@ -6,6 +6,11 @@ the worker client uses (``pid``, ``stdout``, ``wait``, ``poll``). At most one se
 lives at a time in a grader (each holds its own torch, and Gradescope's container is
 small); a server that cannot start or stops answering is dropped, and the caller starts
 its worker with ``subprocess`` as before. ``KVGRADER_FORKSERVER=0`` turns it off.
+
+A class regrade offers each grading a server it did not start (:mod:`grader.sandbox.shared`):
+a descriptor named by ``KVGRADER_SHARED_FORKSERVER``, the grading's end of a socket to a
+server forked for it alone from one that imported the libraries once for the whole batch.
+:func:`server_for` adopts it where it preloads what is needed in the same environment.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from grader.sandbox.forkserver_main import MAX_MESSAGE
 from grader.sandbox.processes import STARTED
 
 SWITCH = "KVGRADER_FORKSERVER"
+#: The variable naming the descriptor of a server offered to this grading (a batch's).
+OFFERED = "KVGRADER_SHARED_FORKSERVER"
 #: How long a server may take to import its libraries (trusted code: no student's
 #: import timeout applies, but a machine busy enough to exceed this had better start
 #: its workers the old way).
@@ -78,6 +85,33 @@ class ForkServer:
     exited: dict[int, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     next_id: int = 0
+    adopted_pid: int | None = None  # a server offered to this process, not its child
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id (it reaps the workers it forks)."""
+        return self.proc.pid if self.proc is not None else self.adopted_pid
+
+    @classmethod
+    def adopt(cls, fd: int, timeout: float = START_TIMEOUT_S) -> ForkServer:
+        """The server at the other end of socket ``fd``, started by someone else (a
+        batch's shared server forked it for this grading), once it has said it is ready.
+        :class:`ForkServerError` where it does not, or runs threads."""
+        control = socket.socket(fileno=fd)
+        control.set_inheritable(False)
+        server = cls((), {}, control=control)
+        try:
+            ready = server._receive(timeout, lambda m: "ready" in m)
+        except ForkServerError:
+            ready = None
+        if ready is None or ready.get("threads") != 1:
+            server.close()
+            why = "did not say it was ready" if ready is None else "runs threads"
+            raise ForkServerError(f"the offered fork server {why}")
+        server.preload = tuple(ready["preload"])
+        server.env = dict(ready["env"])
+        server.adopted_pid = int(ready["ready"])
+        return server
 
     def start(self, timeout: float = START_TIMEOUT_S) -> None:
         """Start the server and wait until it has imported its libraries."""
@@ -139,7 +173,11 @@ class ForkServer:
 
     @property
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None and self.control is not None
+        if self.control is None:
+            return False
+        if self.proc is None:  # adopted: it ends when this process closes the socket
+            return self.adopted_pid is not None
+        return self.proc.poll() is None
 
     def spawn(
         self,
@@ -320,6 +358,10 @@ def server_for(
             del _SERVERS[old_key]
             _SERVERS[key] = known
             return known
+    offered = _adopt_offered(preload, env)
+    if offered is not None:
+        _SERVERS[key] = offered
+        return offered
     close_all()
     server = ForkServer(preload, env)
     try:
@@ -329,6 +371,23 @@ def server_for(
         _REFUSED[key] = f"the fork server preloading {', '.join(preload)} did not start: {exc}"
         raise ForkServerError(_REFUSED[key]) from None
     _SERVERS[key] = server
+    return server
+
+
+def _adopt_offered(preload: tuple[str, ...], env: dict[str, str]) -> ForkServer | None:
+    """The server offered to this grading (once: the variable is consumed), where it
+    preloads ``preload`` in ``env``; None, having closed it, where it does not (a batch
+    started with other settings) or did not answer."""
+    fd = os.environ.pop(OFFERED, "")
+    if not fd.isdigit():
+        return None
+    try:
+        server = ForkServer.adopt(int(fd))
+    except (ForkServerError, OSError):
+        return None
+    if server.env != env or not set(preload) <= set(server.preload):
+        server.close()
+        return None
     return server
 
 

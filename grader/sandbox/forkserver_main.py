@@ -20,6 +20,17 @@ The parent (:mod:`grader.sandbox.forkserver`) talks to this process over a Unix
   Or ``{"preload": [...]}``: import those too (the next part's libraries), answered by
   ``{"preloaded": true, "threads": n}`` or ``{"preloaded": false, "error": ...}``.
 
+The ``ready`` message also names what the server preloaded and the environment it
+imported them in, so that a grader offered a server it did not start (below) can tell
+whether it serves its workers.
+
+With ``--shared`` the process is a batch's shared server (:mod:`grader.sandbox.shared`):
+it imports once for every grading of a class regrade, and for each ``{"serve": true}``
+that carries one descriptor (a grading's end of a new socket pair) forks a server of that
+grading's own, answering ``{"forked": pid}``. That server is the one above, talking to its
+grading alone: it reaps that grading's workers and their orphans (it is their subreaper),
+so what they used is charged to that grading and no other.
+
 Only the standard library and the modules it preloads are imported here, so a worker
 holds nothing of the grader but this module and :mod:`grader.sandbox.confine`, which
 are unloaded before the submission runs.
@@ -45,7 +56,12 @@ from typing import Any
 from grader.sandbox.confine import Confinement, confine
 
 PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
 MAX_MESSAGE = 1 << 20
+#: What this process has preloaded, in order, and the environment it was started with
+#: (torch's import adds to it), told in its ``ready`` message.
+LOADED: list[str] = []
+STARTED_ENV: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -67,6 +83,8 @@ def preload(specs: list[str]) -> None:
         loaded = importlib.import_module(module)
         for name in filter(None, names.split(",")):
             getattr(loaded, name)
+        if spec not in LOADED:
+            LOADED.append(spec)
     gc.collect()
     gc.freeze()
 
@@ -78,7 +96,12 @@ def extend(specs: list[str]) -> dict[str, Any]:
         preload(specs)
     except Exception as exc:  # the parent starts a new server instead
         return {"preloaded": False, "error": f"{type(exc).__name__}: {exc}"}
-    return {"preloaded": True, "threads": len(os.listdir("/proc/self/task"))}
+    return {"preloaded": True, "threads": thread_count()}
+
+
+def thread_count() -> int:
+    """This process's threads: a fork is safe at one only."""
+    return len(os.listdir("/proc/self/task"))
 
 
 def send(control: socket.socket, message: dict[str, Any]) -> None:
@@ -105,7 +128,7 @@ def serve(control: socket.socket) -> Job | None:
         os.set_blocking(fd, False)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.set_wakeup_fd(wake_w)
-    send(control, {"ready": os.getpid(), "threads": len(os.listdir("/proc/self/task"))})
+    send(control, ready())
     while True:
         readable, _, _ = select.select([control, wake_r], [], [])
         if wake_r in readable:
@@ -131,6 +154,47 @@ def serve(control: socket.socket) -> Job | None:
         for fd in fds:
             os.close(fd)
         send(control, {"spawned": request["id"], "pid": pid})
+
+
+def ready() -> dict[str, Any]:
+    """The first message of a server: its pid, threads, preloads and environment."""
+    env = STARTED_ENV or dict(os.environ)
+    return {"ready": os.getpid(), "threads": thread_count(), "preload": LOADED, "env": env}
+
+
+def serve_shared(control: socket.socket) -> Job | None:
+    """A batch's shared server: fork one server per grading (each on the descriptor its
+    request carries) until the batch closes the socket (None); in each forked server,
+    return what :func:`serve` returns there."""
+    send(control, ready())
+    while True:
+        data, fds, _, _ = socket.recv_fds(control, MAX_MESSAGE, 1)
+        reap_quietly()
+        if not data:  # the batch is over: its gradings' servers end with them
+            with contextlib.suppress(ChildProcessError):
+                while True:
+                    os.wait()
+            return None
+        if len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            send(control, {"forked": None, "error": "a request carries one descriptor"})
+            continue
+        pid = os.fork()
+        if pid == 0:
+            control.close()
+            os.setsid()  # out of the batch's group: its grading's kill reaches it alone
+            ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+            return serve(socket.socket(fileno=fds[0]))
+        os.close(fds[0])
+        send(control, {"forked": pid})
+
+
+def reap_quietly() -> None:
+    """Reap the per-grading servers that have ended (their gradings are over)."""
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
 
 
 def keep_only(fds: list[int]) -> None:
@@ -193,10 +257,12 @@ def main(argv: list[str] | None = None) -> Job | None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--control-fd", type=int, required=True)
     parser.add_argument("--preload", action="append", default=[])
+    parser.add_argument("--shared", action="store_true", help="fork a server per grading")
     args = parser.parse_args(argv)
     control = socket.socket(fileno=args.control_fd)
+    STARTED_ENV.update(os.environ)
     preload(args.preload)
-    return serve(control)
+    return serve_shared(control) if args.shared else serve(control)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,9 @@ def test_a_grading_forks_its_workers_and_grades_as_started_workers_do(
     started = run_grade(SOLUTION, tmp_path / "started", parts=["part1"])
     assert len(spawned) == before
     assert forked.results.score == started.results.score == started.results.max_score
+    # and each results file says how its workers started, for the staff
+    assert list(forked.data["extra_data"]["worker_starts"]) == ["fork server"]
+    assert list(started.data["extra_data"]["worker_starts"]) == ["new interpreter"]
 
     def shown(graded):
         return [(t.get("number"), t["score"], t.get("output")) for t in graded.data["tests"]]

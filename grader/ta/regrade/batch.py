@@ -34,10 +34,12 @@ from typing import IO, Any
 import yaml
 from tqdm import tqdm
 
-from grader.core.registry import parse_parts
+from grader.core.registry import PARTS, parse_parts
 from grader.core.results import fallback_results
 from grader.core.thresholds import resolve_device
-from grader.grading.runner import limits_for
+from grader.grading.runner import limits_for, worker_threads
+from grader.sandbox.sandbox import worker_environment
+from grader.sandbox.shared import SharedForkServer, start_shared
 from grader.ta.regrade.census import census
 from grader.ta.regrade.class_report import write_class_report
 from grader.ta.regrade.cluster import ClusterOptions, planned_device
@@ -352,11 +354,16 @@ def _grade_here(
     run: dict[str, Any],
     record: Callable[[str, str], None],
 ) -> None:
-    """The local executor: ``jobs`` gradings at a time in threads of this process."""
+    """The local executor: ``jobs`` gradings at a time in threads of this process, their
+    workers forked from one shared fork server (the libraries imported once) on a CPU."""
     allow_running()
+    shared = shared_server(run) if todo else None
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     try:
-        futures = {pool.submit(grade_one, export_dir / f, results_of[f], **run): f for f in todo}
+        futures = {
+            pool.submit(grade_one, export_dir / f, results_of[f], **run, shared=shared): f
+            for f in todo
+        }
         for future in as_completed(futures):
             record(futures[future], future.result())
     except BaseException:  # Ctrl-C: stop queued gradings and kill the running ones
@@ -365,3 +372,21 @@ def _grade_here(
         raise
     finally:
         pool.shutdown()
+        if shared is not None:
+            shared.close()
+
+
+def shared_server(run: dict[str, Any]) -> SharedForkServer | None:
+    """The fork server the batch's gradings share where they run on this machine's CPU
+    (a GPU's workers are started, not forked), preloading what every part graded needs;
+    None, said on stderr, where it cannot start."""
+    if resolve_device(run["device"]) != "cpu":
+        return None
+    preload: list[str] = []
+    for part in run["parts"]:
+        preload += [spec for spec in PARTS[part].preload if spec not in preload]
+    env = worker_environment(None, "cpu", worker_threads())
+    shared, why = start_shared(tuple(preload), env, run["python"])
+    if why:
+        print(f"warning: each grading imports its libraries itself: {why}", file=sys.stderr)
+    return shared

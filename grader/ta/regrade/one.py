@@ -24,6 +24,7 @@ from grader.core.results import fallback_results, validate_results, write_result
 from grader.core.thresholds import DEVICES, resolve_device
 from grader.sandbox.identity import RUN_RECORD_ENV
 from grader.sandbox.processes import kill_matching, kill_tree
+from grader.sandbox.shared import Offer, SharedForkServer
 
 
 def load_valid(path: Path) -> dict[str, Any] | None:
@@ -38,14 +39,18 @@ def load_valid(path: Path) -> dict[str, Any] | None:
 
 #: Graders running now, and whether the batch is being interrupted: on Ctrl-C every
 #: running grader is killed and writes nothing, so a re-run grades it again.
-_live: dict[subprocess.Popen, Path] = {}  # running graders and their sandbox folders
+#: Running graders, their sandbox folders and the fork servers offered to them.
+_live: dict[subprocess.Popen, tuple[Path, tuple[int, ...]]] = {}
 _stopping = threading.Event()
 
 
-def _kill_tree(proc: subprocess.Popen, folder: Path) -> None:
-    """Kill the grader, its workers, and anything still running from its sandbox
-    ``folder``: a worker forked just as the grader was killed leaves the tree before it
-    can be listed."""
+def _kill_tree(proc: subprocess.Popen, folder: Path, servers: tuple[int, ...] = ()) -> None:
+    """Kill the grader, its workers, the fork ``servers`` offered to it (not its children:
+    the batch's shared server forked them) with their workers, and anything still running
+    from its sandbox ``folder``: a worker forked just as the grader was killed leaves the
+    tree before it can be listed."""
+    for server in servers:  # first: alive while the grader holds its socket, so its pid
+        kill_tree(server)  # is still its own
     if proc.poll() is None:
         kill_tree(proc.pid)
         proc.wait()
@@ -70,11 +75,14 @@ def grade_one(
     python: str,
     device: str = "auto",
     tags: str = "",
+    shared: SharedForkServer | None = None,
 ) -> str:
     """Grade one folder in a child process and return its status. Never raises for the
     submission's sake: after a timeout, a crash or an invalid file a fallback results file
     says what happened. If this process is being stopped (Ctrl-C, or a cluster task's
-    time-limit signal), the grader and its workers are killed before the exception goes on."""
+    time-limit signal), the grader and its workers are killed before the exception goes on.
+    With ``shared`` (a batch's fork server), the grading is offered a server of its own
+    forked from it, the libraries already imported."""
     results.parent.mkdir(parents=True, exist_ok=True)
     results.unlink(missing_ok=True)  # never mistake a stale file for this run's
     cmd = [python, "-m", "grader", "grade", str(submission), "--results", str(results)]
@@ -91,7 +99,8 @@ def grade_one(
         stopped = True
 
     try:
-        code, status, reason = _run_grader(cmd, results, tmp, timeout_s, on_stop)
+        offer = shared.offer() if shared is not None else None
+        code, status, reason = _run_grader(cmd, results, tmp, timeout_s, on_stop, offer)
         if _stopping.is_set():  # interrupted: no file (the grader reserves one at its
             results.unlink(missing_ok=True)  # start), so that a re-run grades it
             return "error"
@@ -122,38 +131,51 @@ def grade_one(
 
 
 def _run_grader(
-    cmd: list[str], results: Path, tmp: Path, timeout_s: float, on_stop: Callable[[], None]
+    cmd: list[str],
+    results: Path,
+    tmp: Path,
+    timeout_s: float,
+    on_stop: Callable[[], None],
+    offer: Offer | None = None,
 ) -> tuple[int | None, str, str]:
-    """Run the grader command in its own session with its sandboxes under ``tmp``; its exit
-    code, and ("timeout", why) when it ran past ``timeout_s``. Whatever stops this process
-    while it waits kills the grader and its workers first, and ``on_stop`` is told."""
+    """Run the grader command in its own session with its sandboxes under ``tmp`` (and
+    the fork server ``offer``ed to it); its exit code, and ("timeout", why) when it ran
+    past ``timeout_s``. Whatever stops this process while it waits kills the grader, its
+    server and its workers first, and ``on_stop`` is told."""
     code: int | None = None
     status, reason = "graded", ""
-    with open(results.parent / "grader.log", "wb") as log:
-        proc = subprocess.Popen(
-            cmd,
-            cwd=PROJECT_ROOT,
-            env={**os.environ, "TMPDIR": str(tmp), RUN_RECORD_ENV: str(tmp / "identity.json")},
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        _live[proc] = tmp
-        if _stopping.is_set():  # the batch was interrupted while this one started
-            _kill_tree(proc, tmp)
-        try:
-            code = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_tree(proc, tmp)
-            status, reason = "timeout", f"The regrade timed out after {timeout_s:g} s."
-        except BaseException:  # this process is being stopped: leave nothing running
-            _kill_tree(proc, tmp)
-            results.unlink(missing_ok=True)  # the grader's placeholder: grade it again
-            on_stop()
-            raise
-        finally:
-            _live.pop(proc, None)
+    env = {**os.environ, "TMPDIR": str(tmp), RUN_RECORD_ENV: str(tmp / "identity.json")}
+    server = (offer.pid,) if offer is not None else ()
+    try:
+        with open(results.parent / "grader.log", "wb") as log:
+            proc = subprocess.Popen(
+                cmd,
+                cwd=PROJECT_ROOT,
+                env={**env, **(offer.environment() if offer is not None else {})},
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                pass_fds=(offer.fd,) if offer is not None else (),
+            )
+    finally:
+        if offer is not None:
+            offer.handed_over()
+    _live[proc] = (tmp, server)
+    if _stopping.is_set():  # the batch was interrupted while this one started
+        _kill_tree(proc, tmp, server)
+    try:
+        code = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_tree(proc, tmp, server)
+        status, reason = "timeout", f"The regrade timed out after {timeout_s:g} s."
+    except BaseException:  # this process is being stopped: leave nothing running
+        _kill_tree(proc, tmp, server)
+        results.unlink(missing_ok=True)  # the grader's placeholder: grade it again
+        on_stop()
+        raise
+    finally:
+        _live.pop(proc, None)
     return code, status, reason
 
 
@@ -185,8 +207,8 @@ def stop_running() -> None:
     """Ctrl-C: no grading starts any more, and every running one is killed (it writes
     nothing, so a re-run grades it again)."""
     _stopping.set()
-    for proc, folder in list(_live.items()):
-        _kill_tree(proc, folder)
+    for proc, (folder, servers) in list(_live.items()):
+        _kill_tree(proc, folder, servers)
 
 
 def allow_running() -> None:

@@ -210,6 +210,30 @@ def test_every_submission_has_a_valid_results_file(regraded: Regraded) -> None:
         validate_results(json.loads(path.read_text()))
 
 
+def test_every_grading_forks_its_workers_from_the_batchs_shared_server(
+    regraded: Regraded,
+) -> None:
+    """The batch imports the libraries once: every grading that started a worker adopted
+    a server forked for it from the batch's, and none imported them itself."""
+    starts = []
+    for e in regraded.entries:
+        data = json.loads((regraded.out / "results" / e.folder / "results.json").read_text())
+        if data.get("extra_data", {}).get("worker_starts"):
+            starts.append(data["extra_data"]["worker_starts"])
+    assert len(starts) >= len(regraded.entries) - 2  # all but the hang and the crash
+    assert all(list(s) == ["shared fork server"] for s in starts)
+
+
+def _shared_servers_since(started: float) -> list[int]:
+    """Shared fork servers (and the servers they forked) started since ``started``."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "create_time"]):
+        line = proc.info["cmdline"] or []
+        if "--shared" in line and proc.info["create_time"] >= started:
+            found.append(proc.pid)
+    return found
+
+
 def test_scores_csv_has_the_expected_part1_totals(regraded: Regraded) -> None:
     rows = _csv(regraded.out)
     assert list(rows) == sorted(rows, key=batch.natural_key)
@@ -399,12 +423,14 @@ def test_the_batch_timeout_kills_the_grader_and_its_busy_worker(
     worker leads a session of its own, so killing the grader's group alone would leave it."""
     export = build_export(tmp_path / "export", [Entry("submission_7", "hang")])
     made = _record_batch_tmp(monkeypatch)
+    started = time.time() - 1
     summary = batch.main(
         export_dir=export, out_dir=tmp_path / "out", parts=["part1"], timeout_s=6, progress=False
     )
     assert summary.counts["timeout"] == 1 and len(made) == 1
     assert not Path(made[0]).exists()  # the grader's sandbox went with it
     assert _processes_in(made) == []
+    assert _shared_servers_since(started) == []  # the batch's, and the grader's own
 
 
 def test_an_interrupted_batch_kills_its_graders_and_resumes(

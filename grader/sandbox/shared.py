@@ -1,0 +1,150 @@
+"""One fork server for a whole class regrade: the libraries imported once, not once per
+grading.
+
+A grading's own fork server imports numpy, torch and transformers (three to four CPU
+seconds) before its first worker starts. A batch that grades hundreds of submissions
+starts one :class:`SharedForkServer` instead and, for each grading, asks it for a server
+of that grading's own (:meth:`SharedForkServer.offer`): a fork of it, which has already
+imported everything, talking over a new socket whose other end the grading's process
+inherits (``KVGRADER_SHARED_FORKSERVER`` names the descriptor; ``forkserver.server_for``
+adopts it). Each grading still has a server of its own that reaps its workers alone, so
+the CPU time charged to a worker is its own grading's; the workers never hold a
+descriptor of either server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass, field
+
+from grader.core.paths import PACKAGE
+from grader.sandbox.forkserver import (
+    FORK_TIMEOUT_S,
+    OFFERED,
+    SERVER_MODULE,
+    START_TIMEOUT_S,
+    SWITCH,
+    ForkServer,
+    ForkServerError,
+)
+
+
+@dataclass
+class Offer:
+    """A server forked for one grading: the descriptor its process inherits, and its pid."""
+
+    fd: int
+    pid: int
+
+    def environment(self) -> dict[str, str]:
+        """The variable that tells the grading which descriptor is its server."""
+        return {OFFERED: str(self.fd)}
+
+    def handed_over(self) -> None:
+        """The grading's process holds the descriptor now: close this process's copy."""
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+@dataclass
+class SharedForkServer:
+    """The batch's server: imports ``preload`` in ``env`` once, then forks per grading."""
+
+    preload: tuple[str, ...]
+    env: dict[str, str]
+    python: str
+    server: ForkServer | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> None:
+        """Start it and wait until it has imported everything; :class:`ForkServerError`
+        where it cannot (the batch then grades as before, each grading importing alone)."""
+        server = ForkServer(self.preload, self.env)
+        server.errors = tempfile.TemporaryFile()  # noqa: SIM115  (kept while it lives)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        command = [self.python, "-E", "-s", "-u", "-B", "-m", SERVER_MODULE, "--shared"]
+        command += ["--control-fd", str(theirs.fileno())]
+        command += [f"--preload={spec}" for spec in self.preload]
+        try:
+            server.proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=server.errors,
+                pass_fds=(theirs.fileno(),),
+                cwd=PACKAGE.parent,
+                env=self.env,
+                start_new_session=True,
+            )
+        finally:
+            theirs.close()
+        server.control = ours
+        try:
+            ready = server._receive(timeout, lambda m: "ready" in m)
+        except ForkServerError:
+            ready = None
+        if ready is None or ready["threads"] != 1:
+            why = "it runs threads" if ready else f"{last_line(server)}"
+            server.close()
+            raise ForkServerError(f"the shared fork server did not start: {why}")
+        self.server = server
+
+    def offer(self, timeout: float = FORK_TIMEOUT_S) -> Offer | None:
+        """A new server for one grading, or None where the shared one has stopped
+        answering (that grading then starts its own)."""
+        if self.server is None or not self.server.alive:
+            return None
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            with self.lock:
+                assert self.server.control is not None
+                socket.send_fds(
+                    self.server.control, [json.dumps({"serve": True}).encode()], [theirs.fileno()]
+                )
+                reply = self.server._receive(timeout, lambda m: "forked" in m)
+        except (OSError, ForkServerError):
+            reply = None
+        finally:
+            theirs.close()
+        if reply is None or not reply.get("forked"):
+            ours.close()
+            return None
+        ours.set_inheritable(True)
+        return Offer(ours.detach(), int(reply["forked"]))
+
+    def close(self) -> None:
+        """Stop it (the servers it forked end with their gradings)."""
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+
+
+def last_line(server: ForkServer) -> str:
+    """The last line the server wrote to its stderr (why it exited), or that it did not
+    answer in time."""
+    if server.proc is not None and server.proc.poll() is None:
+        return "it did not answer in time"
+    server.errors.seek(0)
+    lines = server.errors.read().decode(errors="replace").strip().splitlines()
+    return lines[-1] if lines else "it exited"
+
+
+def start_shared(
+    preload: tuple[str, ...], env: dict[str, str], python: str
+) -> tuple[SharedForkServer | None, str]:
+    """The batch's shared server, or None and why it could not start."""
+    if not preload or os.environ.get(SWITCH, "1") == "0":
+        return None, ""
+    shared = SharedForkServer(preload, env, python)
+    try:
+        shared.start()
+    except (ForkServerError, OSError) as exc:
+        shared.close()
+        return None, f"{exc}"
+    return shared, ""
