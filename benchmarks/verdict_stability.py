@@ -73,7 +73,9 @@ from stability_submissions import (  # noqa: E402
 )
 
 from grader.core.paths import SOLUTION  # noqa: E402
-from grader.ta.regrade.batch import regrade_timeout_s  # noqa: E402
+from grader.core.registry import PARTS  # noqa: E402
+from grader.sandbox.shared import SharedForkServer  # noqa: E402
+from grader.ta.regrade.batch import regrade_timeout_s, shared_server  # noqa: E402
 from grader.ta.regrade.cluster import (  # noqa: E402
     ClusterError,
     ClusterOptions,
@@ -88,10 +90,15 @@ def hog(cpu: int) -> subprocess.Popen:
 
 
 def start_grading(
-    submission: Path, pin: int | None, device: str, parts: tuple[str, ...] = ()
+    submission: Path,
+    pin: int | None,
+    device: str,
+    parts: tuple[str, ...] = (),
+    shared: SharedForkServer | None = None,
 ) -> tuple[subprocess.Popen, Path]:
     """A benchmark-only grading of ``submission`` (of ``parts``, or every part) in a fresh
-    process, started; its error output goes to a file, so it never blocks on a pipe."""
+    process, started, offered a server forked from ``shared`` as a class regrade's
+    gradings are; its error output goes to a file, so it never blocks on a pipe."""
     out = Path(tempfile.mkdtemp(prefix="stability-")) / "results.json"
     command = [sys.executable, "-m", "grader", "grade", str(submission), "--results", str(out),
                "--tags", "benchmark", "--device", device]  # fmt: skip
@@ -99,8 +106,21 @@ def start_grading(
         command += ["--parts", ",".join(parts)]
     if pin is not None:
         command = ["taskset", "-c", str(pin), *command]
-    with open(out.parent / "stderr.txt", "w") as stderr:
-        process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr)
+    offer = shared.offer() if shared is not None else None
+    env = {**os.environ, **(offer.environment() if offer else {})}
+    try:
+        with open(out.parent / "stderr.txt", "w") as stderr:
+            process = subprocess.Popen(
+                command,
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                pass_fds=(offer.fd,) if offer else (),
+            )
+    finally:
+        if offer is not None:
+            offer.handed_over()
     return process, out
 
 
@@ -173,13 +193,16 @@ def run_condition(
     pin = allowed[0] if condition == "half-cpu" else None
     found: dict[str, list[dict]] = {name: [] for name in entries}
     started = time.monotonic()
+    # Paired gradings share a fork server, as a class regrade's do (``batch``).
+    shared = shared_server(device=device, parts=list(PARTS)) if condition == "paired" else None
     try:
         for i in range(runs):
             if time.monotonic() >= until:
                 print(f"\n{condition}: deadline reached after {i} runs", end="")
                 break
             if condition == "paired":  # side by side: each grading shares the machine
-                for name, result in side_by_side(entries, pin, device, jobs or len(entries)):
+                pairs = side_by_side(entries, pin, device, jobs or len(entries), shared)
+                for name, result in pairs:
                     found[name].append(result)
             else:
                 for name, e in entries.items():
@@ -192,19 +215,25 @@ def run_condition(
         if loop is not None:
             loop.kill()
             loop.wait()
+        if shared is not None:
+            shared.close()
     print()
     return found
 
 
 def side_by_side(
-    entries: dict[str, Entry], pin: int | None, device: str, jobs: int
+    entries: dict[str, Entry],
+    pin: int | None,
+    device: str,
+    jobs: int,
+    shared: SharedForkServer | None = None,
 ) -> list[tuple[str, dict]]:
     """One grading of every entry, ``jobs`` running at once (the oldest awaited first)."""
     waiting, running, done = list(entries.items()), [], []
     while waiting or running:
         while waiting and len(running) < jobs:
             name, e = waiting.pop(0)
-            running.append((name, start_grading(e.path, pin, device, e.parts)))
+            running.append((name, start_grading(e.path, pin, device, e.parts, shared)))
         name, (process, out) = running.pop(0)
         done.append((name, finish_grading(process, out, device)))
     return done

@@ -49,7 +49,7 @@ def test_paired_runs_start_every_submission_before_waiting_and_stop_at_the_deadl
     monkeypatch.setattr(stability.time, "monotonic", lambda: next(clock))
     monkeypatch.setattr(stability, "hog", lambda cpu: pytest.fail("paired runs need no hog"))
 
-    def start(path, pin, device, parts=()):
+    def start(path, pin, device, parts=(), shared=None):
         events.append(f"start {path.name}")
         return path.name, None
 
@@ -72,11 +72,20 @@ def test_paired_runs_start_every_submission_before_waiting_and_stop_at_the_deadl
 def test_paired_runs_keep_at_most_jobs_gradings_running(
     stability: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path
 ) -> None:
-    """``--jobs 2``: as in a class regrade, a third grading starts only when one ends; each
-    entry is graded on its own parts."""
+    """``--jobs 2``: as in a class regrade, a third grading starts only when one ends, and
+    each is offered a server forked from one shared fork server, closed after the runs;
+    each entry is graded on its own parts."""
     events: list[str] = []
 
-    def start(path, pin, device, parts=()):
+    class Shared:
+        def close(self) -> None:
+            events.append("closed")
+
+    shared = Shared()
+    monkeypatch.setattr(stability, "shared_server", lambda **kw: shared)
+
+    def start(path, pin, device, parts=(), offered=None):
+        assert offered is shared
         events.append(f"start {path.name} {','.join(parts) or 'all'}")
         return path.name, None
 
@@ -94,7 +103,7 @@ def test_paired_runs_keep_at_most_jobs_gradings_running(
     stability.run_condition("paired", 1, subs, "cpu", jobs=2)
     assert events == [
         "start ref all", "start a part2", "finish ref", "start b part3,part4", "finish a",
-        "finish b",
+        "finish b", "closed",
     ]  # fmt: skip
 
 

@@ -357,7 +357,9 @@ def _grade_here(
     """The local executor: ``jobs`` gradings at a time in threads of this process, their
     workers forked from one shared fork server (the libraries imported once) on a CPU."""
     allow_running()
-    shared = shared_server(run) if todo else None
+    shared = None
+    if todo:
+        shared = shared_server(device=run["device"], parts=run["parts"], python=run["python"])
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     try:
         futures = {
@@ -376,17 +378,19 @@ def _grade_here(
             shared.close()
 
 
-def shared_server(run: dict[str, Any]) -> SharedForkServer | None:
-    """The fork server the batch's gradings share where they run on this machine's CPU
-    (a GPU's workers are started, not forked), preloading what every part graded needs;
-    None, said on stderr, where it cannot start."""
-    if resolve_device(run["device"]) != "cpu":
+def shared_server(
+    *, device: str, parts: list[str], python: str = sys.executable
+) -> SharedForkServer | None:
+    """The fork server that gradings of ``parts`` on ``device`` share where they run on
+    this machine's CPU (a GPU's workers are started, not forked), preloading what every
+    part needs; None, said on stderr, where it cannot start. The caller closes it."""
+    if resolve_device(device) != "cpu":
         return None
     preload: list[str] = []
-    for part in run["parts"]:
+    for part in parts:
         preload += [spec for spec in PARTS[part].preload if spec not in preload]
     env = worker_environment(None, "cpu", worker_threads())
-    shared, why = start_shared(tuple(preload), env, run["python"])
+    shared, why = start_shared(tuple(preload), env, python)
     if why:
         print(f"warning: each grading imports its libraries itself: {why}", file=sys.stderr)
     return shared
