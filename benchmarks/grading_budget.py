@@ -1,6 +1,7 @@
 """Resource budget of a whole grading run, against Gradescope's defaults.
 
     python benchmarks/grading_budget.py [SUBMISSION] [--half-cpu] [--runs N] [--poll-ms 100]
+                                        [--shared]
 
 Grades SUBMISSION (default: solution/) with ``python -m grader grade`` in a child
 process and samples, every 100 ms, the memory of that process and every
@@ -18,12 +19,19 @@ PSS walks its page tables, and at 1/2 CPU sampling every 20 or 100 ms stalled
 ``--half-cpu`` simulates Gradescope's default ½ vCPU: the grading and a
 busy loop are both pinned to CPU 0 with ``taskset``, so the grader gets about
 half of one core.
+
+``--shared`` grades as a class regrade does: one shared fork server, started before
+the first grading and not counted, offers each grading a server forked for it (its
+libraries already imported). The CPU seconds then add what the shared server's
+descendants used during the grading (its per-grading server and that server's workers).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import resource
 import shutil
 import subprocess
@@ -39,6 +47,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from verdict_stability import hog  # noqa: E402  (the same pinned busy loop)
+
+from grader.core.registry import PARTS  # noqa: E402
+from grader.sandbox.shared import SharedForkServer  # noqa: E402
+from grader.ta.regrade.batch import shared_server  # noqa: E402
 
 
 def tree_memory(proc: psutil.Process) -> tuple[int, int]:
@@ -66,7 +78,24 @@ def stalled_runs(benchmarks: dict[str, Any], slack_s: float = 0.15) -> tuple[int
     return sum(len(series) for series in runs), stalled
 
 
-def measure(submission: Path, half_cpu: bool, poll_s: float = 0.1) -> dict[str, Any]:
+def children_cpu(shared: SharedForkServer | None) -> float:
+    """CPU seconds of every process this one has waited for, and of every process the
+    ``shared`` server has waited for (its per-grading servers, which waited for their
+    workers)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = usage.ru_utime + usage.ru_stime
+    if shared is not None and shared.server is not None and shared.server.pid is not None:
+        times = psutil.Process(shared.server.pid).cpu_times()
+        cpu += times.children_user + times.children_system
+    return cpu
+
+
+def measure(
+    submission: Path,
+    half_cpu: bool,
+    poll_s: float = 0.1,
+    shared: SharedForkServer | None = None,
+) -> dict[str, Any]:
     results = Path(tempfile.mkdtemp()) / "results.json"
     command = [sys.executable, "-m", "grader", "grade", str(submission), "--results", str(results)]
     if half_cpu:
@@ -74,12 +103,22 @@ def measure(submission: Path, half_cpu: bool, poll_s: float = 0.1) -> dict[str, 
             raise SystemExit("--half-cpu needs taskset (util-linux)")
         command = ["taskset", "-c", "0", *command]
     loop = hog(0) if half_cpu else None
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before = children_cpu(shared)
+    offer = shared.offer() if shared is not None else None
     try:
         start = time.perf_counter()
-        child = subprocess.Popen(
-            command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
+        try:
+            child = subprocess.Popen(
+                command,
+                cwd=ROOT,
+                env={**os.environ, **(offer.environment() if offer else {})},
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                pass_fds=(offer.fd,) if offer else (),
+            )
+        finally:
+            if offer is not None:
+                offer.handed_over()
         parent = psutil.Process(child.pid)
         peak_rss = peak_pss = 0
         while child.poll() is None:
@@ -88,7 +127,10 @@ def measure(submission: Path, half_cpu: bool, poll_s: float = 0.1) -> dict[str, 
                 peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
             time.sleep(poll_s or 0.1)
         seconds = time.perf_counter() - start
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if offer is not None:  # its server ends with the grading, reaped by the shared one
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(offer.pid).wait(timeout=10)
+        after = children_cpu(shared)
         data = json.loads(results.read_text())
     finally:
         if loop is not None:
@@ -96,7 +138,7 @@ def measure(submission: Path, half_cpu: bool, poll_s: float = 0.1) -> dict[str, 
             loop.wait()
         shutil.rmtree(results.parent, ignore_errors=True)
     benchmarks = data.get("extra_data", {}).get("benchmarks", {})
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    cpu = after - before
     return {
         "seconds": seconds,
         # User + system CPU seconds of the grader and every process it and its children
@@ -119,11 +161,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--half-cpu", action="store_true")
     parser.add_argument("--runs", type=int, default=1, help="gradings, one after another")
     parser.add_argument("--poll-ms", type=float, default=100.0, help="memory sampling; 0: none")
+    parser.add_argument("--shared", action="store_true", help="as a class regrade grades")
     args = parser.parse_args(argv)
     cpu = "1/2 CPU (taskset + busy loop)" if args.half_cpu else "2 cores"
+    if args.shared:
+        cpu += ", workers forked from a shared fork server"
+    shared = shared_server(device="cpu", parts=list(PARTS)) if args.shared else None
+    try:
+        return report(args, cpu, shared)
+    finally:
+        if shared is not None:
+            shared.close()
+
+
+def report(args: argparse.Namespace, cpu: str, shared: SharedForkServer | None) -> int:
+    """Grade ``args.runs`` times and print each grading's figures, then their summary."""
     scores, confirmed, timed, stalled = [], 0, 0, 0
     for _ in range(args.runs):
-        m = measure(Path(args.submission).resolve(), args.half_cpu, args.poll_ms / 1000)
+        m = measure(Path(args.submission).resolve(), args.half_cpu, args.poll_ms / 1000, shared)
         memory = (
             f", peak memory {m['peak_pss_mib']:.0f} MiB PSS "
             f"({m['peak_rss_mib']:.0f} MiB RSS summed)"

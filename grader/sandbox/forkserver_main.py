@@ -120,14 +120,28 @@ def reap(control: socket.socket) -> None:
         send(control, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})
 
 
-def serve(control: socket.socket) -> Job | None:
-    """Fork a worker per request until the parent closes the socket (None); in each
-    child, return its job once it is confined."""
+def wake_on_child() -> tuple[int, int]:
+    """A pipe that becomes readable when a child ends (SIGCHLD), for ``select``."""
     wake_r, wake_w = os.pipe()
     for fd in (wake_r, wake_w):
         os.set_blocking(fd, False)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.set_wakeup_fd(wake_w)
+    return wake_r, wake_w
+
+
+def unwake(wake_r: int, wake_w: int) -> None:
+    """In a forked child: undo :func:`wake_on_child`."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for fd in (wake_r, wake_w):
+        os.close(fd)
+
+
+def serve(control: socket.socket) -> Job | None:
+    """Fork a worker per request until the parent closes the socket (None); in each
+    child, return its job once it is confined."""
+    wake_r, wake_w = wake_on_child()
     send(control, ready())
     while True:
         readable, _, _ = select.select([control, wake_r], [], [])
@@ -146,10 +160,8 @@ def serve(control: socket.socket) -> Job | None:
             continue
         pid = os.fork()
         if pid == 0:
-            signal.set_wakeup_fd(-1)
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            for fd in (wake_r, wake_w, control.fileno()):
-                os.close(fd)
+            unwake(wake_r, wake_w)
+            os.close(control.fileno())
             return become_worker(request, fds)
         for fd in fds:
             os.close(fd)
@@ -166,10 +178,17 @@ def serve_shared(control: socket.socket) -> Job | None:
     """A batch's shared server: fork one server per grading (each on the descriptor its
     request carries) until the batch closes the socket (None); in each forked server,
     return what :func:`serve` returns there."""
+    wake_r, wake_w = wake_on_child()
     send(control, ready())
     while True:
+        readable, _, _ = select.select([control, wake_r], [], [])
+        if wake_r in readable:  # a grading's server ended: reaped now, its pid freed
+            with contextlib.suppress(BlockingIOError):
+                os.read(wake_r, 4096)
+            reap_quietly()
+        if control not in readable:
+            continue
         data, fds, _, _ = socket.recv_fds(control, MAX_MESSAGE, 1)
-        reap_quietly()
         if not data:  # the batch is over: its gradings' servers end with them
             with contextlib.suppress(ChildProcessError):
                 while True:
@@ -182,6 +201,7 @@ def serve_shared(control: socket.socket) -> Job | None:
             continue
         pid = os.fork()
         if pid == 0:
+            unwake(wake_r, wake_w)
             control.close()
             os.setsid()  # out of the batch's group: its grading's kill reaches it alone
             ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)

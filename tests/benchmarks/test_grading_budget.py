@@ -32,7 +32,8 @@ def test_budget_runs_report_scores_and_confirmations(
     )  # fmt: skip
     polls = []
 
-    def fake_measure(submission, half_cpu, poll_s):
+    def fake_measure(submission, half_cpu, poll_s, shared=None):
+        assert shared is None  # each grading imports for itself, as on Gradescope
         polls.append(poll_s)
         return {"peak_rss_mib": 0.0, "peak_pss_mib": 0.0, **next(figures)}
 
@@ -48,6 +49,32 @@ def test_budget_runs_report_scores_and_confirmations(
         "3 gradings: 2 scored 104 (lowest 102); 2 needed confirmation rounds; 11 of 114 timed "
         "runs stalled by > 150 ms (slower than the fastest run of their variant)"
     )
+
+
+def test_shared_gradings_are_offered_the_one_shared_server_closed_after(
+    budget: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """``--shared``: every grading is offered a server forked from one shared fork server,
+    as a class regrade's are, and the shared one is closed after the last."""
+    events = []
+
+    class Shared:
+        def close(self) -> None:
+            events.append("closed")
+
+    shared = Shared()
+    monkeypatch.setattr(budget, "shared_server", lambda **kw: shared)
+
+    def fake_measure(submission, half_cpu, poll_s, offered=None):
+        events.append(offered is shared)
+        figures = {"score": 104, "seconds": 14.0, "cpu_seconds": 13.5, "failed": []}
+        return {**figures, "peak_rss_mib": 0.0, "peak_pss_mib": 0.0, "confirmed": [],
+                "timed_runs": (36, 0)}  # fmt: skip
+
+    monkeypatch.setattr(budget, "measure", fake_measure)
+    assert budget.main(["--runs", "2", "--poll-ms", "0", "--shared"]) == 0
+    assert events == [True, True, "closed"]
+    assert "workers forked from a shared fork server" in capsys.readouterr().out
 
 
 def test_stalled_runs_counts_runs_well_above_their_fastest(budget: ModuleType) -> None:

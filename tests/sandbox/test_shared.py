@@ -109,20 +109,27 @@ def test_an_offer_in_another_environment_is_refused_and_a_server_is_started(
     monkeypatch.setenv(forkserver.OFFERED, str(fd))
     server = server_for(("json",), elsewhere, timeout=60)
     assert server is not None and server.proc is not None and server.adopted_pid is None
-    offered = psutil.Process(offer.pid)  # told to stop: it ends (a zombie until reaped)
     deadline = time.monotonic() + 10
-    while offered.is_running() and offered.status() != psutil.STATUS_ZOMBIE:
+    while psutil.pid_exists(offer.pid):  # told to stop (its socket closed), it ended
         assert time.monotonic() < deadline
         time.sleep(0.05)
 
 
-def test_the_batchs_server_ends_when_closed_and_a_stopped_one_makes_no_offer(box) -> None:
+def test_a_gradings_server_ends_with_it_and_the_batchs_when_closed(box) -> None:
+    """A grading's server ends when the grading closes its socket, and the batch's server
+    reaps it at once (its pid is free again, its CPU time added to the batch's); the
+    batch's server ends when closed, and then makes no offer."""
     running, why = start_shared(("json",), environment(box), sys.executable)
     assert running is not None, why
     proc = running.server.proc
     offer = running.offer()
     assert offer is not None
     offer.handed_over()  # the grading ended: its server ends with it
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(offer.pid):  # not a zombie waiting for the next grading
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert proc.poll() is None
     running.close()
     assert proc.poll() is not None and running.offer() is None
 
