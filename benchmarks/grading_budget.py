@@ -24,6 +24,8 @@ half of one core.
 the first grading and not counted, offers each grading a server forked for it (its
 libraries already imported). The CPU seconds then add what the shared server's
 descendants used during the grading (its per-grading server and that server's workers).
+Not with ``--half-cpu``: Gradescope grades one submission per container, and the shared
+server's workers would not be pinned.
 """
 
 from __future__ import annotations
@@ -163,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--poll-ms", type=float, default=100.0, help="memory sampling; 0: none")
     parser.add_argument("--shared", action="store_true", help="as a class regrade grades")
     args = parser.parse_args(argv)
+    if args.shared and args.half_cpu:  # the workers would fork from an unpinned server
+        parser.error("--shared is a class regrade's way, --half-cpu Gradescope's: one or the other")
     cpu = "1/2 CPU (taskset + busy loop)" if args.half_cpu else "2 cores"
     if args.shared:
         cpu += ", workers forked from a shared fork server"

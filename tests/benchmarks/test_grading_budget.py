@@ -75,6 +75,9 @@ def test_shared_gradings_are_offered_the_one_shared_server_closed_after(
     assert budget.main(["--runs", "2", "--poll-ms", "0", "--shared"]) == 0
     assert events == [True, True, "closed"]
     assert "workers forked from a shared fork server" in capsys.readouterr().out
+    with pytest.raises(SystemExit):  # its workers would not be pinned with the grader
+        budget.main(["--shared", "--half-cpu"])
+    assert events == [True, True, "closed"]
 
 
 def test_stalled_runs_counts_runs_well_above_their_fastest(budget: ModuleType) -> None:
