@@ -108,8 +108,11 @@ def send(control: socket.socket, message: dict[str, Any]) -> None:
     control.send(json.dumps(message).encode())
 
 
-def reap(control: socket.socket) -> None:
-    """Report every child that has ended."""
+def reap(control: socket.socket, forked: set[int]) -> None:
+    """Reap every child that has ended, and report those this server ``forked`` (its
+    workers). The orphans a grading's server adopts as their subreaper are reaped in
+    silence: a submission that leaves thousands of them must not fill the socket and
+    stop the server."""
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -117,7 +120,9 @@ def reap(control: socket.socket) -> None:
             return
         if pid == 0:
             return
-        send(control, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+        if pid in forked:
+            forked.discard(pid)
+            send(control, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})
 
 
 def wake_on_child() -> tuple[int, int]:
@@ -142,13 +147,14 @@ def serve(control: socket.socket) -> Job | None:
     """Fork a worker per request until the parent closes the socket (None); in each
     child, return its job once it is confined."""
     wake_r, wake_w = wake_on_child()
+    forked: set[int] = set()  # its workers still running
     send(control, ready())
     while True:
         readable, _, _ = select.select([control, wake_r], [], [])
         if wake_r in readable:
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_r, 4096)
-            reap(control)
+            reap(control, forked)
         if control not in readable:
             continue
         data, fds, _, _ = socket.recv_fds(control, MAX_MESSAGE, 3)
@@ -165,6 +171,7 @@ def serve(control: socket.socket) -> Job | None:
             return become_worker(request, fds)
         for fd in fds:
             os.close(fd)
+        forked.add(pid)
         send(control, {"spawned": request["id"], "pid": pid})
 
 

@@ -95,6 +95,7 @@ def test_each_grading_has_a_server_that_reaps_its_own_workers_and_their_orphans(
     assert reaped.children_user + reaped.children_system >= 0.3
     theirs = other.cpu_times()
     assert theirs.children_user + theirs.children_system < 0.1
+    assert list(server.exited) == []  # the worker's exit was read; no orphan's is reported
     second.handed_over()
 
 
