@@ -162,3 +162,13 @@ def test_a_server_whose_imports_add_to_its_environment_is_adopted(box, monkeypat
     finally:
         running.close()
         forkserver.close_all()
+
+
+def test_a_shared_server_that_died_makes_no_offer(box) -> None:
+    """The batch's server killed mid-batch: each grading then starts its own server."""
+    running, why = start_shared(("json",), environment(box), sys.executable)
+    assert running is not None, why
+    running.server.proc.kill()
+    running.server.proc.wait()
+    assert running.offer() is None
+    running.close()

@@ -445,9 +445,11 @@ def test_an_interrupted_batch_kills_its_graders_and_resumes(
         raise KeyboardInterrupt
 
     monkeypatch.setattr(batch, "make_row", ctrl_c)
+    started = time.time() - 1
     with pytest.raises(KeyboardInterrupt):
         batch.main(export_dir=export, out_dir=out, jobs=2, parts=["part1"], progress=False)
     assert _processes_in(made) == []
+    assert _shared_servers_since(started) == []
     assert batch.load_valid(out / "results" / "submission_1" / "results.json")
     assert not (out / "results" / "submission_2" / "results.json").exists()
     monkeypatch.setattr(batch, "make_row", real_make_row)
