@@ -20,7 +20,8 @@
 #   make stability                50 graded runs: do benchmark verdicts hold on a busy machine?
 #                                 (DEVICE=cuda judges the cuda profile)
 #   make mbu                      reference Llama decode vs memory bandwidth and transformers
-#   make budget                   time and memory of a whole grading run (also at 1/2 CPU)
+#   make budget                   time and memory of a whole grading run (also at 1/2 CPU,
+#                                 and with a shared fork server, as a class regrade grades)
 #   make throughput [JOBS=2]      submissions a minute of a class regrade (20, every part)
 #   make slurm-tests              start a single-node Slurm here (root, apt), grade through it
 #   make format / make clean      ruff's formatting applied / the venv and build outputs removed
@@ -159,6 +160,7 @@ mbu: $(STAMP)
 budget: $(STAMP)
 	$(PY) benchmarks/grading_budget.py
 	$(PY) benchmarks/grading_budget.py --half-cpu
+	$(PY) benchmarks/grading_budget.py --poll-ms 0 --shared
 
 throughput: $(STAMP)
 	$(PY) benchmarks/regrade_throughput.py --jobs $(JOBS)
