@@ -23,6 +23,8 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 
+import psutil
+
 from grader.core.paths import PACKAGE
 from grader.sandbox.forkserver import (
     FORK_TIMEOUT_S,
@@ -37,10 +39,19 @@ from grader.sandbox.forkserver import (
 
 @dataclass
 class Offer:
-    """A server forked for one grading: the descriptor its process inherits, and its pid."""
+    """A server forked for one grading: the descriptor its process inherits, its pid and
+    when it started (so that a pid used again by another process is never taken for it)."""
 
     fd: int
     pid: int
+    started: float = 0.0
+
+    def alive(self) -> bool:
+        """Whether the grading's server still runs (not another process with its pid)."""
+        try:
+            return psutil.Process(self.pid).create_time() == self.started
+        except psutil.Error:
+            return False
 
     def environment(self) -> dict[str, str]:
         """The variable that tells the grading which descriptor is its server."""
@@ -112,11 +123,15 @@ class SharedForkServer:
             reply = None
         finally:
             theirs.close()
-        if reply is None or not reply.get("forked"):
+        try:
+            pid = int(reply["forked"]) if reply else 0
+            started = psutil.Process(pid).create_time() if pid else 0.0
+        except psutil.Error:
+            pid = 0
+        if not pid:
             ours.close()
             return None
-        ours.set_inheritable(True)
-        return Offer(ours.detach(), int(reply["forked"]))
+        return Offer(ours.detach(), pid, started)
 
     def close(self) -> None:
         """Stop it (the servers it forked end with their gradings)."""

@@ -124,12 +124,13 @@ def test_a_gradings_server_ends_with_it_and_the_batchs_when_closed(box) -> None:
     assert running is not None, why
     proc = running.server.proc
     offer = running.offer()
-    assert offer is not None
+    assert offer is not None and offer.alive()
     offer.handed_over()  # the grading ended: its server ends with it
     deadline = time.monotonic() + 10
     while psutil.pid_exists(offer.pid):  # not a zombie waiting for the next grading
         assert time.monotonic() < deadline
         time.sleep(0.05)
+    assert not offer.alive()  # a batch's timeout never kills what takes its pid next
     assert proc.poll() is None
     running.close()
     assert proc.poll() is not None and running.offer() is None

@@ -40,17 +40,18 @@ def load_valid(path: Path) -> dict[str, Any] | None:
 #: Graders running now, and whether the batch is being interrupted: on Ctrl-C every
 #: running grader is killed and writes nothing, so a re-run grades it again.
 #: Running graders, their sandbox folders and the fork servers offered to them.
-_live: dict[subprocess.Popen, tuple[Path, tuple[int, ...]]] = {}
+_live: dict[subprocess.Popen, tuple[Path, tuple[Offer, ...]]] = {}
 _stopping = threading.Event()
 
 
-def _kill_tree(proc: subprocess.Popen, folder: Path, servers: tuple[int, ...] = ()) -> None:
+def _kill_tree(proc: subprocess.Popen, folder: Path, servers: tuple[Offer, ...] = ()) -> None:
     """Kill the grader, its workers, the fork ``servers`` offered to it (not its children:
     the batch's shared server forked them) with their workers, and anything still running
     from its sandbox ``folder``: a worker forked just as the grader was killed leaves the
     tree before it can be listed."""
-    for server in servers:  # first: alive while the grader holds its socket, so its pid
-        kill_tree(server)  # is still its own
+    for server in servers:  # first: it lives while the grader holds its socket
+        if server.alive():
+            kill_tree(server.pid)
     if proc.poll() is None:
         kill_tree(proc.pid)
         proc.wait()
@@ -145,7 +146,7 @@ def _run_grader(
     code: int | None = None
     status, reason = "graded", ""
     env = {**os.environ, "TMPDIR": str(tmp), RUN_RECORD_ENV: str(tmp / "identity.json")}
-    server = (offer.pid,) if offer is not None else ()
+    server = (offer,) if offer is not None else ()
     try:
         with open(results.parent / "grader.log", "wb") as log:
             proc = subprocess.Popen(
