@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from verdict_stability import hog  # noqa: E402  (the same pinned busy loop)
 
 from grader.core.registry import PARTS  # noqa: E402
-from grader.sandbox.shared import SharedForkServer  # noqa: E402
+from grader.sandbox.shared import SharedForkServer, handing  # noqa: E402
 from grader.ta.regrade.batch import shared_server  # noqa: E402
 
 
@@ -109,18 +109,10 @@ def measure(
     offer = shared.offer() if shared is not None else None
     try:
         start = time.perf_counter()
-        try:
+        with handing(offer, dict(os.environ)) as handed:
             child = subprocess.Popen(
-                command,
-                cwd=ROOT,
-                env={**os.environ, **(offer.environment() if offer else {})},
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                pass_fds=(offer.fd,) if offer else (),
+                command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **handed
             )
-        finally:
-            if offer is not None:
-                offer.handed_over()
         parent = psutil.Process(child.pid)
         peak_rss = peak_pss = 0
         while child.poll() is None:

@@ -74,7 +74,7 @@ from stability_submissions import (  # noqa: E402
 
 from grader.core.paths import SOLUTION  # noqa: E402
 from grader.core.registry import PARTS  # noqa: E402
-from grader.sandbox.shared import SharedForkServer  # noqa: E402
+from grader.sandbox.shared import SharedForkServer, handing  # noqa: E402
 from grader.ta.regrade.batch import regrade_timeout_s, shared_server  # noqa: E402
 from grader.ta.regrade.cluster import (  # noqa: E402
     ClusterError,
@@ -107,20 +107,10 @@ def start_grading(
     if pin is not None:
         command = ["taskset", "-c", str(pin), *command]
     offer = shared.offer() if shared is not None else None
-    env = {**os.environ, **(offer.environment() if offer else {})}
-    try:
-        with open(out.parent / "stderr.txt", "w") as stderr:
-            process = subprocess.Popen(
-                command,
-                cwd=ROOT,
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=stderr,
-                pass_fds=(offer.fd,) if offer else (),
-            )
-    finally:
-        if offer is not None:
-            offer.handed_over()
+    with open(out.parent / "stderr.txt", "w") as stderr, handing(offer, dict(os.environ)) as kw:
+        process = subprocess.Popen(
+            command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr, **kw
+        )
     return process, out
 
 

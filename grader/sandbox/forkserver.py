@@ -113,11 +113,20 @@ class ForkServer:
         server.adopted_pid = int(ready["ready"])
         return server
 
-    def start(self, timeout: float = START_TIMEOUT_S) -> None:
-        """Start the server and wait until it has imported its libraries."""
+    def start(
+        self,
+        timeout: float = START_TIMEOUT_S,
+        *,
+        python: str = sys.executable,
+        shared: bool = False,
+    ) -> None:
+        """Start the server with ``python`` and wait until it has imported its libraries;
+        ``shared``: a batch's server, which forks a server per grading
+        (:mod:`grader.sandbox.shared`)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         errors = tempfile.TemporaryFile()  # noqa: SIM115  (kept while the server lives)
-        command = [sys.executable, "-E", "-s", "-u", "-B", "-m", SERVER_MODULE]
+        command = [python, "-E", "-s", "-u", "-B", "-m", SERVER_MODULE]
+        command += ["--shared"] if shared else []
         command += ["--control-fd", str(theirs.fileno())]
         command += [f"--preload={spec}" for spec in self.preload]
         try:

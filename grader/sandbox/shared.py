@@ -19,17 +19,16 @@ import json
 import os
 import socket
 import subprocess
-import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import psutil
 
-from grader.core.paths import PACKAGE
 from grader.sandbox.forkserver import (
     FORK_TIMEOUT_S,
     OFFERED,
-    SERVER_MODULE,
     START_TIMEOUT_S,
     SWITCH,
     ForkServer,
@@ -53,10 +52,6 @@ class Offer:
         except psutil.Error:
             return False
 
-    def environment(self) -> dict[str, str]:
-        """The variable that tells the grading which descriptor is its server."""
-        return {OFFERED: str(self.fd)}
-
     def handed_over(self) -> None:
         """The grading's process holds the descriptor now: close this process's copy."""
         with contextlib.suppress(OSError):
@@ -77,33 +72,11 @@ class SharedForkServer:
         """Start it and wait until it has imported everything; :class:`ForkServerError`
         where it cannot (the batch then grades as before, each grading importing alone)."""
         server = ForkServer(self.preload, self.env)
-        server.errors = tempfile.TemporaryFile()  # noqa: SIM115  (kept while it lives)
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        command = [self.python, "-E", "-s", "-u", "-B", "-m", SERVER_MODULE, "--shared"]
-        command += ["--control-fd", str(theirs.fileno())]
-        command += [f"--preload={spec}" for spec in self.preload]
         try:
-            server.proc = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=server.errors,
-                pass_fds=(theirs.fileno(),),
-                cwd=PACKAGE.parent,
-                env=self.env,
-                start_new_session=True,
-            )
-        finally:
-            theirs.close()
-        server.control = ours
-        try:
-            ready = server._receive(timeout, lambda m: "ready" in m)
-        except ForkServerError:
-            ready = None
-        if ready is None or ready["threads"] != 1:
-            why = "it runs threads" if ready else f"{last_line(server)}"
+            server.start(timeout, python=self.python, shared=True)
+        except (ForkServerError, OSError, subprocess.TimeoutExpired) as exc:
             server.close()
-            raise ForkServerError(f"the shared fork server did not start: {why}")
+            raise ForkServerError(f"the shared fork server did not start: {exc}") from None
         self.server = server
 
     def offer(self, timeout: float = FORK_TIMEOUT_S) -> Offer | None:
@@ -140,14 +113,19 @@ class SharedForkServer:
             self.server = None
 
 
-def last_line(server: ForkServer) -> str:
-    """The last line the server wrote to its stderr (why it exited), or that it did not
-    answer in time."""
-    if server.proc is not None and server.proc.poll() is None:
-        return "it did not answer in time"
-    server.errors.seek(0)
-    lines = server.errors.read().decode(errors="replace").strip().splitlines()
-    return lines[-1] if lines else "it exited"
+@contextlib.contextmanager
+def handing(offer: Offer | None, env: dict[str, str]) -> Iterator[dict[str, Any]]:
+    """``subprocess.Popen``'s ``env`` and ``pass_fds`` for the one grading process that
+    takes ``offer`` (without one: ``env`` alone). This process's copy of the descriptor
+    is closed afterwards, whether that process started or not."""
+    try:
+        if offer is None:
+            yield {"env": env, "pass_fds": ()}
+        else:
+            yield {"env": {**env, OFFERED: str(offer.fd)}, "pass_fds": (offer.fd,)}
+    finally:
+        if offer is not None:
+            offer.handed_over()
 
 
 def start_shared(

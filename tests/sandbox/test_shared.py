@@ -48,12 +48,18 @@ def shared(box: Sandbox) -> Iterator[SharedForkServer]:
     forkserver.close_all()
 
 
-def adopt(offer: Offer, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> ForkServer:
-    """What a grading's process does with its offer: ``server_for`` finds it named."""
+def adopt(
+    offer: Offer,
+    monkeypatch: pytest.MonkeyPatch,
+    env: dict[str, str],
+    preload: tuple[str, ...] = ("json",),
+) -> ForkServer:
+    """What a grading's process does with its offer: ``server_for`` finds it named (and
+    adopts it, or starts a server of its own)."""
     fd = os.dup(offer.fd)  # this process plays the grading: its copy stays open
     offer.handed_over()
     monkeypatch.setenv(forkserver.OFFERED, str(fd))
-    server = server_for(("json",), env, timeout=60)
+    server = server_for(preload, env, timeout=60)
     assert server is not None and forkserver.OFFERED not in os.environ  # consumed once
     return server
 
@@ -105,11 +111,8 @@ def test_an_offer_in_another_environment_is_refused_and_a_server_is_started(
     offer = shared.offer()
     assert offer is not None
     elsewhere = {**environment(box), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "2"}
-    fd = os.dup(offer.fd)
-    offer.handed_over()
-    monkeypatch.setenv(forkserver.OFFERED, str(fd))
-    server = server_for(("json",), elsewhere, timeout=60)
-    assert server is not None and server.proc is not None and server.adopted_pid is None
+    server = adopt(offer, monkeypatch, elsewhere)
+    assert server.proc is not None and server.adopted_pid is None
     deadline = time.monotonic() + 10
     while psutil.pid_exists(offer.pid):  # told to stop (its socket closed), it ended
         assert time.monotonic() < deadline
@@ -155,11 +158,7 @@ def test_a_server_whose_imports_add_to_its_environment_is_adopted(box, monkeypat
     try:
         offer = running.offer()
         assert offer is not None
-        fd = os.dup(offer.fd)
-        offer.handed_over()
-        monkeypatch.setenv(forkserver.OFFERED, str(fd))
-        server = server_for(part4, environment(box), timeout=60)
-        assert server is not None and server.adopted_pid == offer.pid
+        assert adopt(offer, monkeypatch, environment(box), part4).adopted_pid == offer.pid
     finally:
         running.close()
         forkserver.close_all()

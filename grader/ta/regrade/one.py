@@ -24,7 +24,7 @@ from grader.core.results import fallback_results, validate_results, write_result
 from grader.core.thresholds import DEVICES, resolve_device
 from grader.sandbox.identity import RUN_RECORD_ENV
 from grader.sandbox.processes import kill_matching, kill_tree
-from grader.sandbox.shared import Offer, SharedForkServer
+from grader.sandbox.shared import Offer, SharedForkServer, handing
 
 
 def load_valid(path: Path) -> dict[str, Any] | None:
@@ -147,21 +147,16 @@ def _run_grader(
     status, reason = "graded", ""
     env = {**os.environ, "TMPDIR": str(tmp), RUN_RECORD_ENV: str(tmp / "identity.json")}
     server = (offer,) if offer is not None else ()
-    try:
-        with open(results.parent / "grader.log", "wb") as log:
-            proc = subprocess.Popen(
-                cmd,
-                cwd=PROJECT_ROOT,
-                env={**env, **(offer.environment() if offer is not None else {})},
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                pass_fds=(offer.fd,) if offer is not None else (),
-            )
-    finally:
-        if offer is not None:
-            offer.handed_over()
+    with open(results.parent / "grader.log", "wb") as log, handing(offer, env) as handed:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=PROJECT_ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            **handed,
+        )
     _live[proc] = (tmp, server)
     if _stopping.is_set():  # the batch was interrupted while this one started
         _kill_tree(proc, tmp, server)
