@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -21,6 +22,7 @@ from grader.cli.submissions import cmd_batch
 from grader.core.points import part_total
 from grader.core.registry import PARTS
 from grader.core.results import validate_results
+from grader.sandbox.shared import Offer, SharedForkServer
 from grader.ta.regrade import batch, one
 from grader.ta.regrade.batch import (
     CheckRate,
@@ -224,14 +226,32 @@ def test_every_grading_forks_its_workers_from_the_batchs_shared_server(
     assert all(list(s) == ["shared fork server"] for s in starts)
 
 
-def _shared_servers_since(started: float) -> list[int]:
-    """Shared fork servers (and the servers they forked) started since ``started``."""
-    found = []
-    for proc in psutil.process_iter(["cmdline", "create_time"]):
-        line = proc.info["cmdline"] or []
-        if "--shared" in line and proc.info["create_time"] >= started:
-            found.append(proc.pid)
-    return found
+def _record_shared_servers(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The batch's shared fork servers and the per-grading servers they offered, as the
+    batch makes them (other tests' servers, running beside this one, are not counted)."""
+    made: list[Any] = []
+    real_server, real_offer = batch.shared_server, SharedForkServer.offer
+
+    def shared_server(**kwargs):
+        made.append(real_server(**kwargs))
+        return made[-1]
+
+    def offer(self, *args, **kwargs):
+        made.append(real_offer(self, *args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(batch, "shared_server", shared_server)
+    monkeypatch.setattr(SharedForkServer, "offer", offer)
+    return made
+
+
+def _left_running(made: list[Any]) -> list[Any]:
+    """Those of ``made`` still running: a shared server not closed, a grading's server."""
+    return [
+        m for m in made
+        if (isinstance(m, Offer) and m.alive())
+        or (isinstance(m, SharedForkServer) and m.server is not None)
+    ]  # fmt: skip
 
 
 def test_scores_csv_has_the_expected_part1_totals(regraded: Regraded) -> None:
@@ -423,14 +443,14 @@ def test_the_batch_timeout_kills_the_grader_and_its_busy_worker(
     worker leads a session of its own, so killing the grader's group alone would leave it."""
     export = build_export(tmp_path / "export", [Entry("submission_7", "hang")])
     made = _record_batch_tmp(monkeypatch)
-    started = time.time() - 1
+    servers = _record_shared_servers(monkeypatch)
     summary = batch.main(
         export_dir=export, out_dir=tmp_path / "out", parts=["part1"], timeout_s=6, progress=False
     )
     assert summary.counts["timeout"] == 1 and len(made) == 1
     assert not Path(made[0]).exists()  # the grader's sandbox went with it
     assert _processes_in(made) == []
-    assert _shared_servers_since(started) == []  # the batch's, and the grader's own
+    assert len(servers) == 2 and _left_running(servers) == []  # the batch's, the grader's
 
 
 def test_an_interrupted_batch_kills_its_graders_and_resumes(
@@ -445,11 +465,11 @@ def test_an_interrupted_batch_kills_its_graders_and_resumes(
         raise KeyboardInterrupt
 
     monkeypatch.setattr(batch, "make_row", ctrl_c)
-    started = time.time() - 1
+    servers = _record_shared_servers(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         batch.main(export_dir=export, out_dir=out, jobs=2, parts=["part1"], progress=False)
     assert _processes_in(made) == []
-    assert _shared_servers_since(started) == []
+    assert len(servers) == 3 and _left_running(servers) == []
     assert batch.load_valid(out / "results" / "submission_1" / "results.json")
     assert not (out / "results" / "submission_2" / "results.json").exists()
     monkeypatch.setattr(batch, "make_row", real_make_row)
