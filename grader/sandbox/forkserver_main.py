@@ -77,15 +77,25 @@ def preload(specs: list[str]) -> None:
     that load their members lazily, as transformers does), then freeze what is left in the
     collector's permanent generation: a worker's garbage collections no longer walk the
     libraries' objects (torch's 170,000 cost 70 ms each, against microseconds frozen, and
-    check 3.1 collects before each memory reading), nor write to their pages."""
-    for spec in specs:
-        module, _, names = spec.partition(":")
-        loaded = importlib.import_module(module)
-        for name in filter(None, names.split(",")):
-            getattr(loaded, name)
-        if spec not in LOADED:
-            LOADED.append(spec)
-    gc.collect()
+    check 3.1 collects before each memory reading), nor write to their pages.
+
+    The collector is off while the libraries import, and does not run after: each of its
+    full collections walks every object imported so far (a quarter of numpy, torch and
+    transformers' import CPU time, 0.7 s), and a collection after these imports finds no
+    garbage (0 objects, 0.23 s)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for spec in specs:
+            module, _, names = spec.partition(":")
+            loaded = importlib.import_module(module)
+            for name in filter(None, names.split(",")):
+                getattr(loaded, name)
+            if spec not in LOADED:
+                LOADED.append(spec)
+    finally:
+        if enabled:
+            gc.enable()
     gc.freeze()
 
 

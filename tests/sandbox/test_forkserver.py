@@ -129,6 +129,35 @@ def test_the_preloaded_libraries_are_frozen_out_of_the_workers_collections(box, 
     assert spawn_exit(box, server, "-").wait(timeout=30) == 0
 
 
+#: Imports a module that builds many objects in cycles through ``preload`` and prints how
+#: many collections ran during it, whether the collector is on after, and what it froze.
+PRELOAD_COLLECTIONS = """import gc, json, sys
+sys.path.insert(0, sys.argv[1])
+from grader.sandbox.forkserver_main import preload
+runs = []
+gc.callbacks.append(lambda phase, info: runs.append(info["generation"]) if phase == "start" else None)
+preload(["many_cycles"])
+print(json.dumps({"collections": runs, "enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}))
+"""
+
+
+def test_no_collection_runs_while_the_libraries_import(tmp_path: Path) -> None:
+    """Each full collection during the imports would walk every object imported so far,
+    a quarter of the server's start-up CPU time; the objects are frozen all the same."""
+    (tmp_path / "many_cycles.py").write_text(
+        "NODES = []\nfor i in range(200_000):\n    node = [i]\n    node.append(node)\n"
+        "    NODES.append(node)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", PRELOAD_COLLECTIONS, str(tmp_path)],
+        capture_output=True, text=True, timeout=60, cwd=PROJECT_ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["collections"] == [] and seen["enabled"]
+    assert seen["frozen"] > 200_000
+
+
 @pytest.mark.parametrize(("arg", "code"), [("3", 3), ("0", 0)])
 def test_exit_statuses_are_reported_as_subprocess_reports_them(box, server, arg, code) -> None:
     worker = spawn_exit(box, server, arg)
