@@ -135,7 +135,7 @@ PRELOAD_COLLECTIONS = """import gc, json, sys
 sys.path.insert(0, sys.argv[1])
 from grader.sandbox.forkserver_main import preload
 runs = []
-gc.callbacks.append(lambda phase, info: runs.append(info["generation"]) if phase == "start" else None)
+gc.callbacks.append(lambda phase, info: phase == "start" and runs.append(info["generation"]))
 preload(["many_cycles"])
 print(json.dumps({"collections": runs, "enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}))
 """
