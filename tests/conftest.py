@@ -17,6 +17,7 @@ from filelock import FileLock
 from grader.core.registry import PARTS
 from grader.core.results import GradingResults, validate_results
 from grader.grading.runner import grade
+from grader.sandbox import forkserver
 from grader.sandbox.sandbox import Limits
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,6 +111,24 @@ def worker_modules_importable() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.syspath_prepend(str(ROOT / "grader" / "worker"))
         yield
+
+
+@pytest.fixture
+def own_fork_servers() -> Iterator[None]:
+    """The fork servers of a test that starts, drops or counts them, kept apart from the
+    one this test worker's gradings share: the test begins with none, as a fresh grader
+    does, and ends by closing its own, and the next grading here forks from the shared
+    one again instead of importing torch and transformers anew."""
+    kept = dict(forkserver._SERVERS), dict(forkserver._REFUSED)
+    forkserver._SERVERS.clear()
+    forkserver._REFUSED.clear()
+    try:
+        yield
+    finally:
+        forkserver.close_all()
+        forkserver._REFUSED.clear()
+        forkserver._SERVERS.update(kept[0])
+        forkserver._REFUSED.update(kept[1])
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,10 @@ from grader.sandbox import forkserver
 from grader.sandbox.forkserver import ForkServer
 from tests.conftest import FAST_LIMITS, SOLUTION, in_param_count, patched_solution, run_grade
 
+#: Every test here starts, drops or counts fork servers: with a registry of its own, the
+#: server this test worker's gradings share survives it (see ``own_fork_servers``).
+pytestmark = pytest.mark.usefixtures("own_fork_servers")
+
 
 def test_a_grading_forks_its_workers_and_grades_as_started_workers_do(
     tmp_path: Path, monkeypatch
@@ -29,7 +33,6 @@ def test_a_grading_forks_its_workers_and_grades_as_started_workers_do(
         return spawn(self, **kwargs)
 
     monkeypatch.setattr(ForkServer, "spawn", counted)
-    forkserver.close_all()
     forked = run_grade(SOLUTION, tmp_path / "forked", parts=["part1"])
     assert spawned and all(argv[0].endswith("main.py") for argv in spawned)
     monkeypatch.setenv(forkserver.SWITCH, "0")
@@ -65,7 +68,6 @@ def test_a_server_that_stops_answering_is_dropped_and_the_staff_told(
     """A server that hangs (stopped here with SIGSTOP) does not fork within its time:
     the grading starts its workers the old way, says why, and drops the server."""
     monkeypatch.setattr(forkserver, "FORK_TIMEOUT_S", 2.0)  # its time, shortened here
-    forkserver.close_all()
     run_grade(SOLUTION, tmp_path / "first", parts=["part1"])  # its server starts, and stays
     (server,) = forkserver._SERVERS.values()
     os.kill(server.proc.pid, signal.SIGSTOP)
@@ -101,7 +103,6 @@ def test_one_fork_server_serves_the_whole_grading(
     """Each part's libraries hold the part's before it: a grading of all four parts starts
     one server, which imports torch for Part 2 and transformers for Part 4 (an
     interpreter's imports cost seconds of CPU, a fork almost nothing)."""
-    forkserver.close_all()
     started: list[tuple[str, ...]] = []
     start = ForkServer.start
 
@@ -118,19 +119,14 @@ def test_one_fork_server_serves_the_whole_grading(
     order = [PARTS[p].preload for p in ("part1", "part2", "part3", "part4")]
     assert all(set(a) <= set(b) for a, b in itertools.pairwise(order))
     assert started == [PARTS["part1"].preload]
-    forkserver.close_all()
 
 
 def test_a_live_server_that_preloads_more_serves_a_part_that_needs_less() -> None:
     from grader.sandbox.sandbox import worker_environment
 
-    forkserver.close_all()
     env = worker_environment(None, "cpu", 1)
-    try:
-        wide = forkserver.server_for(("json", "numpy"), env)
-        assert wide is not None and wide.alive
-        assert forkserver.server_for(("numpy",), env) is wide
-        narrow = forkserver.server_for(("csv",), env)  # not preloaded there: a new one
-        assert narrow is not wide and not wide.alive
-    finally:
-        forkserver.close_all()
+    wide = forkserver.server_for(("json", "numpy"), env)
+    assert wide is not None and wide.alive
+    assert forkserver.server_for(("numpy",), env) is wide
+    narrow = forkserver.server_for(("csv",), env)  # not preloaded there: a new one
+    assert narrow is not wide and not wide.alive

@@ -23,6 +23,10 @@ from grader.sandbox.forkserver import ForkedWorker, ForkServer, server_for, star
 from grader.sandbox.mounts import mount_isolation, plan_for
 from grader.sandbox.sandbox import Limits, Sandbox, confinement, network_isolation
 
+#: Every test here starts, drops or counts fork servers: with a registry of its own, the
+#: server this test worker's gradings share survives it (see ``own_fork_servers``).
+pytestmark = pytest.mark.usefixtures("own_fork_servers")
+
 
 @pytest.fixture
 def server(box: Sandbox) -> Iterator[ForkServer]:
@@ -181,7 +185,6 @@ def test_a_worker_outlives_its_server_and_is_still_waited_for(box, server) -> No
 
 
 def test_a_server_that_cannot_start_says_why_and_is_not_tried_again(monkeypatch) -> None:
-    forkserver.close_all()
     env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
     for _ in range(2):
         with pytest.raises(forkserver.ForkServerError, match=r"status 1 .*No module named"):
@@ -195,14 +198,12 @@ def test_a_server_that_cannot_start_says_why_and_is_not_tried_again(monkeypatch)
     assert server_for(("json",), env, timeout=60) is used  # one server, kept
     other = server_for(("csv",), env, timeout=60)  # json does not serve it: a new one
     assert other is not used and not used.alive  # one at a time
-    forkserver.close_all()
 
 
 def test_a_server_that_preloads_less_imports_the_rest_and_serves_on(box) -> None:
     """Part 4's libraries hold Part 2's: the server that forked Part 2's workers imports
     transformers too, instead of a new interpreter importing torch again; one that
     cannot is replaced by a new server, which says why where it cannot start either."""
-    forkserver.close_all()
     env = {**box.environment("cpu", 1), "HOME": "/nonexistent"}
     first = server_for(("json",), env, timeout=60)
     assert first is not None
@@ -214,7 +215,6 @@ def test_a_server_that_preloads_less_imports_the_rest_and_serves_on(box) -> None
     with pytest.raises(forkserver.ForkServerError, match="No module named"):
         server_for(("json", "csv", "no_such_module_anywhere"), env, timeout=60)
     assert not first.alive
-    forkserver.close_all()
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="OpenBLAS starts no thread on one core")

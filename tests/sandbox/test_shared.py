@@ -20,6 +20,10 @@ from grader.sandbox.sandbox import Sandbox
 from grader.sandbox.shared import Offer, SharedForkServer, start_shared
 from tests.sandbox.test_forkserver import run_probe, spawn_exit
 
+#: Every test here starts, drops or counts fork servers: with a registry of its own, the
+#: server this test worker's gradings share survives it (see ``own_fork_servers``).
+pytestmark = pytest.mark.usefixtures("own_fork_servers")
+
 #: Leaves an orphan that burns about 0.4 s of CPU and exits, then exits at once itself.
 ORPHAN = """import os, sys, time
 if os.fork() == 0:
@@ -40,12 +44,10 @@ def environment(box: Sandbox) -> dict[str, str]:
 
 @pytest.fixture
 def shared(box: Sandbox) -> Iterator[SharedForkServer]:
-    forkserver.close_all()
     running, why = start_shared(("json",), environment(box), sys.executable)
     assert running is not None, why
     yield running
     running.close()
-    forkserver.close_all()
 
 
 def adopt(
@@ -151,7 +153,6 @@ def test_a_server_whose_imports_add_to_its_environment_is_adopted(box, monkeypat
     """Importing Part 4's transformers sets a variable of torch's own (its compiler's cache
     folder); what a server serves is the environment it was started in, the one a grading
     asks for."""
-    forkserver.close_all()
     part4 = PARTS["part4"].preload
     running, why = start_shared(part4, environment(box), sys.executable)
     assert running is not None, why
@@ -161,7 +162,6 @@ def test_a_server_whose_imports_add_to_its_environment_is_adopted(box, monkeypat
         assert adopt(offer, monkeypatch, environment(box), part4).adopted_pid == offer.pid
     finally:
         running.close()
-        forkserver.close_all()
 
 
 def test_a_shared_server_that_died_makes_no_offer(box) -> None:

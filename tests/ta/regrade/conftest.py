@@ -23,8 +23,10 @@ class Regraded:
 
 @pytest.fixture(scope="session")  # once per worker, however its tests interleave
 def regraded(tmp_path_factory: pytest.TempPathFactory) -> Regraded:
-    """The synthetic 20-submission export regraded once (Part 1 only, 2 at a time)."""
-    entries = plan_export(seed=0)
+    """The synthetic 20-submission export regraded once (Part 1 only, 2 at a time). Its
+    hang waits rather than spins: the batch pays the same timeout and no CPU for it (the
+    batch timeout tests below hang on the CPU)."""
+    entries = plan_export(seed=0, hang="hang:sleep")
     export = build_export(tmp_path_factory.mktemp("export"), entries)
     out = tmp_path_factory.mktemp("regrade")
     started = time.monotonic()

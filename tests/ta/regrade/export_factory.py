@@ -20,9 +20,14 @@ from tests.conftest import ASSIGNMENT, SOLUTION
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.png")
 
 #: Part 1's answer_table never returns: only check 1.10 (1 point) calls it, so the
-#: grader's 20 s request timeout is paid once.
+#: grader's 20 s request timeout is paid once. "hang" spins on the CPU all that time, as
+#: an endless loop does; "hang:sleep" waits (on input, a lock), which costs the machine
+#: nothing and follows the same path through the grader.
 HANG_ANCHOR = '    """The assignment\'s answer table, in the handout\'s units (GiB, billions)."""\n'
-HANG_EDIT = HANG_ANCHOR + "    while True:\n        pass\n"
+HANG_EDITS = {
+    "hang": HANG_ANCHOR + "    while True:\n        pass\n",
+    "hang:sleep": HANG_ANCHOR + "    while True:\n        __import__('time').sleep(60)\n",
+}
 #: Appended to question1.py: the worker process exits while importing it.
 CRASH_CODE = "\nimport os\n\nos._exit(3)\n"
 
@@ -32,7 +37,7 @@ class Entry:
     """One submission of a synthetic export."""
 
     folder: str
-    kind: str  # "solution", "blank", "mutant:<name>", "hang", "crash"
+    kind: str  # "solution", "blank", "mutant:<name>", "hang", "hang:sleep", "crash"
     submitters: list[dict[str, str]] = field(default_factory=list)
     in_metadata: bool = True
     plain_keys: bool = False  # write keys without the leading colon
@@ -55,8 +60,8 @@ def _write_submission(entry: Entry, dest: Path) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
         return
     shutil.copytree(ASSIGNMENT if entry.kind == "blank" else SOLUTION, dest, ignore=_IGNORE)
-    if entry.kind == "hang":
-        _edit(dest, HANG_ANCHOR, HANG_EDIT)
+    if entry.kind in HANG_EDITS:
+        _edit(dest, HANG_ANCHOR, HANG_EDITS[entry.kind])
     elif entry.kind == "crash":
         with open(dest / "question1.py", "a") as f:
             f.write(CRASH_CODE)
@@ -82,13 +87,14 @@ def metadata_yaml(entries: list[Entry]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plan_export(seed: int = 0) -> list[Entry]:
+def plan_export(seed: int = 0, hang: str = "hang") -> list[Entry]:
     """20 submissions with seeded ids and submitters: 4 solutions (one absent from the
-    metadata, one by two students, one with plain keys), 2 blanks, 12 mutants, hang, crash."""
+    metadata, one by two students, one with plain keys), 2 blanks, 12 mutants, a hang of
+    the kind ``hang`` and a crash."""
     rng = random.Random(seed)
     single = [m for m in load_mutants("part1") if not m.combines]  # one named cause each
     kinds = ["solution"] * 4 + ["blank"] * 2 + [f"mutant:{m.name}" for m in single]
-    kinds += ["hang", "crash"]
+    kinds += [hang, "crash"]
     ids = rng.sample(range(100_000_000, 1_000_000_000), len(kinds))
     entries = []
     for i, (kind, sid) in enumerate(zip(kinds, ids, strict=True)):

@@ -141,7 +141,7 @@ def test_a_task_past_its_time_limit_dies_with_its_log_and_leaves_no_grader(
 ) -> None:
     """A 6 s task limit (submitit-local's timeout) on a submission that hangs for 20 s:
     the task is stopped, its grader killed, and the task reported, not dropped."""
-    export = build_export(tmp_path / "export", [Entry("submission_7", "hang")])
+    export = build_export(tmp_path / "export", [Entry("submission_7", "hang:sleep")])
     out = tmp_path / "out"
     options = ClusterOptions(executor="submitit-local", time_limit_min=0.1)
     summary = batch.main(
