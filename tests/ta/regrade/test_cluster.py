@@ -28,7 +28,9 @@ JOB = "4242"
 @pytest.fixture
 def fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """``srun``, ``sbatch`` (keeps the script it is given, answers job 4242), ``sacct``
-    (knows nothing yet) and ``scancel`` (notes what it cancels) first on PATH."""
+    (knows nothing yet), ``squeue`` (reaches no controller, as where Slurm is installed but
+    not running: the real one would wait 18 s to say so) and ``scancel`` (notes what it
+    cancels) first on PATH."""
     bin_dir, seen = tmp_path / "slurm-bin", tmp_path / "slurm-seen"
     bin_dir.mkdir()
     seen.mkdir()
@@ -36,6 +38,7 @@ def fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         "srun": "exit 0",
         "sbatch": f'cp "$1" {seen}/script.sh\necho "Submitted batch job {JOB}"',
         "sacct": "exit 0",
+        "squeue": "echo 'slurm_load_jobs error: Unable to contact slurm controller' >&2\nexit 1",
         "scancel": f'echo "$@" >> {seen}/cancelled',
     }
     for name, body in scripts.items():
