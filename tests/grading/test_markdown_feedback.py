@@ -14,6 +14,10 @@ from grader.core.results import validate_results
 from grader.ta.mutants import load_mutants
 from tests.conftest import PART2_LIMITS, Graded, run_grade
 
+#: One test worker runs the module, so each mistake is graded once (the module's fixture),
+#: not once on every worker that runs one of its tests.
+pytestmark = pytest.mark.xdist_group("markdown_feedback")
+
 #: (part, mutant, a check whose feedback must hold an expected/got table)
 MISTAKES = [
     ("part1", "mha_kv_cache", "1.3"),
