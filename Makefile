@@ -91,7 +91,10 @@ grade: $(STAMP)
 # pytest exits 5 when it collected no tests: that is a failure, not a pass.
 # One torch thread per test process: pytest-xdist already runs a worker per core, and more
 # threads than cores spin against each other (the graded workers use one too).
-TEST_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+# Bytecode is cached even where the shell says not to (PYTHONDONTWRITEBYTECODE): every
+# grader, fork server and test worker the suite starts would compile the kit's modules,
+# and pytest rewrite every test module, again.
+TEST_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE=
 # TEST_JOBS pytest-xdist workers (default: cores + 1; 0: no workers); modules with
 # expensive fixtures stay on one worker (--dist loadgroup, their xdist_group mark).
 test: $(STAMP)
