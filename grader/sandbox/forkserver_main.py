@@ -202,7 +202,7 @@ def serve_shared(control: socket.socket) -> Job | None:
         if wake_r in readable:  # a grading's server ended: reaped now, its pid freed
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_r, 4096)
-            reap_quietly()
+            reap(control, set())  # it forked no worker: nothing to report
         if control not in readable:
             continue
         data, fds, _, _ = socket.recv_fds(control, MAX_MESSAGE, 1)
@@ -225,13 +225,6 @@ def serve_shared(control: socket.socket) -> Job | None:
             return serve(socket.socket(fileno=fds[0]))
         os.close(fds[0])
         send(control, {"forked": pid})
-
-
-def reap_quietly() -> None:
-    """Reap the per-grading servers that have ended (their gradings are over)."""
-    with contextlib.suppress(ChildProcessError):
-        while os.waitpid(-1, os.WNOHANG)[0]:
-            pass
 
 
 def keep_only(fds: list[int]) -> None:

@@ -39,19 +39,18 @@ def load_valid(path: Path) -> dict[str, Any] | None:
 
 #: Graders running now, and whether the batch is being interrupted: on Ctrl-C every
 #: running grader is killed and writes nothing, so a re-run grades it again.
-#: Running graders, their sandbox folders and the fork servers offered to them.
-_live: dict[subprocess.Popen, tuple[Path, tuple[Offer, ...]]] = {}
+#: Running graders, their sandbox folders and the fork server offered to each.
+_live: dict[subprocess.Popen, tuple[Path, Offer | None]] = {}
 _stopping = threading.Event()
 
 
-def _kill_tree(proc: subprocess.Popen, folder: Path, servers: tuple[Offer, ...] = ()) -> None:
-    """Kill the grader, its workers, the fork ``servers`` offered to it (not its children:
-    the batch's shared server forked them) with their workers, and anything still running
-    from its sandbox ``folder``: a worker forked just as the grader was killed leaves the
-    tree before it can be listed."""
-    for server in servers:  # first: it lives while the grader holds its socket
-        if server.alive():
-            kill_tree(server.pid)
+def _kill_tree(proc: subprocess.Popen, folder: Path, server: Offer | None = None) -> None:
+    """Kill the grader, its workers, the fork ``server`` offered to it (not its child: the
+    batch's shared server forked it) with its workers, and anything still running from
+    its sandbox ``folder``: a worker forked just as the grader was killed leaves the tree
+    before it can be listed."""
+    if server is not None and server.alive():  # first: it lives while the grader holds its socket
+        kill_tree(server.pid)
     if proc.poll() is None:
         kill_tree(proc.pid)
         proc.wait()
@@ -146,7 +145,6 @@ def _run_grader(
     code: int | None = None
     status, reason = "graded", ""
     env = {**os.environ, "TMPDIR": str(tmp), RUN_RECORD_ENV: str(tmp / "identity.json")}
-    server = (offer,) if offer is not None else ()
     with open(results.parent / "grader.log", "wb") as log, handing(offer, env) as handed:
         proc = subprocess.Popen(
             cmd,
@@ -157,16 +155,16 @@ def _run_grader(
             start_new_session=True,
             **handed,
         )
-    _live[proc] = (tmp, server)
+    _live[proc] = (tmp, offer)
     if _stopping.is_set():  # the batch was interrupted while this one started
-        _kill_tree(proc, tmp, server)
+        _kill_tree(proc, tmp, offer)
     try:
         code = proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        _kill_tree(proc, tmp, server)
+        _kill_tree(proc, tmp, offer)
         status, reason = "timeout", f"The regrade timed out after {timeout_s:g} s."
     except BaseException:  # this process is being stopped: leave nothing running
-        _kill_tree(proc, tmp, server)
+        _kill_tree(proc, tmp, offer)
         results.unlink(missing_ok=True)  # the grader's placeholder: grade it again
         on_stop()
         raise
@@ -203,8 +201,8 @@ def stop_running() -> None:
     """Ctrl-C: no grading starts any more, and every running one is killed (it writes
     nothing, so a re-run grades it again)."""
     _stopping.set()
-    for proc, (folder, servers) in list(_live.items()):
-        _kill_tree(proc, folder, servers)
+    for proc, (folder, server) in list(_live.items()):
+        _kill_tree(proc, folder, server)
 
 
 def allow_running() -> None:
