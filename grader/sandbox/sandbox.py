@@ -134,6 +134,18 @@ def confinement(
 #: a Part 3 worker hold 87.9 GB for a 3.9 GB peak of its own without it).
 CUDA_ALLOCATOR = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
 
+#: glibc's heap for a worker and for the fork server it is forked from (whose heap it
+#: inherits): blocks under 32 MiB come from the heap, and up to 128 MiB freed at its top
+#: stays there. By default glibc hands a block back to the kernel and faults its pages
+#: in again a step later: a tenth of a CPU grading's CPU time was the kernel's, zeroing
+#: the pages of a generation's tensors, a new size at every cache-free step
+#: (docs/measurements/2026-11-28-worker-heap.md). Where the grader's environment sets
+#: one of them (``PASSED_FROM_GRADER``), its value is taken.
+MALLOC_SETTINGS = {
+    "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
+    "MALLOC_TRIM_THRESHOLD_": str(128 << 20),
+}
+
 #: What the grader's own environment may hand the worker: which GPUs this grading was given
 #: (a Slurm task's ``CUDA_VISIBLE_DEVICES``; without it every grading on a node of several
 #: GPUs would run on the first) and how PyTorch's CUDA allocator is set up, a TA's choice.
@@ -142,6 +154,7 @@ PASSED_FROM_GRADER = (
     "CUDA_DEVICE_ORDER",
     "PYTORCH_CUDA_ALLOC_CONF",
     "PYTORCH_ALLOC_CONF",
+    *MALLOC_SETTINGS,
 )
 ALLOCATOR_SETTINGS = {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"}
 
@@ -151,12 +164,13 @@ def worker_environment(root: Path | None, device: str, threads: int) -> dict[str
     with no root (a fork server's, which has no sandbox) they point nowhere useful, and
     each forked worker gets its own sandbox's. Of the grader's environment only
     ``PASSED_FROM_GRADER`` goes through, where it is set; on a GPU, ``CUDA_ALLOCATOR``
-    where the TA set no allocator of their own."""
+    where the TA set no allocator of their own; ``MALLOC_SETTINGS`` on every device."""
     home, tmp = (root / "home", root / "tmp") if root is not None else ("/nonexistent", "/tmp")
     passed = {name: os.environ[name] for name in PASSED_FROM_GRADER if name in os.environ}
     default_allocator = device == "cuda" and not passed.keys() & ALLOCATOR_SETTINGS
     allocator = CUDA_ALLOCATOR if default_allocator else {}
     return {
+        **MALLOC_SETTINGS,
         **allocator,
         **passed,
         "PATH": "/usr/local/bin:/usr/bin:/bin",

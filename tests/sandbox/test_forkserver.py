@@ -21,7 +21,13 @@ from grader.sandbox import forkserver
 from grader.sandbox.confine import Confinement
 from grader.sandbox.forkserver import ForkedWorker, ForkServer, server_for, start_interpreter
 from grader.sandbox.mounts import mount_isolation, plan_for
-from grader.sandbox.sandbox import Limits, Sandbox, confinement, network_isolation
+from grader.sandbox.sandbox import (
+    MALLOC_SETTINGS,
+    Limits,
+    Sandbox,
+    confinement,
+    network_isolation,
+)
 
 #: Every test here starts, drops or counts fork servers: with a registry of its own, the
 #: server this test worker's gradings share survives it (see ``own_fork_servers``).
@@ -126,6 +132,16 @@ def test_the_worker_is_forked_from_the_server(box, server) -> None:
 FROZEN = """import gc, sys
 sys.exit(0 if gc.isenabled() and gc.get_freeze_count() > 1000 else 1)
 """
+
+
+def test_the_server_whose_heap_its_workers_inherit_starts_with_their_heap_settings(
+    box, server
+) -> None:
+    """glibc reads its heap settings once, as a process starts: a forked worker runs on the
+    heap of its server, so the server itself must have been started with them."""
+    environ = Path(f"/proc/{server.pid}/environ").read_bytes().split(b"\0")
+    for name, value in MALLOC_SETTINGS.items():
+        assert f"{name}={value}".encode() in environ, name
 
 
 def test_the_preloaded_libraries_are_frozen_out_of_the_workers_collections(box, server) -> None:

@@ -293,6 +293,23 @@ def test_the_reference_copy_is_out_of_the_worker_accounts_reach() -> None:
         box.cleanup()
 
 
+def test_every_worker_keeps_freed_heap_blocks_unless_the_ta_sets_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from grader.sandbox.sandbox import MALLOC_SETTINGS, worker_environment
+
+    for name in MALLOC_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    for device in ("cpu", "cuda"):
+        env = worker_environment(None, device, 1)
+        assert {name: env.get(name) for name in MALLOC_SETTINGS} == MALLOC_SETTINGS, device
+    assert int(MALLOC_SETTINGS["MALLOC_TRIM_THRESHOLD_"]) > 0  # a threshold, not "never"
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "0")  # the TA's choice
+    env = worker_environment(None, "cpu", 1)
+    assert env["MALLOC_TRIM_THRESHOLD_"] == "0"
+    assert env["MALLOC_MMAP_THRESHOLD_"] == MALLOC_SETTINGS["MALLOC_MMAP_THRESHOLD_"]
+
+
 def test_a_gpu_worker_gets_growing_allocator_segments_unless_the_ta_sets_its_own(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
