@@ -136,11 +136,11 @@ CUDA_ALLOCATOR = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
 
 #: glibc's heap for a worker and for the fork server it is forked from (whose heap it
 #: inherits): blocks under 32 MiB come from the heap, and up to 128 MiB freed at its top
-#: stays there. By default glibc hands a block back to the kernel and faults its pages
-#: in again a step later: a tenth of a CPU grading's CPU time was the kernel's, zeroing
-#: the pages of a generation's tensors, a new size at every cache-free step
-#: (docs/measurements/2026-11-28-worker-heap.md). Where the grader's environment sets
-#: one of them (``PASSED_FROM_GRADER``), its value is taken.
+#: stays there. By default glibc hands such blocks back to the kernel, which zeroes their
+#: pages again a step later (a cache-free step's tensors take a new size at every step):
+#: a sixth of a CPU grading's CPU time was the kernel's, and these settings take 0.7-1 s
+#: of it away (docs/measurements/2026-11-28-worker-heap.md). Where the grader's
+#: environment sets one of them (``PASSED_FROM_GRADER``), its value is taken.
 MALLOC_SETTINGS = {
     "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
     "MALLOC_TRIM_THRESHOLD_": str(128 << 20),
