@@ -135,7 +135,7 @@ sys.exit(0 if gc.isenabled() and gc.get_freeze_count() > 1000 else 1)
 
 
 def test_the_server_whose_heap_its_workers_inherit_starts_with_their_heap_settings(
-    box, server
+    server,
 ) -> None:
     """glibc reads its heap settings once, as a process starts: a forked worker runs on the
     heap of its server, so the server itself must have been started with them."""

@@ -303,7 +303,7 @@ def test_every_worker_keeps_freed_heap_blocks_unless_the_ta_sets_its_own(
     for device in ("cpu", "cuda"):
         env = worker_environment(None, device, 1)
         assert {name: env.get(name) for name in MALLOC_SETTINGS} == MALLOC_SETTINGS, device
-    assert int(MALLOC_SETTINGS["MALLOC_TRIM_THRESHOLD_"]) > 0  # a threshold, not "never"
+    assert int(MALLOC_SETTINGS["MALLOC_TRIM_THRESHOLD_"]) > 0  # so "0" below is the TA's
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "0")  # the TA's choice
     env = worker_environment(None, "cpu", 1)
     assert env["MALLOC_TRIM_THRESHOLD_"] == "0"
