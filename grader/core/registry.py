@@ -23,6 +23,7 @@ value encoding), the client, sandbox, timing and results modules.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,11 @@ class Part:
     # part's list holds the one before it, so that one server grows with the grading
     # (numpy, then torch, then transformers: ``ForkServer.extend``).
     preload: tuple[str, ...] = ()
+    # Whether that server may import the next part's libraries while this part's workers
+    # run (``ForkServer.import_ahead``): true where they are small, so the next part finds
+    # its libraries imported instead of waiting for them; false where the server's growth
+    # would add to the grading's peak memory, which Part 3's workers set.
+    import_next_beside: bool = False
     # The files a student edits besides ``main_file`` (each must be uploaded), and the
     # assignment's files they need not edit: the kit supplies those an upload lacks.
     also_edited: tuple[str, ...] = ()
@@ -54,6 +60,7 @@ PARTS: dict[str, Part] = {
         "question1.py",
         "grader.parts.part1.checks",
         preload=("numpy",),
+        import_next_beside=True,
     ),
     "part2": Part(
         "part2",
@@ -79,6 +86,17 @@ PARTS: dict[str, Part] = {
         preload=("numpy", "torch", "transformers:GPT2Config,GPT2LMHeadModel,DynamicCache"),
     ),
 }
+
+
+def imports_ahead(graded: list[str]) -> dict[str, tuple[str, ...]]:
+    """Per part of ``graded`` (the parts whose workers a grading starts, in order), the
+    libraries its fork server imports ahead once the part's first worker is forked: the
+    next part's, where the part allows it (``import_next_beside``)."""
+    return {
+        part: PARTS[after].preload
+        for part, after in pairwise(graded)
+        if PARTS[part].import_next_beside and PARTS[after].preload
+    }
 
 
 def parse_parts(spec: str | None) -> list[str]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from grader.core.feedback import markdown_results
 from grader.core.paths import ASSIGNMENT, PROJECT_ROOT, SOLUTION, TEST_CASES
 from grader.core.points import part_total
-from grader.core.registry import PARTS
+from grader.core.registry import PARTS, imports_ahead
 from grader.core.results import (
     GradingResults,
     fallback_results,
@@ -35,7 +35,7 @@ from grader.core.thresholds import (
     profile_provisional,
     resolve_device,
 )
-from grader.grading.suite import Selection, build_suite, check_classes, run_suite
+from grader.grading.suite import Selection, build_suite, check_classes, parts_run, run_suite
 from grader.grading.watchdog import Watchdog
 from grader.runtime.context import GradingContext
 from grader.runtime.launch import STARTS
@@ -190,6 +190,7 @@ class Grading:
             selection.skip_tags,
             selection.numbers,
         )
+        self.ctx.ahead = imports_ahead(parts_run(suite, self.ctx.bases))
         self.results = run_suite(suite)
 
     def describe(self) -> None:

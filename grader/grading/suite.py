@@ -12,6 +12,7 @@ import sys
 import time
 import unittest
 from dataclasses import dataclass
+from pathlib import Path
 
 from gradescope_utils.autograder_utils.json_test_runner import JSONTestResult, JSONTestRunner
 
@@ -72,6 +73,17 @@ def build_suite(
                     continue
                 suite.addTest(test)
     return suite
+
+
+def parts_run(suite: unittest.TestSuite, bases: dict[str, Path | None]) -> list[str]:
+    """The parts whose workers ``suite`` starts, in the order it runs them: those with a
+    check in it and their file in the upload (``bases``: the part's folder, or None)."""
+    parts: list[str] = []
+    for test in suite:
+        part = getattr(test, "part", None)
+        if part is not None and bases.get(part) is not None and part not in parts:
+            parts.append(part)
+    return parts
 
 
 class ProgressResult(JSONTestResult):

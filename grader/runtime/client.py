@@ -72,6 +72,8 @@ class WorkerClient:
     #: account), so that its copy can be closed to that account (``Sandbox.provide``).
     trusted: bool = False
     starts: int = 0
+    #: Libraries its fork server imports while it runs (see ``Launch.ahead``).
+    ahead: tuple[str, ...] = ()
     #: How timed requests read the worker's CPU time (``cgroups.V2``, ``V1`` or
     #: ``PROCESS_TREE``): the last started worker's, for the results.
     cpu_accounting: str = PROCESS_TREE
@@ -104,6 +106,7 @@ class WorkerClient:
             self.threads,
             self._cpu_group,
             self.trusted,
+            self.ahead,
         )
         try:
             self._proc = launch(job, req_r, resp_w)

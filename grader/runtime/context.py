@@ -63,6 +63,9 @@ class GradingContext:
     missing: dict[str, str] = field(default_factory=dict)
     cases_root: Path = TEST_CASES
     threads: int = 1
+    #: Per part, the libraries its worker's fork server imports ahead, while that worker
+    #: runs (``registry.imports_ahead``); set once the checks to run are known.
+    ahead: dict[str, tuple[str, ...]] = field(default_factory=dict)
     _workers: dict[str, WorkerClient] = field(default_factory=dict)
     _cases: dict[str, dict[str, Any]] = field(default_factory=dict)
     scratch: dict[str, Any] = field(default_factory=dict)  # per-run state checks share
@@ -92,6 +95,7 @@ class GradingContext:
                 limits=self.limits,
                 device=self.device,
                 threads=self.threads,
+                ahead=self.ahead.get(part, ()),
             )
         return self._workers[part]
 

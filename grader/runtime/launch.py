@@ -41,6 +41,9 @@ class Launch:
     threads: int
     cpu_group: CpuGroup | None = None  # the worker's cgroup, where one could be made
     trusted: bool = False  # the reference solution: runs as the grader, not the worker account
+    #: Libraries the fork server imports once this worker is forked, while it runs: the
+    #: next part's (``registry.imports_ahead``).
+    ahead: tuple[str, ...] = ()
 
     def arguments(self, in_fd: str, out_fd: str) -> list[str]:
         """The worker's ``main.py`` and its arguments."""
@@ -100,13 +103,16 @@ def _forked(
         )
         if server is None:
             return None
-        return server.spawn(
+        forked = server.spawn(
             argv=job.arguments("{in_fd}", "{out_fd}"),
             env=env,
             cwd=job.submission_dir,
             confinement=spec,
             pass_fds=fds,
         )
+        if job.ahead:
+            server.import_ahead(job.ahead)
+        return forked
     except ForkServerError as exc:
         if f"{exc}" not in job.sandbox.warnings:
             job.sandbox.warnings.append(f"{exc}")

@@ -86,6 +86,10 @@ class ForkServer:
     lock: threading.Lock = field(default_factory=threading.Lock)
     next_id: int = 0
     adopted_pid: int | None = None  # a server offered to this process, not its child
+    #: Libraries asked for by :meth:`import_ahead` whose answer is not yet taken, and
+    #: that answer where it came while another was awaited.
+    ahead: tuple[str, ...] = ()
+    ahead_answer: dict[str, Any] | None = None
 
     @property
     def pid(self) -> int | None:
@@ -166,11 +170,46 @@ class ForkServer:
         libraries. :class:`ForkServerError` where it could not (the caller drops it)."""
         assert self.control is not None
         with self.lock:
+            self._finish_ahead(timeout)
+            missing = [s for s in specs if s not in self.preload]
+            if not missing:
+                return
             try:
-                self.control.send(json.dumps({"preload": list(specs)}).encode())
+                self.control.send(json.dumps({"preload": missing}).encode())
             except OSError as exc:
                 raise ForkServerError(f"the server is gone: {exc}") from None
             answer = self._receive(timeout, lambda m: "preloaded" in m)
+            self._accept(tuple(missing), answer, timeout)
+
+    def import_ahead(self, specs: tuple[str, ...]) -> None:
+        """Have the server import ``specs`` now, without waiting for it: the next part's
+        libraries, while this part's worker (forked already) runs on the other core. The
+        answer is taken by the next request that needs the server (:meth:`extend`,
+        :meth:`spawn`), which waits for the import to end first."""
+        if self.control is None:
+            return
+        with self.lock:
+            if self.ahead:
+                return
+            missing = tuple(s for s in specs if s not in self.preload)
+            if not missing:
+                return
+            with contextlib.suppress(OSError):  # a server gone is found by the next request
+                self.control.send(json.dumps({"preload": list(missing)}).encode())
+                self.ahead = missing
+
+    def _finish_ahead(self, timeout: float) -> None:
+        """Take the answer to :meth:`import_ahead`'s request, waiting for it where it has
+        not come yet (the caller holds the lock)."""
+        if not self.ahead:
+            return
+        answer = self.ahead_answer or self._receive(timeout, lambda m: "preloaded" in m)
+        specs, self.ahead, self.ahead_answer = self.ahead, (), None
+        self._accept(specs, answer, timeout)
+
+    def _accept(self, specs: tuple[str, ...], answer: dict | None, timeout: float) -> None:
+        """Count ``specs`` as preloaded where ``answer`` says they were imported and the
+        server still runs one thread; else :class:`ForkServerError`, saying why."""
         if answer is None:
             raise ForkServerError(f"it did not import {', '.join(specs)} in {timeout:g} s")
         if not answer["preloaded"]:
@@ -206,6 +245,7 @@ class ForkServer:
         read_output, write_output = os.pipe()
         try:
             with self.lock:
+                self._finish_ahead(START_TIMEOUT_S)
                 self.next_id += 1
                 request = {
                     "id": self.next_id,
@@ -284,6 +324,8 @@ class ForkServer:
             message = json.loads(data)
             if "exited" in message:
                 self.exited[message["exited"]] = message["code"]
+            if "preloaded" in message and self.ahead:
+                self.ahead_answer = message
             if wanted(message):
                 return message
 

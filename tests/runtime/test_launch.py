@@ -35,6 +35,8 @@ def test_a_grading_forks_its_workers_and_grades_as_started_workers_do(
     monkeypatch.setattr(ForkServer, "spawn", counted)
     forked = run_grade(SOLUTION, tmp_path / "forked", parts=["part1"])
     assert spawned and all(argv[0].endswith("main.py") for argv in spawned)
+    (server,) = forkserver._SERVERS.values()
+    assert server.preload == PARTS["part1"].preload  # no part follows: nothing imported ahead
     monkeypatch.setenv(forkserver.SWITCH, "0")
     forkserver.close_all()
     before = len(spawned)
@@ -102,15 +104,23 @@ def test_one_fork_server_serves_the_whole_grading(
 ) -> None:
     """Each part's libraries hold the part's before it: a grading of all four parts starts
     one server, which imports torch for Part 2 and transformers for Part 4 (an
-    interpreter's imports cost seconds of CPU, a fork almost nothing)."""
+    interpreter's imports cost seconds of CPU, a fork almost nothing). Torch is imported
+    while Part 1's worker runs, asked for as that worker is forked: Part 2's first worker
+    finds it imported."""
     started: list[tuple[str, ...]] = []
-    start = ForkServer.start
+    ahead: list[tuple[str, ...]] = []
+    start, import_ahead = ForkServer.start, ForkServer.import_ahead
 
     def counting(self: ForkServer, *args, **kwargs):
         started.append(self.preload)
         return start(self, *args, **kwargs)
 
+    def asked(self: ForkServer, specs: tuple[str, ...]) -> None:
+        ahead.append(specs)
+        import_ahead(self, specs)
+
     monkeypatch.setattr(ForkServer, "start", counting)
+    monkeypatch.setattr(ForkServer, "import_ahead", asked)
     numbers = frozenset({"1.1", "2.2", "3.2", "4.3"})
     graded = run_grade(SOLUTION, tmp_path, limits=FAST_LIMITS, numbers=numbers)
     for number in numbers:
@@ -119,6 +129,7 @@ def test_one_fork_server_serves_the_whole_grading(
     order = [PARTS[p].preload for p in ("part1", "part2", "part3", "part4")]
     assert all(set(a) <= set(b) for a, b in itertools.pairwise(order))
     assert started == [PARTS["part1"].preload]
+    assert ahead == [PARTS["part2"].preload]  # once, by Part 1's worker alone
 
 
 def test_a_live_server_that_preloads_more_serves_a_part_that_needs_less() -> None:

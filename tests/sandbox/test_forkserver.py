@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -79,12 +80,13 @@ def run_probe(box: Sandbox, server: ForkServer | None) -> tuple[dict, bytes]:
     return facts, output
 
 
-def spawn_exit(box: Sandbox, server: ForkServer, arg: str) -> ForkedWorker:
-    """``exit.py ARG`` forked by ``server`` (its channel's pipes are closed here)."""
+def spawn_exit(box: Sandbox, server: ForkServer, arg: str, script: str = "exit.py") -> ForkedWorker:
+    """``exit.py ARG`` (or ``script``) forked by ``server`` (its channel's pipes are closed
+    here)."""
     req_r, req_w = os.pipe()
     try:
         return server.spawn(
-            argv=[str(box.worker_dir / "exit.py"), arg],
+            argv=[str(box.worker_dir / script), arg],
             env=box.environment("cpu", 1),
             cwd=str(box.submission_dir),
             confinement=spec_for(box),
@@ -256,3 +258,47 @@ def test_a_worker_of_a_server_this_process_closed_is_still_waited_for(box, serve
         worker.wait(timeout=0.1)
     os.kill(worker.pid, signal.SIGKILL)
     assert worker.wait(timeout=30) == -signal.SIGKILL
+
+
+#: Exits 0 when ``csv`` was imported in the process it runs in before its script began.
+CSV_IMPORTED = """import sys
+sys.exit(0 if "csv" in sys.modules else 1)
+"""
+
+
+def test_a_server_imports_the_next_parts_libraries_while_a_worker_runs(box, server) -> None:
+    """Asked as a part's worker is forked, the server imports the next part's libraries
+    while that worker runs; the next fork takes its answer and comes from the grown server."""
+    (box.worker_dir / "csv_imported.py").write_text(CSV_IMPORTED)
+    assert spawn_exit(box, server, "-", "csv_imported.py").wait(timeout=30) == 1  # not yet
+    running = spawn_exit(box, server, "sleep")
+    try:
+        server.import_ahead(("json", "csv"))
+        assert server.ahead == ("csv",) and server.preload == ("json",)  # not waited for
+        readable, _, _ = select.select([server.control], [], [], 60)
+        assert readable and running.poll() is None  # answered while the worker runs
+        assert spawn_exit(box, server, "-", "csv_imported.py").wait(timeout=30) == 0
+        assert server.preload == ("json", "csv") and server.ahead == ()
+        server.import_ahead(("csv",))  # imported already: nothing is asked
+        assert server.ahead == ()
+    finally:
+        os.kill(running.pid, signal.SIGKILL)
+    assert running.wait(timeout=30) == -signal.SIGKILL
+
+
+def test_a_server_that_could_not_import_ahead_is_dropped_at_its_next_fork(box, server) -> None:
+    """The next fork says why, and the caller starts its worker another way."""
+    server.import_ahead(("no_such_module_anywhere",))
+    with pytest.raises(forkserver.ForkServerError, match="could not import no_such_module_any"):
+        spawn_exit(box, server, "0")
+    assert not server.alive
+
+
+def test_a_server_that_could_not_import_ahead_is_replaced_for_the_next_part(box) -> None:
+    env = {**box.environment("cpu", 1), "HOME": "/nonexistent"}
+    first = server_for(("json",), env, timeout=60)
+    assert first is not None
+    first.import_ahead(("no_such_module_anywhere",))
+    second = server_for(("json", "csv"), env, timeout=60)
+    assert second is not None and second is not first and not first.alive
+    assert second.preload == ("json", "csv")
