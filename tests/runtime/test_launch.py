@@ -132,6 +132,32 @@ def test_one_fork_server_serves_the_whole_grading(
     assert ahead == [PARTS["part2"].preload]  # once, by Part 1's worker alone
 
 
+def test_a_part1_worker_that_dies_at_import_leaves_the_next_part_its_libraries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Torch is imported beside Part 1's worker whatever that worker does: one that exits
+    while its file loads leaves Part 2 graded in full, forked from the same server."""
+    started: list[tuple[str, ...]] = []
+    start = ForkServer.start
+
+    def counting(self: ForkServer, *args, **kwargs):
+        started.append(self.preload)
+        return start(self, *args, **kwargs)
+
+    monkeypatch.setattr(ForkServer, "start", counting)
+    submission = patched_solution(tmp_path / "sub", "question1.py", [])
+    with open(submission / "question1.py", "a") as f:
+        f.write("\nimport os\n\nos._exit(3)\n")
+    numbers = frozenset({"1.1", "2.2"})
+    graded = run_grade(
+        submission, tmp_path / "out", parts=["part1", "part2"], limits=FAST_LIMITS, numbers=numbers
+    )
+    assert graded.score("1.1") == 0 and "exit" in graded.output("1.1").lower()
+    assert graded.score("2.2") == graded.test("2.2")["max_score"], graded.output("2.2")
+    assert started == [PARTS["part1"].preload]
+    assert not [w for w in graded.results.extra_data["sandbox_warnings"] if "fork" in w]
+
+
 def test_a_live_server_that_preloads_more_serves_a_part_that_needs_less() -> None:
     from grader.sandbox.sandbox import worker_environment
 
