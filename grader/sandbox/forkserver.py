@@ -184,9 +184,8 @@ class ForkServer:
     def import_ahead(self, specs: tuple[str, ...]) -> None:
         """Have the server import ``specs`` now, without waiting for it: the next part's
         libraries, while this part's worker (forked already) runs, on another core where the
-        machine has one. The
-        answer is taken by the next request that needs the server (:meth:`extend`,
-        :meth:`spawn`), which waits for the import to end first."""
+        machine has one. The answer is taken by the next request that needs the server
+        (:meth:`extend`, :meth:`spawn`), which waits for the import to end first."""
         if self.control is None:
             return
         with self.lock:

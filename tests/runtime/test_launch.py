@@ -22,6 +22,19 @@ from tests.conftest import FAST_LIMITS, SOLUTION, in_param_count, patched_soluti
 pytestmark = pytest.mark.usefixtures("own_fork_servers")
 
 
+def servers_started(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
+    """What each fork server started from now on preloads, in the order they start."""
+    started: list[tuple[str, ...]] = []
+    start = ForkServer.start
+
+    def counting(self: ForkServer, *args, **kwargs):
+        started.append(self.preload)
+        return start(self, *args, **kwargs)
+
+    monkeypatch.setattr(ForkServer, "start", counting)
+    return started
+
+
 def test_a_grading_forks_its_workers_and_grades_as_started_workers_do(
     tmp_path: Path, monkeypatch
 ) -> None:
@@ -107,19 +120,14 @@ def test_one_fork_server_serves_the_whole_grading(
     interpreter's imports cost seconds of CPU, a fork almost nothing). Torch is imported
     while Part 1's worker runs, asked for as that worker is forked: Part 2's first worker
     finds it imported."""
-    started: list[tuple[str, ...]] = []
+    started = servers_started(monkeypatch)
     ahead: list[tuple[str, ...]] = []
-    start, import_ahead = ForkServer.start, ForkServer.import_ahead
-
-    def counting(self: ForkServer, *args, **kwargs):
-        started.append(self.preload)
-        return start(self, *args, **kwargs)
+    import_ahead = ForkServer.import_ahead
 
     def asked(self: ForkServer, specs: tuple[str, ...]) -> None:
         ahead.append(specs)
         import_ahead(self, specs)
 
-    monkeypatch.setattr(ForkServer, "start", counting)
     monkeypatch.setattr(ForkServer, "import_ahead", asked)
     numbers = frozenset({"1.1", "2.2", "3.2", "4.3"})
     graded = run_grade(SOLUTION, tmp_path, limits=FAST_LIMITS, numbers=numbers)
@@ -137,14 +145,7 @@ def test_a_part1_worker_that_dies_at_import_leaves_the_next_part_its_libraries(
 ) -> None:
     """Torch is imported beside Part 1's worker whatever that worker does: one that exits
     while its file loads leaves Part 2 graded in full, forked from the same server."""
-    started: list[tuple[str, ...]] = []
-    start = ForkServer.start
-
-    def counting(self: ForkServer, *args, **kwargs):
-        started.append(self.preload)
-        return start(self, *args, **kwargs)
-
-    monkeypatch.setattr(ForkServer, "start", counting)
+    started = servers_started(monkeypatch)
     submission = patched_solution(tmp_path / "sub", "question1.py", [])
     with open(submission / "question1.py", "a") as f:
         f.write("\nimport os\n\nos._exit(3)\n")
