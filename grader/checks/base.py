@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -45,6 +46,7 @@ def check(
     partial: bool = False,
     hidden: bool = False,
     bonus: bool = False,
+    yardstick: bool = False,
     extra_tags: tuple[str, ...] = (),
 ) -> Callable[[Callable], Callable]:
     """Mark a test method as graded check ``num`` with its points, part tag and visibility.
@@ -52,7 +54,9 @@ def check(
     ``hidden`` checks use cases only the autograder has; they carry the tag
     "hidden", so a student's self-check can leave them out. A ``bonus`` check
     has a maximum of 0 and awards its points (``points.BONUS``) through
-    ``set_score``: Gradescope's extra credit.
+    ``set_score``: Gradescope's extra credit. A ``yardstick`` check compares the
+    submission's times with the reference's, timed in the same grading
+    (:meth:`GradedTestCase.yardstick`).
     """
     if hidden:
         extra_tags = (*extra_tags, "hidden")
@@ -68,6 +72,7 @@ def check(
         fn = weight(w)(fn)
         fn = gs_number(num)(fn)
         fn = visibility(vis)(fn)
+        fn.__yardstick__ = yardstick
         return tags(part_of(num), *extra_tags)(fn)
 
     return decorate
@@ -350,6 +355,16 @@ class GradedTestCase(unittest.TestCase):
         if key not in self.ctx.scratch:
             self.ctx.scratch[key] = self._time_reference()
         return self.ctx.scratch[key].get(name, {})
+
+    def time_yardstick_ahead(self) -> None:
+        """Time the reference's workloads now, before the submission's worker first starts
+        (the runner asks it of a part's first check that needs them): its worker then runs
+        the whole part without a reference session in between. A failure is left for the
+        check that asks for the yardstick, which times it again and reports why."""
+        key = f"{self.part}.yardstick"
+        if key not in self.ctx.scratch:
+            with contextlib.suppress(Exception):
+                self.ctx.scratch[key] = self._time_reference()
 
     def _time_reference(self) -> dict[str, dict[str, Timing]]:
         workloads = {

@@ -35,7 +35,14 @@ from grader.core.thresholds import (
     profile_provisional,
     resolve_device,
 )
-from grader.grading.suite import Selection, build_suite, check_classes, parts_run, run_suite
+from grader.grading.suite import (
+    Selection,
+    build_suite,
+    check_classes,
+    parts_run,
+    run_suite,
+    yardsticks_ahead,
+)
 from grader.grading.watchdog import Watchdog
 from grader.runtime.context import GradingContext
 from grader.runtime.launch import STARTS
@@ -191,6 +198,7 @@ class Grading:
             selection.numbers,
         )
         self.ctx.ahead = imports_ahead(parts_run(suite, self.ctx.bases))
+        self.ctx.before_first_worker = yardsticks_ahead(suite)
         self.results = run_suite(suite)
 
     def describe(self) -> None:

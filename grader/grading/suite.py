@@ -11,6 +11,7 @@ import os
 import sys
 import time
 import unittest
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,6 +85,19 @@ def parts_run(suite: unittest.TestSuite, bases: dict[str, Path | None]) -> list[
         if part is not None and bases.get(part) is not None and part not in parts:
             parts.append(part)
     return parts
+
+
+def yardsticks_ahead(suite: unittest.TestSuite) -> dict[str, Callable[[], None]]:
+    """Per part, how the first check in ``suite`` that compares with the reference's times
+    has them timed before the part's worker first starts
+    (:meth:`GradedTestCase.time_yardstick_ahead`); parts with no such check: none."""
+    ahead: dict[str, Callable[[], None]] = {}
+    for test in suite:
+        method = getattr(test, getattr(test, "_testMethodName", ""), None)
+        part = getattr(test, "part", None)
+        if part and getattr(method, "__yardstick__", False) and part not in ahead:
+            ahead[part] = test.time_yardstick_ahead
+    return ahead
 
 
 class ProgressResult(JSONTestResult):

@@ -66,6 +66,10 @@ class GradingContext:
     #: Per part, the libraries its worker's fork server imports ahead, while that worker
     #: runs (``registry.imports_ahead``); set once the checks to run are known.
     ahead: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Per part, what runs once before its submission worker first starts (set by the
+    #: runner): the reference's timed runs, so that no reference session stops the
+    #: submission's worker halfway through the part and makes it start again.
+    before_first_worker: dict[str, Callable[[], None]] = field(default_factory=dict)
     _workers: dict[str, WorkerClient] = field(default_factory=dict)
     _cases: dict[str, dict[str, Any]] = field(default_factory=dict)
     scratch: dict[str, Any] = field(default_factory=dict)  # per-run state checks share
@@ -87,6 +91,9 @@ class GradingContext:
             if other != part and client.running:
                 client.stop()
         if part not in self._workers:
+            prepare = self.before_first_worker.pop(part, None)
+            if prepare is not None:
+                prepare()
             self._workers[part] = WorkerClient(
                 part=part,
                 module_file=main_file,

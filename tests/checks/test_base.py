@@ -31,3 +31,33 @@ def test_every_part_lists_its_failures_through_the_one_helper() -> None:
 
     for path in (PACKAGE / "parts").rglob("*.py"):
         assert "failures[:" not in path.read_text(), path
+
+
+def test_a_yardstick_that_fails_ahead_is_timed_again_by_the_check_that_asks() -> None:
+    """Timed ahead of the part's worker, a failed reference run is not kept: the check
+    that compares times it again and fails with the reason, where the student sees it."""
+    import types
+
+    from grader.checks.base import GradedTestCase
+
+    runs: list[str] = []
+
+    class Probe(GradedTestCase):
+        part = "part2"
+        ctx = types.SimpleNamespace(scratch={})
+
+        def _time_reference(self):
+            runs.append("timed")
+            if len(runs) == 1:
+                self.fail("Grader fault: the reference solution's own timed run failed (x).")
+            return {"work": {"with the cache": "timing"}}
+
+        def runTest(self) -> None:
+            pass
+
+    probe = Probe()
+    probe.time_yardstick_ahead()  # fails: nothing kept, nothing raised
+    assert "part2.yardstick" not in probe.ctx.scratch
+    assert probe.yardstick("work") == {"with the cache": "timing"}
+    probe.time_yardstick_ahead()  # kept: not timed a third time
+    assert probe.yardstick("work") == {"with the cache": "timing"} and runs == ["timed"] * 2

@@ -4,6 +4,7 @@ lines it prints as each check ends."""
 from __future__ import annotations
 
 import re
+import types
 import unittest
 from pathlib import Path
 
@@ -47,3 +48,43 @@ def test_the_parts_run_are_those_with_a_check_and_a_file_in_the_suites_order() -
     bases = {"part1": folder, "part3": folder, "part4": None}
     assert parts_run(suite, bases) == ["part3", "part1"]
     assert parts_run(unittest.TestSuite(), bases) == []
+
+
+def test_each_part_times_its_yardstick_ahead_through_its_first_check_that_compares() -> None:
+    """The reference is timed before a part's worker first starts, by the first check in
+    the suite's order that compares with it; a part whose selected checks never compare
+    times nothing ahead."""
+    from grader.checks.base import check
+    from grader.grading.suite import build_suite, yardsticks_ahead
+
+    ctx = types.SimpleNamespace()  # bound to the checks, never used here
+
+    def case(number: str, yardstick: bool) -> unittest.TestCase:
+        part = "part" + number.split(".")[0]
+
+        @check(number, yardstick=yardstick)
+        def runTest(self) -> None:
+            pass
+
+        def time_yardstick_ahead(self) -> None:
+            pass
+
+        attrs = {"part": part, "ctx": ctx, "runTest": runTest}
+        attrs["time_yardstick_ahead"] = time_yardstick_ahead
+        return type(f"Check{number}", (unittest.TestCase,), attrs)()
+
+    first3 = case("3.7", True)
+    suite = unittest.TestSuite(
+        [case("2.1", False), case("3.1", False), first3, case("3.11", True), case("2.8", False)]
+    )
+    ahead = yardsticks_ahead(suite)
+    assert list(ahead) == ["part3"]  # Part 2's selected checks never compare
+    assert ahead["part3"].__self__ is first3
+
+    # The kit's own checks: those that compare say so, the others do not.
+    marked = {
+        getattr(getattr(t, t._testMethodName), "__number__", "")
+        for t in build_suite(ctx, ["part1", "part2", "part3", "part4"])
+        if getattr(getattr(t, t._testMethodName), "__yardstick__", False)
+    }
+    assert marked == {"2.9", "2.11", "3.7", "3.11", "4.6"}

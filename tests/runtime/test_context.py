@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import types
 from pathlib import Path
 
 import pytest
@@ -47,3 +48,43 @@ def test_a_seeded_draw_is_kept_by_what_it_was_drawn_from() -> None:
     assert ctx.seeded_weights("part2", {"seed": 2}, draw(2)) == {"w": 2}
     assert ctx.seeded_weights("part3", {"seed": 1}, draw(1)) == {"w": 1}
     assert calls == [1, 2, 1]
+
+
+def test_a_part_starts_one_submission_worker_with_the_reference_timed_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A part whose checks compare with the reference has it timed before the submission's
+    worker first starts, so no reference session stops that worker halfway (each start
+    builds its models again): one submission worker for the whole part."""
+    from grader.runtime.client import WorkerClient
+
+    started: list[tuple[str, bool]] = []
+    real = WorkerClient._start
+
+    def recorded(self: WorkerClient) -> None:
+        started.append((self.part, self.trusted))
+        real(self)
+
+    monkeypatch.setattr(WorkerClient, "_start", recorded)
+    graded = grade_checks(SOLUTION, tmp_path / "out", "part2", {"2.1", "2.9"})
+    assert graded.score("2.9") == graded.test("2.9")["max_score"], graded.output("2.9")
+    assert graded.score("2.1") == graded.test("2.1")["max_score"]
+    assert started == [("part2", True), ("part2", False)]
+
+
+def test_what_runs_before_a_parts_first_worker_runs_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from grader.runtime import context
+
+    def client(**kwargs):  # what the context builds, never started here
+        return types.SimpleNamespace(part=kwargs["part"], running=False)
+
+    monkeypatch.setattr(context, "WorkerClient", client)
+    ctx = context.GradingContext.__new__(context.GradingContext)
+    ctx.bases, ctx._workers, ctx.ahead = {"part2": Path("/sub"), "part3": Path("/sub")}, {}, {}
+    for name in ("sandbox", "limits", "device", "threads"):
+        setattr(ctx, name, None)
+    calls: list[str] = []
+    ctx.before_first_worker = {"part2": lambda: calls.append(f"before {list(ctx._workers)}")}
+    assert ctx.worker("part2") is ctx.worker("part2")
+    assert ctx.worker("part3").part == "part3"
+    assert calls == ["before []"]  # before its worker existed, and once

@@ -103,7 +103,7 @@ class Part2GenerateChecks(Part2Growth):
                 "Both must compute the same logits and sample them the same way."
             )
 
-    @check("2.9")
+    @check("2.9", yardstick=True)
     def test_generate_feeds_one_token(self) -> None:
         """2.9 generate: with the cache, forward gets the prompt once, then one token per call"""
         # The forward calls are recorded in the worker, where the submission could rewrite
@@ -302,7 +302,7 @@ class Part2GenerateChecks(Part2Growth):
 class Part2Benchmark(Part2CacheContents):
     """Runs after the other checks: a slow generate here cannot cost them their time."""
 
-    @check("2.11", extra_tags=("benchmark",))
+    @check("2.11", yardstick=True, extra_tags=("benchmark",))
     def test_benchmark_speedup(self) -> None:
         """2.11 benchmark: cached generate is faster after a long prompt (timed by the grader)"""
         bench = load_thresholds(self.ctx.device)["part2"]

@@ -173,7 +173,7 @@ class Part3GenerateChecks(Part3Timed, Part3Probes):
                 f"generation differ by {err[bad[0]]:.3g} (tolerance {self.atol():g})."
             )
 
-    @check("3.7")
+    @check("3.7", yardstick=True)
     def test_call_pattern(self) -> None:
         """3.7 with the cache each decode step feeds one token per sequence; without it, all"""
         # The forward calls are recorded in the worker, where the submission could rewrite
@@ -362,7 +362,7 @@ class Part3Benchmark(Part3Timed):
             f"{Ratio.between(*peaks)} (the course expects at most {limit:g}x)"
         )
 
-    @check("3.11", extra_tags=("benchmark",))
+    @check("3.11", yardstick=True, extra_tags=("benchmark",))
     def test_benchmark(self) -> None:
         """3.11 benchmark: the cache speeds up batched generate (timed by the grader)"""
         bench = load_thresholds(self.ctx.device)["part3"]

@@ -257,7 +257,7 @@ class Part4Checks(Part4LatencyRuns):
         if problems:
             self.fail("\n".join(problems))
 
-    @check("4.6", extra_tags=("benchmark",))
+    @check("4.6", yardstick=True, extra_tags=("benchmark",))
     def test_latency(self) -> None:
         """4.6 latency: cached time per token stays nearly flat from L = 32 to 256, cache-free
         grows, and at L = 256 the cache is faster"""
