@@ -43,15 +43,20 @@ class WorkerIdentity:
     lock_fd: int = -1  # held while a grading uses a pool account (see claim_identity)
 
 
+#: What the worker account runs to show it can use this interpreter and its packages.
+FINDS_PACKAGES = "import importlib.util as u; raise SystemExit(u.find_spec('numpy') is None)"
+
+
 @functools.cache
 def _interpreter_usable_by(uid: int, gid: int) -> bool:
-    """Whether ``uid`` can start this interpreter (a pyenv under /root is not readable).
-    Asked once per account in a process (one that grades many submissions, as a TA's
-    script or the test suite does, would otherwise start an interpreter for each): the
-    answer does not change while it runs."""
+    """Whether ``uid`` can start this interpreter (a pyenv under /root is not readable) and
+    find its packages (numpy stands for them: found, not imported, which would cost a
+    grading a tenth of a second). Asked once per account in a process (one that grades
+    many submissions, as a TA's script or the test suite does, would otherwise start an
+    interpreter for each): the answer does not change while it runs."""
     try:
         result = subprocess.run(
-            [sys.executable, "-E", "-s", "-c", "import numpy"],
+            [sys.executable, "-E", "-s", "-c", FINDS_PACKAGES],
             user=uid,
             group=gid,
             extra_groups=[],

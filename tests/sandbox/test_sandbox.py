@@ -77,6 +77,19 @@ def test_whether_an_account_can_run_the_interpreter_is_asked_once(monkeypatch) -
     assert len(started) == 1  # the second grading asked no interpreter
 
 
+def test_the_account_check_fails_where_the_interpreter_cannot_find_its_packages() -> None:
+    """What the worker account runs to show it can use this interpreter: it succeeds with
+    the packages in reach and fails without them (``-S``: no site-packages at all, as
+    where the account cannot read them)."""
+    from grader.sandbox.identity import FINDS_PACKAGES
+
+    def code(*flags: str) -> int:
+        return subprocess.run([sys.executable, "-E", "-s", *flags, "-c", FINDS_PACKAGES]).returncode
+
+    assert code() == 0
+    assert code("-S") != 0
+
+
 @pytest.mark.skipif(ROOT_ONLY, reason="only meaningful when not root")
 def test_non_root_grader_warns_that_it_cannot_drop() -> None:
     identity = resolve_identity()
