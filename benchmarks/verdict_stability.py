@@ -4,6 +4,7 @@
                                            [--out results/stability.json] [--device cpu|cuda]
                                            [--deadline SECONDS] [--extra-baselines]
                                            [--partial-caches] [--variants] [--jobs 2]
+                                           [--whole]
                                            [--executor slurm --partition P --gpus-per-task 1]
 
 Grades only the benchmark checks (2.11, 3.11, 4.6), each run a fresh
@@ -34,8 +35,12 @@ cache), each graded on its own part and judged on that part's benchmark only, wh
 must fail in every run; designs of different parts share a submission. ``--variants``
 adds the mutant library's correct rewrites (``[[variant]]``), which must pass every
 benchmark of their parts as often as the reference.
-``--deadline`` starts no run after that many seconds; ``--out`` is rewritten after
-every run, so a run stopped from outside keeps what it measured.
+``--whole`` grades every check of a submission's parts instead of the benchmarks alone, so
+that the benchmarks and the reference's runs come where a real grading has them (after the
+part's other checks, and the reference before the submission's first worker); the same
+benchmark checks are judged. ``--deadline`` starts no run after that many seconds;
+``--out`` is rewritten after every run, so a run stopped from outside keeps what it
+measured.
 
 Prints a Markdown table (for a dated file under docs/measurements/) and writes every
 run's ratios.
@@ -95,13 +100,18 @@ def start_grading(
     device: str,
     parts: tuple[str, ...] = (),
     shared: SharedForkServer | None = None,
+    *,
+    whole: bool = False,
 ) -> tuple[subprocess.Popen, Path]:
-    """A benchmark-only grading of ``submission`` (of ``parts``, or every part) in a fresh
-    process, started, offered a server forked from ``shared`` as a class regrade's
-    gradings are; its error output goes to a file, so it never blocks on a pipe."""
+    """A benchmark-only grading of ``submission`` (of ``parts``, or every part; ``whole``:
+    every check of them) in a fresh process, started, offered a server forked from
+    ``shared`` as a class regrade's gradings are; its error output goes to a file, so it
+    never blocks on a pipe."""
     out = Path(tempfile.mkdtemp(prefix="stability-")) / "results.json"
     command = [sys.executable, "-m", "grader", "grade", str(submission), "--results", str(out),
-               "--tags", "benchmark", "--device", device]  # fmt: skip
+               "--device", device]  # fmt: skip
+    if not whole:
+        command += ["--tags", "benchmark"]
     if parts:
         command += ["--parts", ",".join(parts)]
     if pin is not None:
@@ -128,10 +138,15 @@ def finish_grading(process: subprocess.Popen, out: Path, device: str = "cpu") ->
 
 
 def grade_once(
-    submission: Path, pin: int | None, device: str = "cpu", parts: tuple[str, ...] = ()
+    submission: Path,
+    pin: int | None,
+    device: str = "cpu",
+    parts: tuple[str, ...] = (),
+    *,
+    whole: bool = False,
 ) -> dict:
-    """One benchmark-only grading in a fresh process: its verdicts and ratios."""
-    return finish_grading(*start_grading(submission, pin, device, parts), device)
+    """One benchmark-only (or ``whole``) grading in a fresh process: verdicts and ratios."""
+    return finish_grading(*start_grading(submission, pin, device, parts, whole=whole), device)
 
 
 def verdicts_of(data: dict) -> dict:
@@ -172,6 +187,8 @@ def run_condition(
     until: float = math.inf,
     on_run: Callable[[dict[str, list[dict]]], None] | None = None,
     jobs: int = 0,
+    *,
+    whole: bool = False,
 ) -> dict:
     """``runs`` interleaved gradings of each submission under ``condition``, none started
     after the monotonic time ``until``; ``on_run`` sees the runs so far after each run.
@@ -191,12 +208,14 @@ def run_condition(
                 print(f"\n{condition}: deadline reached after {i} runs", end="")
                 break
             if condition == "paired":  # side by side: each grading shares the machine
-                pairs = side_by_side(entries, pin, device, jobs or len(entries), shared)
+                pairs = side_by_side(
+                    entries, pin, device, jobs or len(entries), shared, whole=whole
+                )
                 for name, result in pairs:
                     found[name].append(result)
             else:
                 for name, e in entries.items():
-                    found[name].append(grade_once(e.path, pin, device, e.parts))
+                    found[name].append(grade_once(e.path, pin, device, e.parts, whole=whole))
             if on_run is not None:
                 on_run(found)
             elapsed = time.monotonic() - started
@@ -217,13 +236,16 @@ def side_by_side(
     device: str,
     jobs: int,
     shared: SharedForkServer | None = None,
+    *,
+    whole: bool = False,
 ) -> list[tuple[str, dict]]:
     """One grading of every entry, ``jobs`` running at once (the oldest awaited first)."""
     waiting, running, done = list(entries.items()), [], []
     while waiting or running:
         while waiting and len(running) < jobs:
             name, e = waiting.pop(0)
-            running.append((name, start_grading(e.path, pin, device, e.parts, shared)))
+            started = start_grading(e.path, pin, device, e.parts, shared, whole=whole)
+            running.append((name, started))
         name, (process, out) = running.pop(0)
         done.append((name, finish_grading(process, out, device)))
     return done
@@ -301,6 +323,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--jobs", type=int, default=0, help="paired: gradings at once (0: a whole run at once)"
     )
+    parser.add_argument(
+        "--whole",
+        action="store_true",
+        help="grade every check, the benchmarks where a real grading runs them",
+    )
     parser.add_argument("--out", default=str(ROOT / "results" / "stability.json"))
     parser.add_argument(
         "--device",
@@ -337,7 +364,7 @@ def main() -> int:
         for condition in conditions:
             found = run_condition(
                 condition, args.runs, entries, args.device, until,
-                on_run=lambda f, c=condition: save(c, f), jobs=args.jobs,
+                on_run=lambda f, c=condition: save(c, f), jobs=args.jobs, whole=args.whole,
             )  # fmt: skip
             save(condition, found)
     finally:
@@ -365,6 +392,7 @@ def on_cluster(args: argparse.Namespace, cluster: ClusterOptions) -> int:
         *(["--extra-baselines"] if args.extra_baselines else []),
         *(["--partial-caches"] if args.partial_caches else []),
         *(["--variants"] if args.variants else []),
+        *(["--whole"] if args.whole else []),
         *(["--jobs", str(args.jobs)] if args.jobs else []),
     ]  # fmt: skip
     log_dir = cluster.log_dir or ROOT / "results" / "cluster" / "stability"

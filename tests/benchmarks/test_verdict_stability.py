@@ -49,7 +49,7 @@ def test_paired_runs_start_every_submission_before_waiting_and_stop_at_the_deadl
     monkeypatch.setattr(stability.time, "monotonic", lambda: next(clock))
     monkeypatch.setattr(stability, "hog", lambda cpu: pytest.fail("paired runs need no hog"))
 
-    def start(path, pin, device, parts=(), shared=None):
+    def start(path, pin, device, parts=(), shared=None, whole=False):
         events.append(f"start {path.name}")
         return path.name, None
 
@@ -84,7 +84,7 @@ def test_paired_runs_keep_at_most_jobs_gradings_running(
     shared = Shared()
     monkeypatch.setattr(stability, "shared_server", lambda **kw: shared)
 
-    def start(path, pin, device, parts=(), offered=None):
+    def start(path, pin, device, parts=(), offered=None, whole=False):
         assert offered is shared
         events.append(f"start {path.name} {','.join(parts) or 'all'}")
         return path.name, None
@@ -147,3 +147,36 @@ def test_a_failure_is_kept_by_its_reasons_not_its_table(stability: ModuleType) -
     assert kept == "Your cached path does not read its cache: its time cannot count."
     data = {"tests": [{"number": "2.11", "status": "failed", "output": feedback}]}
     assert stability.verdicts_of(data)["failures"] == {"2.11": kept}
+
+
+def test_whole_runs_grade_every_check_of_the_parts(
+    stability: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """``--whole``: each grading runs every check (no ``--tags benchmark``), so the benchmarks
+    and the reference's runs come where a real grading has them; by default, only the
+    benchmarks. Both conditions hand the choice down to every grading."""
+    commands: list[list[str]] = []
+
+    class Started:
+        def __init__(self, command, **kwargs) -> None:
+            commands.append(command)
+
+    monkeypatch.setattr(stability.subprocess, "Popen", Started)
+    for whole in (False, True):
+        stability.start_grading(tmp_path, None, "cpu", ("part3",), whole=whole)
+    assert commands[0][-4:-2] == ["--tags", "benchmark"]
+    assert "--tags" not in commands[1] and commands[1][-2:] == ["--parts", "part3"]
+
+    asked: list[bool] = []
+
+    def start(path, pin, device, parts=(), shared=None, whole=False):
+        asked.append(whole)
+        return path.name, None
+
+    monkeypatch.setattr(stability, "start_grading", start)
+    monkeypatch.setattr(
+        stability, "finish_grading", lambda *a, **k: run(stability, (True,) * 3, 1.0, False)
+    )
+    monkeypatch.setattr(stability, "shared_server", lambda **kw: None)
+    stability.run_condition("paired", 1, {"reference": tmp_path / "ref"}, "cpu", whole=True)
+    assert asked == [True]
