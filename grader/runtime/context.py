@@ -106,6 +106,12 @@ class GradingContext:
             )
         return self._workers[part]
 
+    def stop_worker(self, part: str) -> None:
+        """Stop ``part``'s worker, if it runs: its next request starts a fresh one."""
+        client = self._workers.get(part)
+        if client is not None and client.running:
+            client.stop()
+
     def cpu_accounting(self) -> list[str]:
         """How the timed requests of the submission's workers read their CPU time
         (:mod:`grader.sandbox.cgroups`), for the results: one entry per way used."""

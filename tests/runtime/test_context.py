@@ -88,3 +88,20 @@ def test_what_runs_before_a_parts_first_worker_runs_once(monkeypatch: pytest.Mon
     assert ctx.worker("part2") is ctx.worker("part2")
     assert ctx.worker("part3").part == "part3"
     assert calls == ["before []"]  # before its worker existed, and once
+
+
+def test_stopping_a_parts_worker_leaves_the_others_alone() -> None:
+    from grader.runtime import context
+
+    class Client:
+        def __init__(self, running: bool) -> None:
+            self.running, self.stopped = running, False
+
+        def stop(self) -> None:
+            self.stopped, self.running = True, False
+
+    ctx = context.GradingContext.__new__(context.GradingContext)
+    ctx._workers = {"part3": Client(True), "part4": Client(True), "part2": Client(False)}
+    for part in ("part3", "part2", "part1"):  # running, stopped already, never started
+        ctx.stop_worker(part)
+    assert [c.stopped for c in ctx._workers.values()] == [True, False, False]

@@ -361,3 +361,17 @@ def test_the_handouts_generation_runs_once_per_mode_for_3_5_to_3_7(
         POINTS["part3"][n] for n in ("3.5", "3.6", "3.7")
     ]
     assert len(asked) >= 2 and len(set(asked)) == len(asked), asked  # none asked twice
+
+
+def test_the_benchmark_starts_a_worker_of_its_own() -> None:
+    """3.11's batches of 16 do not come on top of what the other checks left in the
+    part's worker (3.1's probe caches among them): the grading's memory budget."""
+    import types
+
+    from grader.parts.part3.checks import Part3Benchmark
+
+    stopped: list[str] = []
+    ctx = types.SimpleNamespace(device="cpu", stop_worker=stopped.append)
+    bound = type("Bound", (Part3Benchmark,), {"ctx": ctx, "__module__": Part3Benchmark.__module__})
+    bound.setUpClass()
+    assert stopped == ["part3"]
