@@ -351,20 +351,22 @@ class GradedTestCase(unittest.TestCase):
         Empty when the profile sets no ``max_vs_reference`` or the reference is not here.
         The reference takes the prompts from the start of each pool, and gives them back:
         the submission's runs still get ones it has never seen."""
-        key = f"{self.part}.yardstick"
-        if key not in self.ctx.scratch:
-            self.ctx.scratch[key] = self._time_reference()
-        return self.ctx.scratch[key].get(name, {})
+        return self._yardsticks().get(name, {})
 
     def time_yardstick_ahead(self) -> None:
         """Time the reference's workloads now, before the submission's worker first starts
         (the runner asks it of a part's first check that needs them): its worker then runs
         the whole part without a reference session in between. A failure is left for the
         check that asks for the yardstick, which times it again and reports why."""
+        with contextlib.suppress(Exception):
+            self._yardsticks()
+
+    def _yardsticks(self) -> dict[str, dict[str, Timing]]:
+        """Every workload's yardstick, timed once per grading (a failure is not kept)."""
         key = f"{self.part}.yardstick"
         if key not in self.ctx.scratch:
-            with contextlib.suppress(Exception):
-                self.ctx.scratch[key] = self._time_reference()
+            self.ctx.scratch[key] = self._time_reference()
+        return self.ctx.scratch[key]
 
     def _time_reference(self) -> dict[str, dict[str, Timing]]:
         workloads = {
