@@ -17,15 +17,16 @@ import argparse
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 
 
-def watch(command: list[str], every_s: float) -> tuple[dict, float]:
-    """Run ``command``; per process seen (pid, start time): CPU s, owner and command,
-    parent, start relative to the command's; and the wall time."""
+def watch(command: list[str], every_s: float, cwd: Path | None = None) -> tuple[dict, float, int]:
+    """Run ``command`` (in ``cwd``); per process seen (pid, start time): CPU s, owner and
+    command, parent, start relative to the command's; the wall time; the command's pid."""
     started = time.time()
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd)
     root = psutil.Process(proc.pid)
     seen: dict[tuple[int, float], tuple[float, str, int, float]] = {}
     while proc.poll() is None:
@@ -44,7 +45,7 @@ def watch(command: list[str], every_s: float) -> tuple[dict, float]:
             except psutil.Error:
                 pass
         time.sleep(every_s)
-    return seen, time.time() - started
+    return seen, time.time() - started, proc.pid
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give the command to run after --")
-    seen, wall = watch(command, args.every_ms / 1000)
+    seen, wall, _ = watch(command, args.every_ms / 1000)
     for (pid, _), (cpu, what, parent, start) in sorted(seen.items(), key=lambda kv: kv[1][3]):
         if cpu > 0.05:
             print(f"{pid:7d} parent {parent:7d} start {start:5.1f} s  cpu {cpu:6.2f} s  {what}")

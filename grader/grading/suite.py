@@ -21,6 +21,7 @@ from grader.checks.base import GradedTestCase
 from grader.core.registry import PARTS
 from grader.core.results import GradingResults, TestResult
 from grader.runtime.context import GradingContext
+from grader.runtime.trace import at_check
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,24 @@ def yardsticks_ahead(suite: unittest.TestSuite) -> dict[str, Callable[[], None]]
     return ahead
 
 
-class ProgressResult(JSONTestResult):
+class TracedResult(JSONTestResult):
+    """gradescope-utils' result that names each check as it starts, for the lines of a
+    grading's trace (:mod:`grader.runtime.trace`), and no check once the run ends."""
+
+    def startTest(self, test: unittest.TestCase) -> None:
+        at_check(self.getNumber(test))
+        super().startTest(test)
+
+    def stopTestRun(self) -> None:
+        at_check(None)
+        super().stopTestRun()
+
+
+class TracedRunner(JSONTestRunner):
+    resultclass = TracedResult
+
+
+class ProgressResult(TracedResult):
     """gradescope-utils' result that also tells the grading's console, as each check ends,
     its verdict and the seconds since the previous one ended (a class's set-up, such as
     the reference's timed prompts, counts in its first check): where a slow grading on
@@ -132,7 +150,7 @@ def run_suite(suite: unittest.TestSuite) -> GradingResults:
     printed to stderr as it ends."""
     stream = io.StringIO()
     progress = os.environ.get("KVGRADER_PROGRESS") == "1"
-    runner = ProgressRunner if progress else JSONTestRunner
+    runner = ProgressRunner if progress else TracedRunner
     runner(stream=stream, failure_prefix="", buffer=True).run(suite)
     data = json.loads(stream.getvalue())
     tests = [TestResult.from_gradescope(t) for t in data["tests"]]

@@ -246,9 +246,11 @@ class WorkerClient:
             {**header, "id": rid}, arrays, what=what, key=key, limit=limit, timed=timed
         )
         output = self._output.since_mark()
+        cpu, pid = measured["cpu_seconds"], getattr(self._proc, "pid", None)
         trace(
-            part=self.part, trusted=self.trusted, what=what, op=header.get("op"), timed=timed,
-            start_s=round(started, 3), seconds=round(measured["seconds"], 3),
+            part=self.part, trusted=self.trusted, pid=pid, what=what, op=header.get("op"),
+            timed=timed, start_s=round(started, 3), seconds=round(measured["seconds"], 3),
+            cpu_s=round(cpu, 3) if cpu is not None else None,
         )  # fmt: skip
         self._check_reply(reply, rid, what, output)
         return Reply(header=reply, arrays=out_arrays, output=output, **measured)

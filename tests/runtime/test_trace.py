@@ -33,6 +33,9 @@ def test_a_grading_traces_each_request_with_its_worker_start(
     assert lines[0]["start_s"] > 0  # the first request started the worker
     assert all(line["start_s"] == 0 for line in lines[1:] if not line["trusted"])
     assert all(line["seconds"] >= 0 and isinstance(line["timed"], bool) for line in lines)
+    assert all(line["check"] == "2.2" for line in lines)  # the check that asked
+    assert all(isinstance(line["pid"], int) for line in lines)
+    assert all(line["cpu_s"] is None for line in lines if not line["timed"])
 
 
 def test_warm_up_runs_generate_a_quarter_of_the_tokens(
@@ -52,6 +55,10 @@ def test_warm_up_runs_generate_a_quarter_of_the_tokens(
     bench = load_thresholds("cpu")["part4"]
     short, long = bench["L_values"][0], bench["L_values"][-1]
     lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert {line["check"] for line in lines} == {"4.6"}
+    assert all(line["cpu_s"] >= 0 for line in lines if line["timed"])  # the grader's reading
+    workers = {line["trusted"]: line["pid"] for line in lines}
+    assert workers[True] != workers[False]  # the reference's worker is not the submission's
     for trusted in (False, True):
         timed = [line["what"] for line in lines if line["timed"] and line["trusted"] == trusted]
         cached = [w for w in timed if w.startswith("generate_with_cache(")]

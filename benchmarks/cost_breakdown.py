@@ -1,0 +1,181 @@
+"""Where one grading's CPU seconds go: by process, and by check.
+
+    python benchmarks/cost_breakdown.py [SUBMISSION] [--parts part3,...] [--every-ms 20]
+                                        [--json FILE]
+
+Grades SUBMISSION (default: ``solution/``) once with ``python -m grader grade``, every
+worker request traced (``KVGRADER_TRACE``: the check that asked, whose worker and its
+pid, timed or not) and every process below the grader sampled
+(``benchmarks/process_cpu.py``). Prints
+
+* the CPU seconds of each role: the grader itself; its fork server (the libraries it
+  imports once for every worker); the reference's workers (the yardstick's runs); the
+  submission's workers, and anything they started. A worker's role is read from the
+  trace by its pid, so it holds on a machine with no worker account too;
+* per check, the requests it made: how many, the seconds of the submission's untimed
+  ones (wall time: what the check waits for), and the CPU seconds the grader read for
+  the timed runs of the submission and of the reference. A class's set-up runs before
+  its first check starts: its requests count in the check before.
+
+The sampled figures are a lower bound, short by up to ``--every-ms`` for each process
+(its last interval before it exits). Used to find what a cheaper grading must remove
+(``docs/measurements/2026-11-28-cost-floor.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from process_cpu import watch  # noqa: E402
+
+ROLES = ("grader", "fork server", "reference workers", "submission workers", "untraced")
+#: What a process of a sampled grading is, as ``watch`` saw it: CPU seconds, owner and the
+#: end of its command line, parent pid, start (s).
+Seen = dict[tuple[int, float], tuple[float, str, int, float]]
+
+
+@dataclass
+class CheckCost:
+    """The worker requests one check made, and what they cost."""
+
+    check: str
+    requests: int = 0
+    untimed_s: float = 0.0  # the submission's untimed requests, wall seconds
+    timed_cpu_s: float = 0.0  # the submission's timed runs, CPU seconds read by the grader
+    reference_cpu_s: float = 0.0  # the reference's timed runs, likewise
+
+
+def role_seconds(seen: Seen, grader_pid: int, rows: list[dict[str, Any]]) -> dict[str, float]:
+    """CPU seconds per role (``ROLES``) of the processes ``seen``. The grader is
+    ``grader_pid``, with any helper it starts; the fork server, its child whose command
+    names it. A worker is the reference's or the submission's as the trace ``rows`` name
+    its pid, and what it starts counts with it. Anything else below the server (a worker
+    that answered no request) is untraced."""
+    trusted = {r["pid"]: bool(r["trusted"]) for r in rows if r.get("pid") is not None}
+    parent = {pid: ppid for (pid, _), (_, _, ppid, _) in seen.items()}
+    what = {pid: text for (pid, _), (_, text, _, _) in seen.items()}
+
+    def role(pid: int) -> str:
+        start = pid
+        for _ in range(64):  # up the tree to a worker, the server or the grader
+            if pid in trusted:
+                return "reference workers" if trusted[pid] else "submission workers"
+            if pid == grader_pid:
+                return "grader"
+            if parent.get(pid) == grader_pid and "forkserver" in what.get(pid, ""):
+                return "fork server" if pid == start else "untraced"
+            if pid not in parent:
+                break
+            pid = parent[pid]
+        return "untraced"
+
+    totals = dict.fromkeys(ROLES, 0.0)
+    for (pid, _), (cpu, _, _, _) in seen.items():
+        totals[role(pid)] += cpu
+    return totals
+
+
+def check_costs(rows: list[dict[str, Any]]) -> list[CheckCost]:
+    """Per check named in the trace ``rows``, in the order the checks first asked."""
+    costs: dict[str, CheckCost] = {}
+    for row in rows:
+        cost = costs.setdefault(str(row.get("check")), CheckCost(str(row.get("check"))))
+        cost.requests += 1
+        if row.get("timed"):
+            cpu = row.get("cpu_s") or 0.0
+            if row.get("trusted"):
+                cost.reference_cpu_s += cpu
+            else:
+                cost.timed_cpu_s += cpu
+        elif not row.get("trusted"):
+            cost.untimed_s += row.get("seconds") or 0.0
+    return list(costs.values())
+
+
+def part_of(check: str) -> str:
+    return f"part{check.split('.')[0]}" if check[:1].isdigit() else "-"
+
+
+def report(roles: dict[str, float], checks: list[CheckCost], wall_s: float) -> str:
+    """The printed tables."""
+    lines = [f"CPU seconds by process (a lower bound), wall {wall_s:.1f} s:"]
+    lines += [
+        f"  {name:20s} {roles[name]:6.2f}" for name in ROLES if roles[name] or name != "other"
+    ]
+    lines.append(f"  {'total':20s} {sum(roles.values()):6.2f}")
+    lines.append("")
+    lines.append(
+        f"{'check':>6} {'requests':>8} {'untimed s':>10} {'timed CPU s':>12} {'reference':>10}"
+    )
+    parts: dict[str, CheckCost] = defaultdict(lambda: CheckCost("all"))
+    for c in checks:
+        lines.append(
+            f"{c.check:>6} {c.requests:8d} {c.untimed_s:10.2f} {c.timed_cpu_s:12.2f} "
+            f"{c.reference_cpu_s:10.2f}"
+        )
+        total = parts[part_of(c.check)]
+        total.requests += c.requests
+        total.untimed_s += c.untimed_s
+        total.timed_cpu_s += c.timed_cpu_s
+        total.reference_cpu_s += c.reference_cpu_s
+    for part, c in sorted(parts.items()):
+        lines.append(
+            f"{part:>6} {c.requests:8d} {c.untimed_s:10.2f} {c.timed_cpu_s:12.2f} "
+            f"{c.reference_cpu_s:10.2f}"
+        )
+    return "\n".join(lines)
+
+
+def measure(submission: Path, parts: str, every_s: float) -> dict[str, Any]:
+    """Grade ``submission`` once, sampled and traced; the figures."""
+    with tempfile.TemporaryDirectory(prefix="cost-") as scratch:
+        trace_file = Path(scratch) / "trace.jsonl"
+        command = [sys.executable, "-m", "grader", "grade", str(submission)]
+        command += ["--results", str(Path(scratch) / "results.json")]
+        command += ["--parts", parts] if parts else []
+        os.environ["KVGRADER_TRACE"] = str(trace_file)
+        try:
+            seen, wall, grader_pid = watch(command, every_s, cwd=ROOT)
+        finally:
+            del os.environ["KVGRADER_TRACE"]
+        text = trace_file.read_text() if trace_file.exists() else ""
+        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        score = json.loads((Path(scratch) / "results.json").read_text()).get("score")
+    return {
+        "submission": str(submission),
+        "score": score,
+        "wall_s": round(wall, 2),
+        "roles": {k: round(v, 2) for k, v in role_seconds(seen, grader_pid, rows).items()},
+        "checks": [asdict(c) for c in check_costs(rows)],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("submission", nargs="?", default=str(ROOT / "solution"))
+    parser.add_argument("--parts", default="", help="comma-separated (default: every part)")
+    parser.add_argument("--every-ms", type=float, default=20.0)
+    parser.add_argument("--json", dest="json_out", default="", help="also write the figures")
+    args = parser.parse_args(argv)
+    figures = measure(Path(args.submission).resolve(), args.parts, args.every_ms / 1000)
+    checks = [CheckCost(**c) for c in figures["checks"]]
+    print(f"graded {figures['submission']}: score {figures['score']}")
+    print(report(figures["roles"], checks, figures["wall_s"]))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(figures, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
