@@ -280,7 +280,7 @@ class GradedTestCase(unittest.TestCase):
         """Run ``build`` (state it sets up inside the worker, such as a model) unless this
         worker process already ran it; a restarted worker runs it again."""
         worker = self.ctx.worker(self.part)
-        done = self.ctx.scratch.setdefault(f"{self.part}.built", {})
+        done = self.ctx.built(self.part)
         if worker.running and done.get(key) == worker.starts:
             return
         build()

@@ -77,6 +77,9 @@ class GradingContext:
     #: Seeded model weights by what they were drawn from, kept across reference sessions
     #: (they are the same for the reference and the submission by construction).
     _weights: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Per part, the reference's worker a session left running (``linger``), with what the
+    #: session knew it holds (its models): the part's next reference session uses it.
+    _lingering: dict[str, tuple[WorkerClient, dict[str, Any]]] = field(default_factory=dict)
 
     def worker(self, part: str) -> WorkerClient:
         """The part's worker; raises :class:`SubmissionError` if its file is missing."""
@@ -94,6 +97,7 @@ class GradingContext:
             prepare = self.before_first_worker.pop(part, None)
             if prepare is not None:
                 prepare()
+            self.end_lingering()  # the reference's copy leaves before the submission runs
             self._workers[part] = WorkerClient(
                 part=part,
                 module_file=main_file,
@@ -136,6 +140,7 @@ class GradingContext:
                 f"the reference solution ({source}) is not here: the benchmark's workload "
                 "needs it to build its prompts. Grade from the kit's checkout."
             )
+        self.end_lingering()
         for client in self._workers.values():
             if client.running:
                 client.stop()
@@ -153,7 +158,7 @@ class GradingContext:
 
     @contextmanager
     def reference_session(
-        self, part: str, keep: Iterable[str] | None = None
+        self, part: str, keep: Iterable[str] | None = None, *, linger: bool = False
     ) -> Iterator[WorkerClient]:
         """For the ``with`` block, the part's worker is the reference's (see
         :meth:`reference_worker`), so the part's own check machinery can drive it: it builds
@@ -164,24 +169,38 @@ class GradingContext:
         (models built, notes) is dropped, except what the block stored under keys that
         existed before it. With ``keep``, the block sees only those keys of the scratch
         state (nothing the checks learnt about the submission: its layout, its
-        conventions, its models), and the whole state is given back afterwards."""
+        conventions, its models), and the whole state is given back afterwards.
+
+        With ``linger``, a block that ends normally leaves the worker running, and the
+        part's next reference session takes it over with the models it built (a GPU
+        worker's start and its benchmark model cost seconds each): the prompt pools'
+        session, then the yardstick's. It is stopped, and the reference's copy withdrawn,
+        before any submission worker is made (:meth:`end_lingering`)."""
         saved = self.scratch
         if keep is not None:
             self.scratch = {k: v for k, v in saved.items() if k in set(keep)}
         before = set(self.scratch)
         # What was built in (or failed to build in) the submission's worker says nothing
         # about the reference's: the block starts without it, and gets it back after.
-        held = {
-            k: self.scratch.pop(k) for k in (f"{part}.built", f"{part}.failed") if k in self.scratch
-        }
-        client = self.reference_worker(part)
+        state = (f"{part}.built", f"{part}.failed")
+        held = {k: self.scratch.pop(k) for k in state if k in self.scratch}
+        client, known = self._take_lingering(part)
+        self.scratch.update(known)  # what a worker taken over already holds
         own = self._workers.pop(part, None)
         self._workers[part] = client
+        kept = False
         try:
             yield client
+            kept = linger and client.running
         finally:
-            client.stop()
-            self.sandbox.withdraw(REFERENCE)
+            if kept:
+                self._lingering[part] = (
+                    client,
+                    {k: self.scratch[k] for k in state if k in self.scratch},
+                )
+            else:
+                client.stop()
+                self.sandbox.withdraw(REFERENCE)
             self._workers.pop(part, None)
             if own is not None:
                 self._workers[part] = own
@@ -190,6 +209,33 @@ class GradingContext:
             self.scratch.update(held)
             if keep is not None:
                 self.scratch = saved
+
+    def built(self, part: str) -> dict[str, int]:
+        """What ``part``'s worker has built (a model, by key), each with the count of that
+        worker's starts when it did: a restarted worker builds again."""
+        return self.scratch.setdefault(f"{part}.built", {})
+
+    def _take_lingering(self, part: str) -> tuple[WorkerClient, dict[str, Any]]:
+        """The reference's worker of ``part`` a session left running, with what it holds;
+        else a new one (every other worker stopped first)."""
+        if part in self._lingering:
+            client, known = self._lingering.pop(part)
+            if client.running:
+                for other in [*(c for c, _ in self._lingering.values()), *self._workers.values()]:
+                    other.stop()  # one worker at a time (the reference's copy stays)
+                self._lingering.clear()
+                return client, known
+            self.sandbox.withdraw(REFERENCE)
+        return self.reference_worker(part), {}
+
+    def end_lingering(self) -> None:
+        """Stop the reference's workers left running by a session, and withdraw the
+        reference's copy from the sandbox."""
+        if self._lingering:
+            for client, _ in self._lingering.values():
+                client.stop()
+            self._lingering.clear()
+            self.sandbox.withdraw(REFERENCE)
 
     def seeded_weights(
         self, part: str, spec: dict[str, Any], draw: Callable[[], dict[str, Any]]
@@ -210,10 +256,12 @@ class GradingContext:
 
     def kill_workers(self) -> None:
         """Kill every worker's processes now, from any thread (see :meth:`WorkerClient.kill`)."""
-        for client in list(self._workers.values()):
+        lingering = [client for client, _ in list(self._lingering.values())]
+        for client in [*self._workers.values(), *lingering]:
             client.kill()
 
     def close(self) -> None:
         """Stop every worker (and everything they started)."""
+        self.end_lingering()
         for client in self._workers.values():
             client.stop()

@@ -68,6 +68,7 @@ def test_what_runs_before_a_parts_first_worker_runs_once(monkeypatch: pytest.Mon
     monkeypatch.setattr(context, "WorkerClient", client)
     ctx = context.GradingContext.__new__(context.GradingContext)
     ctx.bases, ctx._workers, ctx.ahead = {"part2": Path("/sub"), "part3": Path("/sub")}, {}, {}
+    ctx._lingering = {}
     for name in ("sandbox", "limits", "device", "threads"):
         setattr(ctx, name, None)
     calls: list[str] = []
@@ -92,3 +93,76 @@ def test_stopping_a_parts_worker_leaves_the_others_alone() -> None:
     for part in ("part3", "part2", "part1"):  # running, stopped already, never started
         ctx.stop_worker(part)
     assert [c.stopped for c in ctx._workers.values()] == [True, False, False]
+
+
+class _Client:
+    """A worker client stand-in: running from the start, stopped by ``stop``."""
+
+    def __init__(self, **kwargs) -> None:
+        self.part, self.trusted = kwargs["part"], kwargs.get("trusted", False)
+        self.running, self.starts = True, 1
+
+    def stop(self) -> None:
+        self.running = False
+
+
+class _Sandbox:
+    def __init__(self) -> None:
+        self.copies: list[str] = []  # what the sandbox holds
+
+    def provide(self, source, name, private=False):
+        self.copies.append(name)
+        return Path("/sandbox") / name
+
+    def withdraw(self, name) -> None:
+        self.copies = [c for c in self.copies if c != name]
+
+
+@pytest.fixture
+def bare_context(monkeypatch: pytest.MonkeyPatch):
+    """A context whose workers and sandbox are stand-ins, and the clients it made."""
+    from grader.runtime import context
+
+    made: list[_Client] = []
+    monkeypatch.setattr(
+        context, "WorkerClient", lambda **kw: made.append(_Client(**kw)) or made[-1]
+    )
+    ctx = context.GradingContext(
+        sandbox=_Sandbox(), limits=None, device="cpu", bases={"part2": Path("/sub")}
+    )
+    return ctx, made
+
+
+def test_a_lingering_reference_session_is_taken_over_with_what_it_built(bare_context) -> None:
+    """The prompt pools' session leaves the reference's worker running; the yardstick's
+    takes it over, knowing the models it built, and then stops it and withdraws the
+    reference's copy."""
+    ctx, made = bare_context
+    with ctx.reference_session("part2", linger=True) as first:
+        ctx.built("part2")["bench"] = first.starts
+    assert first.running and "reference" in ctx.sandbox.copies
+    assert "part2.built" not in ctx.scratch  # the reference's models are not the submission's
+    with ctx.reference_session("part2", keep=["part2.live_pools"]) as second:
+        assert second is first and ctx.built("part2") == {"bench": 1}
+    assert made == [first] and not first.running
+    assert ctx.sandbox.copies == [] and "part2.built" not in ctx.scratch
+
+
+def test_no_submission_worker_starts_beside_a_lingering_reference(bare_context) -> None:
+    ctx, made = bare_context
+    with ctx.reference_session("part2", linger=True) as reference:
+        pass
+    submission = ctx.worker("part2")
+    assert not reference.running and ctx.sandbox.copies == []
+    assert submission is not reference and not submission.trusted
+
+
+def test_a_session_that_fails_or_closes_leaves_no_reference_running(bare_context) -> None:
+    ctx, made = bare_context
+    with pytest.raises(RuntimeError), ctx.reference_session("part2", linger=True):
+        raise RuntimeError("the pool could not be built")
+    assert not made[0].running and ctx.sandbox.copies == []
+    with ctx.reference_session("part2", linger=True):
+        pass
+    ctx.close()
+    assert not made[1].running and ctx.sandbox.copies == []

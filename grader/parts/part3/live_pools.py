@@ -24,7 +24,7 @@ def live_pool(probe: Any, bench: dict[str, Any]) -> dict[str, Any]:
     """The pool of check 3.11's timed runs under profile ``bench``, in the stored pools'
     format; ``probe`` is a Part 3 check instance, whose machinery drives the reference's
     worker for the time of a reference session."""
-    with probe.ctx.reference_session("part3"):
+    with probe.ctx.reference_session("part3", linger=True):  # the yardstick's next
         return draw_pool(probe, bench)
 
 

@@ -84,3 +84,24 @@ def test_a_batch_size_without_a_threshold_is_timed_and_reported_not_judged(
     assert f"batch 1 speedup {unjudged}: " in graded.output("3.11")
     assert "batch 2 speedup (cpu time, not graded" not in graded.output("3.11")
     assert record["leaderboard"]["speedup"] > 0
+
+
+def test_the_pools_reference_worker_is_timed_as_the_yardstick(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker that drew the prompts is timed right after, with the benchmark model it
+    loaded: one reference worker, one load of that model."""
+    import json
+
+    from grader.runtime.trace import TRACE
+
+    with_profile(tmp_path, monkeypatch, "[cpu.part3]", PROFILE + "max_vs_reference = 50.0\n")
+    log = tmp_path / "trace.jsonl"
+    monkeypatch.setenv(TRACE, str(log))
+    grade_311(SOLUTION, tmp_path / "out")
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    reference = [r for r in rows if r["trusted"]]
+    assert len({r["pid"] for r in reference}) == 1
+    loads = [r["what"] for r in reference if r["op"] == "load"]
+    assert len([w for w in loads if "the benchmark's sizes" in w]) == 1  # loaded once
+    assert any(r["timed"] for r in reference)  # the yardstick, in the same worker

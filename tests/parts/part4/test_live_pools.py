@@ -93,6 +93,8 @@ class _Drawer:
     """A reference worker stand-in: every generate request's rows get the gaps ``gap``
     says (a row of a rejected prompt wins a step by less than the margin)."""
 
+    starts = 1
+
     def __init__(self, gap) -> None:
         self.gap, self.batches = gap, []
 
@@ -113,8 +115,11 @@ def _context(drawer: _Drawer):
     import contextlib
     from types import SimpleNamespace
 
+    built: dict[str, dict[str, int]] = {}
     return SimpleNamespace(
-        limits=FAST_LIMITS, reference_session=lambda part: contextlib.nullcontext(drawer)
+        limits=FAST_LIMITS,
+        reference_session=lambda part, **_: contextlib.nullcontext(drawer),
+        built=lambda part: built.setdefault(part, {}),
     )
 
 
@@ -136,3 +141,24 @@ def test_the_pool_is_drawn_a_batch_of_candidates_at_a_time() -> None:
     with pytest.raises(RuntimeError, match="whose greedy steps all win"):
         live_pools.live_pool(_context(never), spec, bench)
     assert len(never.batches) == live_pools.MAX_DRAWS
+
+
+def test_the_pools_reference_worker_is_timed_as_the_yardstick(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker that drew the prompts is timed right after, on the GPT-2 it built: one
+    reference worker and one build (on a GPU a Part 4 worker's start took 14-17 s)."""
+    import json
+
+    from grader.runtime.trace import TRACE
+
+    with_profile(tmp_path, monkeypatch, "[cpu.part4]", PROFILE + "max_vs_reference = 50.0\n")
+    log = tmp_path / "trace.jsonl"
+    monkeypatch.setenv(TRACE, str(log))
+    graded = grade_46(SOLUTION, tmp_path / "out")
+    assert "did not return the reference's" not in graded.output("4.6"), graded.output("4.6")
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    reference = [r for r in rows if r["trusted"]]
+    assert len({r["pid"] for r in reference}) == 1
+    assert [r["what"] for r in reference if r["op"] == "build"] == ["the reference's GPT-2"]
+    assert any(r["timed"] for r in reference)  # the yardstick, in the same worker
