@@ -242,8 +242,8 @@ class GradingContext:
     ) -> dict[str, Any]:
         """``draw()``'s weights of ``part``'s model ``spec`` (what they are drawn from),
         drawn once per grading: every worker that loads the model, the reference's and the
-        restarted ones, gets the same arrays. A GPU workload's model is 1.5 GB that one
-        core takes about 9 s to draw."""
+        restarted ones, gets the same arrays (a public-sized benchmark model takes a core
+        a noticeable part of a second; a GPU workload's is drawn by its worker instead)."""
         key = f"{part}:{json.dumps(spec, sort_keys=True)}"
         if key not in self._weights:
             self._weights[key] = draw()

@@ -14,6 +14,11 @@ from typing import Any
 
 import numpy as np
 
+if __package__:  # grader.parts.part2.adapter: regen and the tests, in the grader's process
+    from grader.parts.part2.adapter_weights import draw_on
+else:  # the worker, where the adapter's modules sit beside its main.py
+    from adapter_part2_weights import draw_on
+
 module: Any = None
 MODELS: dict[str, Any] = {}
 
@@ -97,21 +102,29 @@ def _tensor(array: np.ndarray) -> Any:
 
 
 def build_model(
-    mod: Any, config: dict[str, int], weights: dict[str, np.ndarray], device: str | None = None
+    mod: Any, config: dict[str, int], weights: dict[str, Any], device: str | None = None
 ) -> Any:
-    """Construct the student's model with ``config`` and load ``weights`` strictly, on
-    ``device`` (default: the grading device)."""
+    """Construct the student's model with ``config`` and load ``weights`` (arrays, or
+    tensors already on the device) strictly, on ``device`` (default: the grading device).
+    A model whose weights are tensors is constructed on their device: a GPU workload's
+    1.6 GB are not made on the CPU first and copied over."""
+    import contextlib
+
+    import torch
 
     if not callable(getattr(mod, "DecoderOnlyTransformer", None)):
         raise LoadError(f"{mod.__name__}.py does not define the class DecoderOnlyTransformer")
-    model = mod.DecoderOnlyTransformer(
-        config["vocab_size"],
-        config["d_model"],
-        config["d_ff"],
-        config["num_layers"],
-        config["max_seq_len"],
-    )
-    state = {name: _tensor(array) for name, array in weights.items()}
+    first = next(iter(weights.values()), None)
+    where = first.device if isinstance(first, torch.Tensor) else None
+    with torch.device(where) if where is not None else contextlib.nullcontext():
+        model = mod.DecoderOnlyTransformer(
+            config["vocab_size"],
+            config["d_model"],
+            config["d_ff"],
+            config["num_layers"],
+            config["max_seq_len"],
+        )
+    state = {name: _tensor(w) if isinstance(w, np.ndarray) else w for name, w in weights.items()}
     problem = state_dict_problem(model.state_dict(), state)
     if problem:
         raise LoadError(problem)
@@ -331,7 +344,10 @@ def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict
     op = request.get("op")
     if op == "load":
         device = "cpu" if request.get("device") == "cpu" else None
-        MODELS[request["model"]] = build_model(module, request["config"], arrays, device)
+        weights: dict[str, Any] = arrays
+        if request.get("on_device"):  # a GPU workload's model: drawn here, not sent
+            weights = draw_on(request["config"], int(request["seed"]), device or _device())
+        MODELS[request["model"]] = build_model(module, request["config"], weights, device)
         return {}, {}
     if op == "forward":
         result = run_forward(_model(request), arrays["input_ids"], request.get("steps"))

@@ -4,7 +4,9 @@ mutant) through the same adapter functions that later observe the student.
 
 Weights are not stored for grading: both models' weights are drawn from a
 seeded NumPy generator (:func:`make_state_dict`) and checked against a stored
-digest, so the grader needs no solution code and no weight files at run time.
+digest, so the grader needs no solution code and no weight files at run time. A
+GPU workload's benchmark model is drawn by each worker on the grading device
+(``adapter_weights.draw_on``), from the same scales.
 Students get the public model as ``model_state_dict.pt``.
 
 Every model has the course's architecture, fixed by the course's own weight
@@ -23,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from grader.core.thresholds import timed_rounds
+from grader.parts.part2.adapter_weights import state_dict_shapes, weight_scale
 
 ATOL = 1e-2  # absolute tolerance on every logit, the handout's and the harness's
 
@@ -133,50 +136,24 @@ def bench_model(
     from the thresholds file) and its seeded weights carry no stored digest.
     """
     config = {**public["config"], **(sizes or {}), "max_seq_len": positions}
+    if sizes:  # a GPU workload's: drawn by the worker, on the grading device
+        return {"config": config, "seed": BENCH_SEED, "on_device": True}
     return {"config": config, "seed": BENCH_SEED}
 
 
-def state_dict_shapes(config: dict[str, int]) -> dict[str, tuple[int, ...]]:
-    """Every parameter of the course model, by state-dict key, with its shape.
-
-    The attention projections have no bias (the course's weight file has none,
-    for W_o neither); everything else that is linear or a norm has one.
-    """
-    v, d, f = config["vocab_size"], config["d_model"], config["d_ff"]
-    shapes: dict[str, tuple[int, ...]] = {
-        "token_embedding.weight": (v, d),
-        "pos_embedding.weight": (config["max_seq_len"], d),
-    }
-    for i in range(config["num_layers"]):
-        p = f"layers.{i}."
-        for name in ("W_q", "W_k", "W_v", "W_o"):
-            shapes[f"{p}attention.{name}.weight"] = (d, d)
-        shapes[f"{p}feed_forward.fc1.weight"] = (f, d)
-        shapes[f"{p}feed_forward.fc1.bias"] = (f,)
-        shapes[f"{p}feed_forward.fc2.weight"] = (d, f)
-        shapes[f"{p}feed_forward.fc2.bias"] = (d,)
-        for norm in ("norm1", "norm2"):
-            shapes[f"{p}{norm}.weight"] = (d,)
-            shapes[f"{p}{norm}.bias"] = (d,)
-    shapes["norm.weight"] = (d,)
-    shapes["norm.bias"] = (d,)
-    shapes["output_projection.weight"] = (v, d)
-    shapes["output_projection.bias"] = (v,)
-    return shapes
+def load_header(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """The worker request that loads model ``name`` of ``spec``. The grader sends the
+    seeded weights with it, except where the worker draws them on the grading device
+    (``on_device``: their seed travels instead)."""
+    header = {"op": "load", "model": name, "config": spec["config"]}
+    if spec.get("on_device"):
+        header.update(seed=spec["seed"], on_device=True)
+    return header
 
 
 def _draw(rng: np.random.Generator, name: str, shape: tuple[int, ...]) -> np.ndarray:
-    """Weights scaled so that attention is sharp and logits spread: mistakes show."""
-    if name.endswith("embedding.weight"):
-        return rng.standard_normal(shape)
-    if ".norm" in name or name.startswith("norm."):
-        base = 1.0 if name.endswith("weight") else 0.0
-        return base + 0.1 * rng.standard_normal(shape)
-    if name.endswith("bias"):
-        return 0.1 * rng.standard_normal(shape)
-    gain = {"W_q": 1.5, "W_k": 1.5, "output_projection": 2.0}
-    g = next((v for k, v in gain.items() if k in name), 1.0)
-    return g / np.sqrt(shape[1]) * rng.standard_normal(shape)
+    mean, std = weight_scale(name, shape)
+    return mean + std * rng.standard_normal(shape)
 
 
 def make_state_dict(model: dict[str, Any]) -> dict[str, np.ndarray]:

@@ -22,6 +22,7 @@ from grader.parts.part2.cases import (
     POOL_TEMPERATURE,
     bench_model,
     clear_win,
+    load_header,
     make_state_dict,
     pool_size,
     random_ids,
@@ -42,9 +43,11 @@ def live_pool(ctx: GradingContext, public: dict[str, Any], bench: dict[str, Any]
     prompts: list[list[int]] = []
     expected: list[list[int]] = []
     with ctx.reference_session("part2", linger=True) as worker:  # the yardstick's next
-        header = {"op": "load", "model": "bench", "config": spec["config"]}
-        weights = ctx.seeded_weights("part2", spec, lambda: make_state_dict(spec))
-        worker.request(header, weights, what="the reference's model", timeout=timeout)
+        weights = {}
+        if not spec.get("on_device"):
+            weights = ctx.seeded_weights("part2", spec, lambda: make_state_dict(spec))
+        worker.request(load_header("bench", spec), weights, what="the reference's model",
+                       timeout=timeout)  # fmt: skip
         ctx.built("part2")["bench"] = worker.starts  # as check 2.11 loads it
         rng = np.random.default_rng(secrets.randbits(64))  # new prompts in every grading
         for _ in range(MAX_DRAWS * size // CANDIDATES + 1):

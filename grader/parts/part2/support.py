@@ -39,6 +39,7 @@ from grader.parts.part2.cases import (
     WORK_POSITIONS,
     ablate,
     bench_model,
+    load_header,
     make_state_dict,
     pool_key,
 )
@@ -154,7 +155,9 @@ class Part2Base(Part2Diagnosis, GradedTestCase):
 
     def _load(self, name: str) -> None:
         spec = self.model_spec(name)
-        weights = self.ctx.seeded_weights(self.part, spec, lambda: checked_weights(spec, name))
+        weights = {}
+        if not spec.get("on_device"):
+            weights = self.ctx.seeded_weights(self.part, spec, lambda: checked_weights(spec, name))
         if "@" in name:
             weights = ablate(weights, name.split("@")[1])
         c = spec["config"]
@@ -163,7 +166,7 @@ class Part2Base(Part2Diagnosis, GradedTestCase):
             f"{c['num_layers']}, {c['max_seq_len']}) with the "
             + ("benchmark's seeded weights" if name in ("bench", "work") else "course weights")
         )
-        header = {"op": "load", "model": name, "config": c}
+        header = load_header(name, spec)
         if name == "work":
             header["device"] = "cpu"
         try:

@@ -154,3 +154,24 @@ def test_the_pools_reference_worker_is_timed_as_the_yardstick(
     assert not [w for w in loads[1:] if ", 48, 96, 2," in w]  # not loaded again
     assert any(r["timed"] for r in reference)  # the yardstick, in the same worker
     assert not {r["pid"] for r in rows if not r["trusted"]} & {r["pid"] for r in reference}
+
+
+def test_the_grader_never_draws_the_profiles_model(
+    own_model_profile: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A profile's own benchmark model (a GPU workload's, 1.6 GB) is drawn by each worker
+    on the grading device from its seed; the grader neither draws nor sends it."""
+    from grader.parts.part2 import live_pools, support
+    from tests.conftest import SOLUTION
+
+    drawn: list[int] = []
+    for module in (live_pools, support):
+        real = module.make_state_dict
+        monkeypatch.setattr(
+            module,
+            "make_state_dict",
+            lambda spec, real=real: drawn.append(spec["config"]["d_model"]) or real(spec),
+        )
+    graded = grade_211(SOLUTION, own_model_profile / "solution")
+    assert graded.score("2.11") == graded.test("2.11")["max_score"], graded.output("2.11")
+    assert SIZES["d_model"] not in drawn
