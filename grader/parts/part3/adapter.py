@@ -21,6 +21,7 @@ if __package__:  # grader.parts.part3.adapter: regen and the tests, in the grade
         build_from_checkpoint,
         build_notes,
     )
+    from grader.parts.part3.adapter_weights import draw_on
 else:  # adapter_part3.py, flat among the worker's scripts in the sandbox
     from adapter_part3_cache import cache_dtypes, cache_shapes, cache_tensors
     from adapter_part3_load import (
@@ -30,6 +31,7 @@ else:  # adapter_part3.py, flat among the worker's scripts in the sandbox
         build_from_checkpoint,
         build_notes,
     )
+    from adapter_part3_weights import draw_on
 
 PACKAGE: dict[str, Any] = {}  # "model", "generation": the student's modules
 MODELS: dict[str, Any] = {}
@@ -275,7 +277,11 @@ def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict
         )
         return build_notes(MODELS[_key(request)]), {}
     if op == "load":
-        MODELS[_key(request)] = build_from_arrays(PACKAGE, request, arrays)
+        weights: dict[str, Any] = arrays
+        if request.get("on_device"):  # a GPU workload's model: drawn here, not sent
+            seed, vocab = int(request["seed"]), int(request["vocab_size"])
+            weights = draw_on(request["params"], vocab, seed, _device())
+        MODELS[_key(request)] = build_from_arrays(PACKAGE, request, weights)
         return build_notes(MODELS[_key(request)]), {}
     if op == "build_error":  # Llama.build on a broken checkpoint: what does it raise?
         try:

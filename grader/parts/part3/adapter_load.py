@@ -108,9 +108,12 @@ def build_course_style(
 
 
 def build_from_arrays(
-    pkg: dict[str, Any], settings: dict[str, Any], weights: dict[str, np.ndarray]
+    pkg: dict[str, Any], settings: dict[str, Any], weights: dict[str, Any]
 ) -> Any:
-    """``Llama(ModelArgs(...))`` with weights sent by the grader, loaded strictly."""
+    """``Llama(ModelArgs(...))`` with weights sent by the grader (arrays), or drawn on the
+    device (tensors: the model is then made there, not on the CPU first), loaded strictly."""
+    import contextlib
+
     import torch
 
     mod = pkg["model"]
@@ -124,8 +127,15 @@ def build_from_arrays(
             "kv_caching": settings["kv_caching"],
         },
     )
-    model = model_class(mod)(args)
-    strict_load(model, {k: torch.from_numpy(np.array(v)) for k, v in weights.items()})
+    first = next(iter(weights.values()), None)
+    where = first.device if isinstance(first, torch.Tensor) else None
+    with torch.device(where) if where is not None else contextlib.nullcontext():
+        model = model_class(mod)(args)
+    state = {
+        k: v if isinstance(v, torch.Tensor) else torch.from_numpy(np.array(v))
+        for k, v in weights.items()
+    }
+    strict_load(model, state)
     return model.to(_device()).eval()
 
 

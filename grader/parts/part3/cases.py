@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from grader.core.thresholds import timed_rounds
+from grader.parts.part3.adapter_weights import checkpoint_shapes, weight_scale
 
 N_RANKS = 4096  # BPE ranks kept from cl100k_base: 4096 + 256 special tokens = 4352 ids
 ATOL = 1e-4  # logits of a float32 model on a CPU agree far better than this
@@ -147,51 +148,14 @@ COURSE_PROMPTS = [
 ]
 
 
-def ffn_hidden(params: dict[str, Any]) -> int:
-    """SwiGLU hidden size by Meta's rule (2/3 of 4·dim, scaled, rounded up)."""
-    hidden = int(2 * 4 * params["dim"] / 3)
-    if params.get("ffn_dim_multiplier") is not None:
-        hidden = int(params["ffn_dim_multiplier"] * hidden)
-    m = params["multiple_of"]
-    return m * ((hidden + m - 1) // m)
-
-
-def checkpoint_shapes(params: dict[str, Any], vocab: int) -> dict[str, tuple[int, ...]]:
-    """Every tensor of a Meta checkpoint, by key, with its shape."""
-    d, h = params["dim"], ffn_hidden(params)
-    head_dim = d // params["n_heads"]
-    kv = params["n_kv_heads"] * head_dim
-    shapes: dict[str, tuple[int, ...]] = {"tok_embeddings.weight": (vocab, d)}
-    for i in range(params["n_layers"]):
-        p = f"layers.{i}."
-        shapes[f"{p}attention.wq.weight"] = (d, d)
-        shapes[f"{p}attention.wk.weight"] = (kv, d)
-        shapes[f"{p}attention.wv.weight"] = (kv, d)
-        shapes[f"{p}attention.wo.weight"] = (d, d)
-        shapes[f"{p}feed_forward.w1.weight"] = (h, d)
-        shapes[f"{p}feed_forward.w2.weight"] = (d, h)
-        shapes[f"{p}feed_forward.w3.weight"] = (h, d)
-        shapes[f"{p}attention_norm.weight"] = (d,)
-        shapes[f"{p}ffn_norm.weight"] = (d,)
-    shapes["norm.weight"] = (d,)
-    shapes["output.weight"] = (vocab, d)
-    return shapes
-
-
 def make_weights(params: dict[str, Any], vocab: int, seed: int) -> dict[str, np.ndarray]:
-    """Seeded float32 weights, scaled so attention is sharp and logits spread."""
+    """Seeded float32 weights, scaled so attention is sharp and logits spread
+    (:func:`~grader.parts.part3.adapter_weights.weight_scale`)."""
     rng = np.random.default_rng(seed)
     weights = {}
     for name, shape in checkpoint_shapes(params, vocab).items():
-        if name.endswith("norm.weight"):
-            w = 1.0 + 0.1 * rng.standard_normal(shape)
-        elif name == "tok_embeddings.weight":
-            w = rng.standard_normal(shape)
-        else:
-            gain = 1.5 if (".wq." in name or ".wk." in name) else 1.0
-            gain = 2.0 if name == "output.weight" else gain
-            w = gain / np.sqrt(shape[1]) * rng.standard_normal(shape)
-        weights[name] = w.astype(np.float32)
+        mean, std = weight_scale(name, shape)
+        weights[name] = (mean + std * rng.standard_normal(shape)).astype(np.float32)
     return weights
 
 

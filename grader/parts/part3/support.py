@@ -167,7 +167,8 @@ class Part3Base(GradedTestCase):
 
     def load_workload(self, cache: bool) -> None:
         """Check 3.11's model under a profile that sizes it: the public checkpoint's params
-        with the profile's sizes, seeded weights, through ``Llama(ModelArgs(...))``."""
+        with the profile's sizes, through ``Llama(ModelArgs(...))``, its seeded weights
+        drawn by the worker on the grading device (``adapter_weights.draw_on``)."""
         bench = load_thresholds(self.ctx.device)["part3"]
         source = self.ctx.cases_root / "public" / self.raw()["checkpoint"] / "params.json"
         params = {**json.loads(source.read_text()), **bench["model"]}
@@ -179,17 +180,12 @@ class Part3Base(GradedTestCase):
             ),
             "params": params,
             "vocab_size": TOKENIZER_VOCAB,
+            "seed": WORKLOAD_SEED,  # the worker draws the weights on the grading device
+            "on_device": True,
         }  # fmt: skip
-        weights = self.ctx.seeded_weights(
-            self.part,
-            {"params": params, "vocab_size": TOKENIZER_VOCAB, "seed": WORKLOAD_SEED},
-            lambda: make_weights(params, TOKENIZER_VOCAB, WORKLOAD_SEED),
-        )
         what = f"Llama(ModelArgs(the benchmark's sizes, kv_caching={cache}))"
         timeout = max(self.ctx.limits.request_timeout_s, 120)
-        self.keep_notes(
-            self.ctx.worker(self.part).request(header, weights, what=what, timeout=timeout)
-        )
+        self.keep_notes(self.ctx.worker(self.part).request(header, what=what, timeout=timeout))
 
     def keep_notes(self, reply: Reply) -> None:
         """Keep what the worker said about a build, for :meth:`print_build_notes`."""

@@ -105,3 +105,24 @@ def test_the_pools_reference_worker_is_timed_as_the_yardstick(
     loads = [r["what"] for r in reference if r["op"] == "load"]
     assert len([w for w in loads if "the benchmark's sizes" in w]) == 1  # loaded once
     assert any(r["timed"] for r in reference)  # the yardstick, in the same worker
+
+
+def test_the_grader_never_draws_the_profiles_model(
+    own_model_profile: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Check 3.11's model under a profile's sizes (a GPU workload's) is drawn by each
+    worker on the grading device from its seed; the grader neither draws nor sends it."""
+    from grader.parts.part3 import support
+
+    drawn: list[int] = []
+    real = support.make_weights
+
+    def counted(params, vocab, seed):
+        drawn.append(params["dim"])
+        return real(params, vocab, seed)
+
+    monkeypatch.setattr(support, "make_weights", counted)
+    graded = grade_311(SOLUTION, own_model_profile / "solution")
+    assert "did not return the reference's" not in graded.output("3.11"), graded.output("3.11")
+    assert "batch 2" in graded.output("3.11")
+    assert 32 not in drawn  # the profile's dim
