@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from grader.ta.regen import import_path
 from tests.conftest import ROOT, SOLUTION
 
@@ -42,16 +44,18 @@ def test_each_check_sums_its_requests() -> None:
     assert (costs["2.7"].requests, costs["2.7"].untimed_s) == (2, 0.5)
     assert (costs["2.7"].timed_cpu_s, costs["2.7"].reference_cpu_s) == (0.0, 0.25)
     assert (costs["2.9"].untimed_s, costs["2.9"].timed_cpu_s) == (0.1, 0.75)
-    table = tool.report(tool.role_seconds(SEEN, GRADER, ROWS), tool.check_costs(ROWS), 9.0)
+    table = tool.report(tool.role_seconds(SEEN, GRADER, ROWS), tool.check_costs(ROWS), 9.0, 7.975)
     assert "part2" in table and "untraced" in table
+    assert re.search(r"not sampled +1\.00\n", table)  # the exact total less the sampled 6.975
 
 
 def test_a_grading_is_broken_down(tmp_path) -> None:
     """A real grading of Part 1: the server imports, the submission's worker runs every
     check's requests, each named by its check."""
-    figures = tool.measure(SOLUTION, "part1", 0.02)
+    figures = tool.measure(SOLUTION, "part1", 0.1)
     assert figures["score"] > 0
     roles = figures["roles"]
+    assert figures["cpu_s"] >= sum(roles.values()) - 0.05  # sampled: lower bounds
     assert roles["fork server"] > 0 and roles["submission workers"] > 0 and roles["grader"] > 0
     assert roles["reference workers"] == 0  # Part 1 compares with no reference
     checks = {c["check"]: c for c in figures["checks"]}
