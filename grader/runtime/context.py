@@ -97,7 +97,6 @@ class GradingContext:
             prepare = self.before_first_worker.pop(part, None)
             if prepare is not None:
                 prepare()
-            self.end_lingering()  # the reference's copy leaves before the submission runs
             self._workers[part] = WorkerClient(
                 part=part,
                 module_file=main_file,
@@ -108,6 +107,7 @@ class GradingContext:
                 threads=self.threads,
                 ahead=self.ahead.get(part, ()),
             )
+        self.end_lingering()  # the reference's copy leaves before the submission runs
         return self._workers[part]
 
     def stop_worker(self, part: str) -> None:

@@ -157,6 +157,16 @@ def test_no_submission_worker_starts_beside_a_lingering_reference(bare_context) 
     assert made == [reference, submission] and not submission.trusted
 
 
+def test_a_submission_worker_made_earlier_waits_for_the_reference_to_end(bare_context) -> None:
+    ctx, made = bare_context
+    submission = ctx.worker("part2")
+    with ctx.reference_session("part2", linger=True) as reference:
+        assert not submission.running  # one worker at a time
+    assert reference.running and ctx.worker("part2") is submission
+    assert not reference.running and ctx.sandbox.copies == []
+    assert made == [submission, reference]
+
+
 def test_a_session_that_fails_or_closes_leaves_no_reference_running(bare_context) -> None:
     ctx, made = bare_context
     with pytest.raises(RuntimeError), ctx.reference_session("part2", linger=True):
