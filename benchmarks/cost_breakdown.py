@@ -2,6 +2,7 @@
 
     python benchmarks/cost_breakdown.py [SUBMISSION] [--parts part3,...] [--every-ms 100]
                                         [--json FILE]
+    python benchmarks/cost_breakdown.py --trace results/gpu-cost/trace_alone.jsonl
 
 Grades SUBMISSION (default: ``solution/``) once with ``python -m grader grade``, every
 worker request traced (``KVGRADER_TRACE``: the check that asked, whose worker and its
@@ -16,6 +17,11 @@ pid, timed or not) and every process below the grader sampled
   ones (wall time: what the check waits for), and the CPU seconds the grader read for
   the timed runs of the submission and of the reference. A class's set-up runs before
   its first check starts: its requests count in the check before.
+
+With ``--trace``, nothing is graded: a trace written elsewhere (``benchmarks/gpu_cost.sh``
+on a lent GPU) is read, and its requests' wall seconds are shown by phase (worker
+starts, model builds, the timed runs and the other requests of each side), with each
+part's reference workers and model builds, then the per-check table.
 
 The roles' figures are sampled, so each is a lower bound, short by up to ``--every-ms``
 for each process (its last interval before it exits); the total is exact (every process
@@ -108,34 +114,69 @@ def check_costs(rows: list[dict[str, Any]]) -> list[CheckCost]:
     return list(costs.values())
 
 
+#: The phases of a grading's requests, read from its trace alone (a GPU grading's, where
+#: the wall time is what counts).
+PHASES = (
+    "worker starts",
+    "model builds",
+    "submission timed",
+    "reference timed",
+    "submission other",
+    "reference other",
+)
+
+
+def phase_seconds(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Wall seconds per phase (``PHASES``) of a trace's requests, and per part the
+    reference's workers (distinct pids) and its model builds: where a GPU grading's time
+    goes without sampling its processes."""
+    totals = dict.fromkeys(PHASES, 0.0)
+    workers: dict[str, set[int]] = defaultdict(set)
+    builds: dict[str, int] = defaultdict(int)
+    for row in rows:
+        whose = "reference" if row.get("trusted") else "submission"
+        totals["worker starts"] += row.get("start_s") or 0.0
+        seconds = row.get("seconds") or 0.0
+        if row.get("op") in ("build", "load"):
+            totals["model builds"] += seconds
+            if row.get("trusted"):
+                builds[row["part"]] += 1
+        else:
+            totals[f"{whose} {'timed' if row.get('timed') else 'other'}"] += seconds
+        if row.get("trusted") and row.get("pid") is not None:
+            workers[row["part"]].add(row["pid"])
+    reference = {p: {"workers": len(workers[p]), "builds": builds[p]} for p in sorted(workers)}
+    return {"seconds": {k: round(v, 2) for k, v in totals.items()}, "reference": reference}
+
+
 def part_of(check: str) -> str:
     return f"part{check.split('.')[0]}" if check[:1].isdigit() else "-"
 
 
-def report(roles: dict[str, float], checks: list[CheckCost], wall_s: float, cpu_s: float) -> str:
-    """The printed tables."""
+def roles_table(roles: dict[str, float], wall_s: float, cpu_s: float) -> str:
+    """The CPU seconds of each role, what the sampling missed and the exact total."""
     lines = [f"CPU seconds by process (sampled, each a lower bound), wall {wall_s:.1f} s:"]
     lines += [f"  {name:20s} {roles[name]:6.2f}" for name in ROLES]
     lines.append(f"  {'not sampled':20s} {max(0.0, cpu_s - sum(roles.values())):6.2f}")
     lines.append(f"  {'total (exact)':20s} {cpu_s:6.2f}")
-    lines.append("")
-    lines.append(
+    return "\n".join(lines)
+
+
+def checks_table(checks: list[CheckCost]) -> str:
+    """One line per check, then one per part."""
+    lines = [
         f"{'check':>6} {'requests':>8} {'untimed s':>10} {'timed CPU s':>12} {'reference':>10}"
-    )
+    ]
     parts: dict[str, CheckCost] = defaultdict(lambda: CheckCost("all"))
     for c in checks:
-        lines.append(
-            f"{c.check:>6} {c.requests:8d} {c.untimed_s:10.2f} {c.timed_cpu_s:12.2f} "
-            f"{c.reference_cpu_s:10.2f}"
-        )
         total = parts[part_of(c.check)]
         total.requests += c.requests
         total.untimed_s += c.untimed_s
         total.timed_cpu_s += c.timed_cpu_s
         total.reference_cpu_s += c.reference_cpu_s
-    for part, c in sorted(parts.items()):
+    for name, c in [*((c.check, c) for c in checks), *sorted(parts.items())]:
         lines.append(
-            f"{part:>6} {c.requests:8d} {c.untimed_s:10.2f} {c.timed_cpu_s:12.2f} "
+            f"{name:>6} {c.requests:8d} {c.untimed_s:10.2f} {c.timed_cpu_s:12.2f} "
             f"{c.reference_cpu_s:10.2f}"
         )
     return "\n".join(lines)
@@ -180,11 +221,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", default="", help="comma-separated (default: every part)")
     parser.add_argument("--every-ms", type=float, default=100.0)
     parser.add_argument("--json", dest="json_out", default="", help="also write the figures")
+    parser.add_argument(
+        "--trace", default="", help="read this KVGRADER_TRACE file instead of grading"
+    )
     args = parser.parse_args(argv)
+    if args.trace:
+        rows = [json.loads(line) for line in Path(args.trace).read_text().splitlines() if line]
+        phases = phase_seconds(rows)
+        print("Wall seconds of the traced requests, by phase:")
+        print("\n".join(f"  {k:20s} {v:8.2f}" for k, v in phases["seconds"].items()))
+        for part, seen in phases["reference"].items():
+            print(f"  {part}: {seen['workers']} reference worker(s), {seen['builds']} build(s)")
+        print(checks_table(check_costs(rows)))
+        return 0
     figures = measure(Path(args.submission).resolve(), args.parts, args.every_ms / 1000)
     checks = [CheckCost(**c) for c in figures["checks"]]
     print(f"graded {figures['submission']}: score {figures['score']}")
-    print(report(figures["roles"], checks, figures["wall_s"], figures["cpu_s"]))
+    print(roles_table(figures["roles"], figures["wall_s"], figures["cpu_s"]))
+    print()
+    print(checks_table(checks))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(figures, indent=1) + "\n")
     return 0

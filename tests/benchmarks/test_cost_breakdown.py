@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 from grader.ta.regen import import_path
@@ -44,8 +45,10 @@ def test_each_check_sums_its_requests() -> None:
     assert (costs["2.7"].requests, costs["2.7"].untimed_s) == (2, 0.5)
     assert (costs["2.7"].timed_cpu_s, costs["2.7"].reference_cpu_s) == (0.0, 0.25)
     assert (costs["2.9"].untimed_s, costs["2.9"].timed_cpu_s) == (0.1, 0.75)
-    table = tool.report(tool.role_seconds(SEEN, GRADER, ROWS), tool.check_costs(ROWS), 9.0, 7.975)
-    assert "part2" in table and "untraced" in table
+    part2 = tool.checks_table(tool.check_costs(ROWS)).splitlines()[-1].split()
+    assert part2 == ["part2", "4", "0.60", "0.75", "0.25"]  # the part's sums, last
+    table = tool.roles_table(tool.role_seconds(SEEN, GRADER, ROWS), 9.0, 7.975)
+    assert "untraced" in table
     assert re.search(r"not sampled +1\.00\n", table)  # the exact total less the sampled 6.975
 
 
@@ -61,3 +64,31 @@ def test_a_grading_is_broken_down(tmp_path) -> None:
     checks = {c["check"]: c for c in figures["checks"]}
     assert checks and all(check.startswith("1.") for check in checks)
     assert checks["1.11"]["untimed_s"] > 0  # the plots
+
+
+def test_a_trace_alone_gives_the_phases_and_the_references_workers(capsys, tmp_path) -> None:
+    """A GPU grading's trace, read without grading: wall seconds by phase, and per part
+    how many reference workers and model builds it took."""
+    rows = [
+        {"part": "part2", "trusted": True, "pid": 7, "op": "load", "timed": False,
+         "start_s": 4.0, "seconds": 10.0},
+        {"part": "part2", "trusted": True, "pid": 7, "op": "generate", "timed": False,
+         "start_s": 0.0, "seconds": 3.0},
+        {"part": "part2", "trusted": True, "pid": 7, "op": "generate", "timed": True,
+         "start_s": 0.0, "seconds": 1.5, "check": "2.11"},
+        {"part": "part2", "trusted": False, "pid": 8, "op": "load", "timed": False,
+         "start_s": 3.5, "seconds": 9.0, "check": "2.1"},
+        {"part": "part2", "trusted": False, "pid": 8, "op": "generate", "timed": True,
+         "start_s": 0.0, "seconds": 2.0, "cpu_s": 1.9, "check": "2.11"},
+    ]  # fmt: skip
+    phases = tool.phase_seconds(rows)
+    assert phases["seconds"] == {
+        "worker starts": 7.5, "model builds": 19.0, "submission timed": 2.0,
+        "reference timed": 1.5, "submission other": 0.0, "reference other": 3.0,
+    }  # fmt: skip
+    assert phases["reference"] == {"part2": {"workers": 1, "builds": 1}}
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert tool.main(["--trace", str(trace)]) == 0
+    out = capsys.readouterr().out
+    assert "part2: 1 reference worker(s), 1 build(s)" in out and "2.11" in out
