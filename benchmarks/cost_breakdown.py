@@ -182,6 +182,12 @@ def checks_table(checks: list[CheckCost]) -> str:
     return "\n".join(lines)
 
 
+def read_trace(path: Path) -> list[dict[str, Any]]:
+    """The lines of a ``KVGRADER_TRACE`` file (none where it was never written)."""
+    text = path.read_text() if path.exists() else ""
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
 def children_cpu() -> float:
     """CPU seconds (user + system) of every child this process has reaped."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -202,8 +208,7 @@ def measure(submission: Path, parts: str, every_s: float) -> dict[str, Any]:
         finally:
             del os.environ["KVGRADER_TRACE"]
         cpu = children_cpu() - before
-        text = trace_file.read_text() if trace_file.exists() else ""
-        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        rows = read_trace(trace_file)
         score = json.loads((Path(scratch) / "results.json").read_text()).get("score")
     return {
         "submission": str(submission),
@@ -226,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.trace:
-        rows = [json.loads(line) for line in Path(args.trace).read_text().splitlines() if line]
+        rows = read_trace(Path(args.trace))
         phases = phase_seconds(rows)
         print("Wall seconds of the traced requests, by phase:")
         print("\n".join(f"  {k:20s} {v:8.2f}" for k, v in phases["seconds"].items()))

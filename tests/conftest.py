@@ -246,6 +246,33 @@ def with_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, table: str, bo
     return path
 
 
+@pytest.fixture
+def trace_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[], list[dict]]:
+    """Every worker request of this test's gradings traced (``KVGRADER_TRACE``): a
+    function that reads the trace's lines so far."""
+    from grader.runtime.trace import TRACE
+
+    log = tmp_path / "trace.jsonl"
+    monkeypatch.setenv(TRACE, str(log))
+    return lambda: [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def assert_drawn_at_scales(
+    drawn: dict[str, dict], shapes: dict[str, tuple[int, ...]], scale: Callable
+) -> None:
+    """Each of ``drawn``'s weights (by how they were drawn, then by key) has the mean and
+    spread ``scale(name, shape)`` gives, wherever the tensor is large enough to tell."""
+    import numpy as np
+
+    for name, shape in shapes.items():
+        mean, std = scale(name, shape)
+        for how, weights in drawn.items():
+            w = np.asarray(weights[name], dtype=np.float64)
+            if w.size >= 10_000:
+                assert abs(w.std() / std - 1) < 0.05, (how, name, w.std(), std)
+                assert abs(w.mean() - mean) < 0.05 * std, (how, name)
+
+
 def grade_checks(
     submission: Path, out: Path, part: str, numbers: set[str], limits: Limits = FAST_LIMITS
 ) -> Graded:

@@ -3,7 +3,7 @@ gradings cannot be watched."""
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,13 +22,11 @@ def test_nothing_is_written_without_the_variable(
 
 
 def test_a_grading_traces_each_request_with_its_worker_start(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, trace_lines: Callable[[], list[dict]]
 ) -> None:
-    log = tmp_path / "trace.jsonl"
-    monkeypatch.setenv(TRACE, str(log))
     graded = grade_checks(SOLUTION, tmp_path / "out", "part2", {"2.2"})
     assert graded.score("2.2") == graded.test("2.2")["max_score"]
-    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    lines = trace_lines()
     assert lines and all(line["part"] == "part2" for line in lines)
     assert lines[0]["start_s"] > 0  # the first request started the worker
     assert all(line["start_s"] == 0 for line in lines[1:] if not line["trusted"])
@@ -39,7 +37,7 @@ def test_a_grading_traces_each_request_with_its_worker_start(
 
 
 def test_warm_up_runs_generate_a_quarter_of_the_tokens(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, trace_lines: Callable[[], list[dict]]
 ) -> None:
     """Check 4.6's warm-up round (the submission's and the reference's) generates a
     quarter of each L; its timed rounds the whole L."""
@@ -48,13 +46,11 @@ def test_warm_up_runs_generate_a_quarter_of_the_tokens(
     def warmup_length(n: int) -> int:
         return n // 4
 
-    log = tmp_path / "trace.jsonl"
-    monkeypatch.setenv(TRACE, str(log))
     graded = grade_checks(SOLUTION, tmp_path / "out", "part4", {"4.6"})
     assert graded.test("4.6")["status"] == "passed", graded.output("4.6")
     bench = load_thresholds("cpu")["part4"]
     short, long = bench["L_values"][0], bench["L_values"][-1]
-    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    lines = trace_lines()
     assert {line["check"] for line in lines} == {"4.6"}
     assert all(line["cpu_s"] >= 0 for line in lines if line["timed"])  # the grader's reading
     workers = {line["trusted"]: line["pid"] for line in lines}

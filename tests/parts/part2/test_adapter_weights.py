@@ -3,11 +3,11 @@ drawn at, and the worker's own draw of a GPU workload's benchmark model."""
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from grader.parts.part2.adapter_weights import draw_on, state_dict_shapes, weight_scale
 from grader.parts.part2.cases import PUBLIC_MODEL, bench_model, load_header, make_state_dict
+from tests.conftest import assert_drawn_at_scales
 
 CONFIG = {"vocab_size": 1000, "d_model": 128, "d_ff": 512, "num_layers": 2, "max_seq_len": 256}
 
@@ -27,13 +27,7 @@ def test_both_draws_give_each_parameter_its_scale() -> None:
         "numpy": make_state_dict({"config": CONFIG, "seed": 3}),
         "torch": {k: v.numpy() for k, v in draw_on(CONFIG, 3, "cpu").items()},
     }
-    for name, shape in state_dict_shapes(CONFIG).items():
-        mean, std = weight_scale(name, shape)
-        for how, weights in drawn.items():
-            w = weights[name].astype(np.float64)
-            if w.size >= 10_000:
-                assert abs(w.std() / std - 1) < 0.05, (how, name, w.std(), std)
-                assert abs(w.mean() - mean) < 0.05 * std, (how, name)
+    assert_drawn_at_scales(drawn, state_dict_shapes(CONFIG), weight_scale)
     assert weight_scale("layers.0.attention.W_q.weight", (128, 128)) == (0.0, 1.5 / 128**0.5)
     assert weight_scale("layers.1.norm2.weight", (128,)) == (1.0, 0.1)
 

@@ -6,6 +6,7 @@ on the CPU with a small model through ``KVGRADER_THRESHOLDS``."""
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -131,22 +132,17 @@ def test_a_pool_the_reference_could_not_build_is_a_grader_fault(
 
 
 def test_the_pools_reference_worker_is_timed_as_the_yardstick(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trace_lines: Callable[[], list[dict]]
 ) -> None:
     """With the yardstick on, the worker that built the pool is timed right after, with the
     model it loaded: one reference worker and one load of the benchmark model, not two
     (on a GPU each costs seconds)."""
-    import json
-
-    from grader.runtime.trace import TRACE
     from tests.conftest import SOLUTION
 
     with_profile(tmp_path, monkeypatch, "[cpu.part2]", PROFILE + "max_vs_reference = 50.0\n")
-    log = tmp_path / "trace.jsonl"
-    monkeypatch.setenv(TRACE, str(log))
     graded = grade_211(SOLUTION, tmp_path / "out")
     assert graded.score("2.11") == graded.test("2.11")["max_score"], graded.output("2.11")
-    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    rows = trace_lines()
     reference = [r for r in rows if r["trusted"]]
     assert len({r["pid"] for r in reference}) == 1
     loads = [r["what"] for r in reference if r["op"] == "load"]

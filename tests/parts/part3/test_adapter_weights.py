@@ -3,11 +3,11 @@ drawn at, and the worker's own draw of a GPU workload's model."""
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from grader.parts.part3.adapter_weights import checkpoint_shapes, draw_on, weight_scale
 from grader.parts.part3.cases import make_weights
+from tests.conftest import assert_drawn_at_scales
 
 PARAMS = {"dim": 128, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "multiple_of": 32}
 VOCAB = 1000
@@ -26,13 +26,7 @@ def test_both_draws_give_each_tensor_its_scale() -> None:
         "numpy": make_weights(PARAMS, VOCAB, 2),
         "torch": {k: v.numpy() for k, v in draw_on(PARAMS, VOCAB, 2, "cpu").items()},
     }
-    for name, shape in checkpoint_shapes(PARAMS, VOCAB).items():
-        mean, std = weight_scale(name, shape)
-        for how, weights in drawn.items():
-            w = weights[name].astype(np.float64)
-            if w.size >= 10_000:
-                assert abs(w.std() / std - 1) < 0.05, (how, name, w.std(), std)
-                assert abs(w.mean() - mean) < 0.05 * std, (how, name)
+    assert_drawn_at_scales(drawn, checkpoint_shapes(PARAMS, VOCAB), weight_scale)
     assert weight_scale("layers.0.attention.wk.weight", (64, 128)) == (0.0, 1.5 / 128**0.5)
     assert weight_scale("output.weight", (VOCAB, 128)) == (0.0, 2.0 / 128**0.5)
     assert weight_scale("layers.1.ffn_norm.weight", (128,)) == (1.0, 0.1)

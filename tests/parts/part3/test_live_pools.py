@@ -5,6 +5,7 @@ the CPU with a small model through ``KVGRADER_THRESHOLDS``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -87,19 +88,13 @@ def test_a_batch_size_without_a_threshold_is_timed_and_reported_not_judged(
 
 
 def test_the_pools_reference_worker_is_timed_as_the_yardstick(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trace_lines: Callable[[], list[dict]]
 ) -> None:
     """The worker that drew the prompts is timed right after, with the benchmark model it
     loaded: one reference worker, one load of that model."""
-    import json
-
-    from grader.runtime.trace import TRACE
-
     with_profile(tmp_path, monkeypatch, "[cpu.part3]", PROFILE + "max_vs_reference = 50.0\n")
-    log = tmp_path / "trace.jsonl"
-    monkeypatch.setenv(TRACE, str(log))
     grade_311(SOLUTION, tmp_path / "out")
-    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    rows = trace_lines()
     reference = [r for r in rows if r["trusted"]]
     assert len({r["pid"] for r in reference}) == 1
     loads = [r["what"] for r in reference if r["op"] == "load"]

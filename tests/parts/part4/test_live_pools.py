@@ -5,6 +5,7 @@ CPU with a small model through ``KVGRADER_THRESHOLDS``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -144,20 +145,14 @@ def test_the_pool_is_drawn_a_batch_of_candidates_at_a_time() -> None:
 
 
 def test_the_pools_reference_worker_is_timed_as_the_yardstick(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trace_lines: Callable[[], list[dict]]
 ) -> None:
     """The worker that drew the prompts is timed right after, on the GPT-2 it built: one
     reference worker and one build (on a GPU a Part 4 worker's start took 14-17 s)."""
-    import json
-
-    from grader.runtime.trace import TRACE
-
     with_profile(tmp_path, monkeypatch, "[cpu.part4]", PROFILE + "max_vs_reference = 50.0\n")
-    log = tmp_path / "trace.jsonl"
-    monkeypatch.setenv(TRACE, str(log))
     graded = grade_46(SOLUTION, tmp_path / "out")
     assert "did not return the reference's" not in graded.output("4.6"), graded.output("4.6")
-    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    rows = trace_lines()
     reference = [r for r in rows if r["trusted"]]
     assert len({r["pid"] for r in reference}) == 1
     assert [r["what"] for r in reference if r["op"] == "build"] == ["the reference's GPT-2"]
