@@ -105,6 +105,10 @@ def grade_one(
             results.unlink(missing_ok=True)  # start), so that a re-run grades it
             return "error"
         data = load_valid(results) if status == "graded" else None
+        if status == "graded" and code is not None and -code == cluster_stop_signal():
+            results.unlink(missing_ok=True)  # the task is being stopped: grade it again
+            on_stop()
+            stop_as_the_cluster_asked(-code)
         if status == "graded" and code is not None and code < 0:
             # The trusted grader itself was killed by a signal that is not our timeout's (a
             # cluster task cancelled or preempted, its node lost, the OOM killer): nothing
@@ -195,6 +199,32 @@ def signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
+
+
+def cluster_stop_signal() -> int | None:
+    """The signal a submitit cluster task gets ahead of its time limit or when it is
+    preempted (submitit's ``SUBMITIT_PREEMPT_SIGNAL``, SIGUSR2 by default), when this
+    process is such a task in its main thread; else None."""
+    if not os.environ.get("SUBMITIT_EXECUTOR"):
+        return None
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    name = os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2").upper()
+    number = getattr(signal, name if name.startswith("SIG") else f"SIG{name}", None)
+    return int(number) if number is not None else None
+
+
+def stop_as_the_cluster_asked(number: int) -> None:
+    """The cluster signals every process of a task, one after another. When the grader
+    dies of it before this process's own copy arrives, the task's handler runs now (with
+    submitit's: the task ends as timed out, or is requeued when preempted), as it would
+    have while this process waited; the copy still on its way is the same event and is
+    ignored. Always raises."""
+    handler = signal.getsignal(number)
+    signal.signal(number, signal.SIG_IGN)
+    if callable(handler):
+        handler(number, None)
+    raise InterruptedError(f"the cluster stopped this task ({signal_name(number)})")
 
 
 def stop_running() -> None:

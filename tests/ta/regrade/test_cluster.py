@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from grader.core.results import validate_results
 from grader.ta.regen import import_path
 from grader.ta.regrade import batch, cluster
 from grader.ta.regrade.cluster import ClusterError, ClusterOptions, TaskSpec
+from grader.ta.regrade.one import cluster_stop_signal, grade_one
 from tests.conftest import ROOT
 from tests.ta.regrade.export_factory import Entry, build_export
 from tests.test_lock import DEV_LOCK, IMAGE_LOCK, pins
@@ -164,6 +166,48 @@ def test_a_task_past_its_time_limit_dies_with_its_log_and_leaves_no_grader(
     assert "## Cluster tasks that died" in (out / "summary.md").read_text()
     assert json.loads((out / "summary.json").read_text())["died"] == summary.died
     assert _grader_processes(export) == []
+
+
+def test_a_grader_that_gets_the_time_limit_signal_first_ends_the_task_as_timed_out(
+    tmp_path: Path,
+) -> None:
+    """The cluster signals a task's processes one after another ahead of its time limit.
+    Here the grader of submission_2 gets the signal and the task's own copy never comes:
+    the task still ends as timed out (submitit's handler, run for it), so the fallback
+    names the time limit, not an unknown SIGUSR2, and the next run grades it again."""
+    entries = [Entry("submission_1", "solution"), Entry("submission_2", "solution")]
+    export, out = build_export(tmp_path / "export", entries), tmp_path / "out"
+    signalled = tmp_path / "python"
+    first_to_go = 'case "$4" in */submission_2) kill -USR2 $$;; esac'  # $4: the submission
+    signalled.write_text(f'#!/bin/sh\n{first_to_go}\nexec {sys.executable} "$@"\n')
+    signalled.chmod(0o755)
+    options = ClusterOptions(executor="submitit-local", array_parallelism=2, time_limit_min=1)
+    run = dict(export_dir=export, out_dir=out, parts=["part1"], progress=False, cluster=options)
+    first = batch.main(**run, python=str(signalled))  # type: ignore[arg-type]
+    assert [r.status for r in first.rows] == ["graded", "died"]
+    data = json.loads((out / "results" / "submission_2" / "results.json").read_text())
+    validate_results(data)
+    assert "time limit" in data["output"] and "killed by" not in data["output"]
+    again = batch.main(**run)  # type: ignore[arg-type]
+    assert [(r.status, r.total) for r in again.rows] == [("skipped", 20), ("graded", 20)]
+
+
+def test_a_grader_killed_by_the_cluster_signal_outside_a_task_is_only_interrupted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outside a cluster task (no ``SUBMITIT_EXECUTOR``) SIGUSR2 is just a signal that
+    killed the grader: the grading is marked interrupted and this process keeps its
+    handler."""
+    monkeypatch.delenv("SUBMITIT_EXECUTOR", raising=False)
+    signalled = tmp_path / "python"
+    signalled.write_text("#!/bin/sh\nkill -USR2 $$\n")
+    signalled.chmod(0o755)
+    results = tmp_path / "out" / "results.json"
+    status = grade_one(tmp_path, results, parts=["part1"], timeout_s=60, python=str(signalled))
+    assert status == "interrupted"
+    assert "killed by SIGUSR2" in json.loads(results.read_text())["output"]
+    assert cluster_stop_signal() is None
+    assert signal.getsignal(signal.SIGUSR2) is not signal.SIG_IGN
 
 
 def test_a_crashed_task_is_reported_and_only_it_is_resubmitted(tmp_path: Path) -> None:
