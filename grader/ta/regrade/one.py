@@ -123,7 +123,9 @@ def grade_one(
         elif data and [t.get("name") for t in data["tests"]] == ["Autograder error"]:
             status = "error"  # the grader's own fallback: it failed, and the file says so
     except Exception as exc:
-        if stopped:  # e.g. submitit's time-limit signal handler raising in a cluster task
+        # The task is being stopped: submitit's time-limit handler raised while this one
+        # waited, or after the grader had ended (nothing else here calls submitit).
+        if stopped or type(exc).__module__.startswith("submitit."):
             raise
         status, reason = "error", f"The grader could not be run ({type(exc).__name__}: {exc})."
     finally:

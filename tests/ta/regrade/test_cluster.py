@@ -12,12 +12,12 @@ from pathlib import Path
 
 import psutil
 import pytest
-from submitit.core.utils import DelayedSubmission
+from submitit.core.utils import DelayedSubmission, UncompletedJobError
 
 from grader import cli
 from grader.core.results import validate_results
 from grader.ta.regen import import_path
-from grader.ta.regrade import batch, cluster
+from grader.ta.regrade import batch, cluster, one
 from grader.ta.regrade.cluster import ClusterError, ClusterOptions, TaskSpec
 from grader.ta.regrade.one import cluster_stop_signal, grade_one
 from tests.conftest import ROOT
@@ -208,6 +208,25 @@ def test_a_grader_killed_by_the_cluster_signal_outside_a_task_is_only_interrupte
     assert "killed by SIGUSR2" in json.loads(results.read_text())["output"]
     assert cluster_stop_signal() is None
     assert signal.getsignal(signal.SIGUSR2) is not signal.SIG_IGN
+
+
+def test_the_time_limit_handler_raising_after_the_grader_ended_still_stops_the_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The task's own copy of the signal can arrive just after its grader ended, while the
+    results are read: submitit's handler raises there, and the task must end as timed out,
+    not report that the grader could not be run."""
+
+    def handler_raises(_path: Path) -> None:
+        raise UncompletedJobError("Job not requeued because: timed-out too many times.")
+
+    monkeypatch.setattr(one, "load_valid", handler_raises)
+    quick = tmp_path / "python"
+    quick.write_text("#!/bin/sh\nexit 0\n")
+    quick.chmod(0o755)
+    with pytest.raises(UncompletedJobError):
+        one.grade_one(tmp_path, tmp_path / "out" / "results.json", parts=["part1"],
+                      timeout_s=60, python=str(quick))  # fmt: skip
 
 
 def test_a_crashed_task_is_reported_and_only_it_is_resubmitted(tmp_path: Path) -> None:
