@@ -47,9 +47,12 @@ import json
 import os
 import runpy
 import select
+import shutil
 import signal
 import socket
 import sys
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,17 +89,39 @@ def preload(specs: list[str]) -> None:
     enabled = gc.isenabled()
     gc.disable()
     try:
-        for spec in specs:
-            module, _, names = spec.partition(":")
-            loaded = importlib.import_module(module)
-            for name in filter(None, names.split(",")):
-                getattr(loaded, name)
-            if spec not in LOADED:
-                LOADED.append(spec)
+        with private_config():
+            for spec in specs:
+                module, _, names = spec.partition(":")
+                loaded = importlib.import_module(module)
+                for name in filter(None, names.split(",")):
+                    getattr(loaded, name)
+                if spec not in LOADED:
+                    LOADED.append(spec)
     finally:
         if enabled:
             gc.enable()
     gc.freeze()
+
+
+@contextlib.contextmanager
+def private_config() -> Iterator[None]:
+    """Libraries that read and write a cache where the environment says (matplotlib's
+    font list, under ``MPLCONFIGDIR``: ``/tmp`` in a fork server's environment) do so, while
+    they import here, in a folder of this server's own, removed afterwards. A file that an
+    earlier grading's submission left in a shared ``/tmp`` is never read by this trusted
+    process, and nothing is left behind. What they computed stays in memory; a later
+    write to the removed folder fails, which matplotlib only warns about."""
+    before = os.environ.get("MPLCONFIGDIR")
+    folder = tempfile.mkdtemp(prefix="kvgrader-preload-")
+    os.environ["MPLCONFIGDIR"] = folder
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("MPLCONFIGDIR", None)
+        else:
+            os.environ["MPLCONFIGDIR"] = before
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def extend(specs: list[str]) -> dict[str, Any]:

@@ -180,6 +180,42 @@ def test_no_collection_runs_while_the_libraries_import(tmp_path: Path) -> None:
     assert seen["frozen"] > 200_000
 
 
+#: Preloads matplotlib's pyplot with ``MPLCONFIGDIR`` naming a shared folder (a fork
+#: server's ``/tmp``) and prints where matplotlib kept its cache and what is left.
+PRELOAD_PLOTS = """
+import json, os, sys
+from grader.sandbox.forkserver_main import preload
+preload(["matplotlib.pyplot"])
+import matplotlib
+cache = matplotlib.get_cachedir()
+print(json.dumps({"cache": cache, "exists": os.path.exists(cache),
+                  "env": os.environ["MPLCONFIGDIR"], "loaded": "matplotlib.pyplot" in sys.modules}))
+"""
+
+
+def test_a_preloaded_library_keeps_its_cache_in_a_folder_of_the_servers_own(
+    tmp_path: Path,
+) -> None:
+    """matplotlib builds its font list where ``MPLCONFIGDIR`` says: in a fork server that
+    is a ``/tmp`` an earlier submission could have written. The trusted server reads and
+    writes nothing there, removes its own folder, and leaves its environment as it was."""
+    shared = tmp_path / "shared-tmp"
+    shared.mkdir()
+    planted = shared / "fontlist-v390.json"
+    planted.write_text("{not json")
+    env = {**os.environ, "MPLCONFIGDIR": str(shared), "MPLBACKEND": "Agg"}
+    done = subprocess.run(
+        [sys.executable, "-c", PRELOAD_PLOTS], capture_output=True, text=True, timeout=120,
+        cwd=PROJECT_ROOT, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["loaded"] and seen["env"] == str(shared)
+    assert not Path(seen["cache"]).is_relative_to(shared) and not seen["exists"]
+    assert sorted(p.name for p in shared.iterdir()) == [planted.name]
+    assert planted.read_text() == "{not json"
+
+
 @pytest.mark.parametrize(("arg", "code"), [("3", 3), ("0", 0)])
 def test_exit_statuses_are_reported_as_subprocess_reports_them(box, server, arg, code) -> None:
     worker = spawn_exit(box, server, arg)

@@ -383,12 +383,14 @@ def shared_server(
 ) -> SharedForkServer | None:
     """The fork server that gradings of ``parts`` on ``device`` share where they run on
     this machine's CPU (a GPU's workers are started, not forked), preloading what every
-    part needs; None, said on stderr, where it cannot start. The caller closes it."""
+    part needs and what its workers would import in every grading (``class_preload``);
+    None, said on stderr, where it cannot start. The caller closes it."""
     if resolve_device(device) != "cpu":
         return None
     preload: list[str] = []
     for part in parts:
-        preload += [spec for spec in PARTS[part].preload if spec not in preload]
+        wanted = PARTS[part].preload + PARTS[part].class_preload
+        preload += [spec for spec in wanted if spec not in preload]
     env = worker_environment(None, "cpu", worker_threads())
     shared, why = start_shared(tuple(preload), env, python)
     if why:

@@ -692,3 +692,21 @@ def test_a_class_regrade_grades_the_edited_files_uploaded_alone(tmp_path: Path) 
         assert float(rows[folder]["part3"]) == part_total("part3"), rows[folder]
         results = json.loads((out / "results" / folder / "results.json").read_text())
         assert sorted(results["extra_data"]["files"]["part3"]["supplied"]) == sorted(part3.given)
+
+
+def test_the_class_server_imports_what_every_grading_would_import_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A class regrade's shared server imports each part's libraries and, once for the
+    whole class, what the part's workers would import in every grading (Part 1's plots),
+    in the order the parts come."""
+    asked: list[tuple[str, ...]] = []
+
+    def start_shared(preload: tuple[str, ...], env: dict, python: str) -> tuple[None, str]:
+        asked.append(preload)
+        return None, "not started in this test"
+
+    monkeypatch.setattr(batch, "start_shared", start_shared)
+    assert batch.shared_server(device="cpu", parts=["part1", "part2"]) is None
+    assert asked == [("numpy", "matplotlib.pyplot", "torch")]
+    assert PARTS["part1"].class_preload == ("matplotlib.pyplot",)
