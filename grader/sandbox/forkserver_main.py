@@ -116,10 +116,13 @@ def cuda_driver_loaded(maps: str) -> bool:
 
 
 def refuse_after_cuda() -> None:
-    """Raise where an import here loaded the CUDA driver (a device count, an availability
-    check): a process forked after that cannot use the GPU, so this server must not fork
-    GPU workers, nor CPU ones from a state nobody tested. The grader then starts its
-    workers as new interpreters and says so in the run's warnings."""
+    """Raise, in a server for GPU workers (``KVGRADER_DEVICE`` is not "cpu"), where an
+    import here loaded the CUDA driver (a device count, an availability check): a process
+    forked after that cannot use the GPU. The grader then starts its workers as new
+    interpreters and says so in the run's warnings. CPU workers never touch the driver,
+    so a CPU worker's server on a machine with a GPU serves on."""
+    if os.environ.get("KVGRADER_DEVICE", "cpu") == "cpu":
+        return
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
             loaded = cuda_driver_loaded(maps.read())

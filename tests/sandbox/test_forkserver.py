@@ -250,20 +250,23 @@ except RuntimeError as exc:
 
 
 def test_a_server_whose_imports_loaded_the_cuda_driver_refuses_to_serve(tmp_path: Path) -> None:
-    """A process forked after the CUDA driver was loaded cannot use the GPU: a server
-    whose preloads loaded it refuses, and the grader starts its workers anew."""
+    """A process forked after the CUDA driver was loaded cannot use the GPU: a server for
+    GPU workers whose preloads loaded it refuses, and the grader starts its workers anew.
+    A CPU worker's server serves on (its workers never use the driver)."""
     mapped = [line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines()]
     libm = next(path for path in mapped if Path(path).name.startswith("libm.so"))
     shutil.copy(libm, tmp_path / "libcuda.so.1")
     (tmp_path / "loads_driver.py").write_text(
         f"import ctypes\nctypes.CDLL({str(tmp_path / 'libcuda.so.1')!r})\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", PRELOAD_DRIVER, str(tmp_path)],
-        capture_output=True, text=True, timeout=60, cwd=PROJECT_ROOT,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert "loaded the CUDA driver" in done.stdout
+    for device, refused in (("cuda", True), ("cpu", False)):
+        done = subprocess.run(
+            [sys.executable, "-c", PRELOAD_DRIVER, str(tmp_path)],
+            capture_output=True, text=True, timeout=60, cwd=PROJECT_ROOT,
+            env={**os.environ, "KVGRADER_DEVICE": device},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert ("loaded the CUDA driver" in done.stdout) is refused, device
 
 
 @pytest.mark.parametrize(("arg", "code"), [("3", 3), ("0", 0)])
