@@ -8,6 +8,7 @@ The parent's side only. :func:`launch` returns a process with ``Popen``'s ``pid`
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
 from collections import Counter
@@ -67,6 +68,15 @@ class Launch:
         return confinement(self.limits, identity, isolate, mounts, self.device, procs)
 
 
+#: ``KVGRADER_FORK_ON_GPU=1``: fork GPU workers too, from a server that imported the
+#: part's libraries without loading the CUDA driver (it refuses to start otherwise,
+#: ``forkserver_main.refuse_after_cuda``). Off by default until a GPU grading confirms it:
+#: ``benchmarks/gpu_cost.sh`` grades both ways.
+FORK_ON_GPU = "KVGRADER_FORK_ON_GPU"
+#: What a GPU worker's server adds to its environment: torch's availability check asks
+#: NVML instead of loading the driver (the worker's own environment is the sandbox's).
+GPU_SERVER_ENV = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+
 #: How this process's workers were started, counted: forked from a batch's shared fork
 #: server, from this grading's own, or as new interpreters (a results file says which).
 STARTS: Counter[str] = Counter()
@@ -88,19 +98,26 @@ def launch(job: Launch, req_r: int, resp_w: int) -> subprocess.Popen | ForkedWor
     )
 
 
+def forks_on(device: str) -> bool:
+    """Whether workers on ``device`` are forked from a fork server: on the CPU, and on a
+    GPU where ``KVGRADER_FORK_ON_GPU=1``."""
+    return device == "cpu" or os.environ.get(FORK_ON_GPU) == "1"
+
+
 def _forked(
     job: Launch, spec: Confinement, env: dict[str, str], fds: tuple[int, int]
 ) -> ForkedWorker | None:
-    """The worker forked from its part's fork server, or None where there is none (a
-    GPU, a part that preloads nothing, the switch off) or it failed; a failure is said
-    in the run's warnings, where TAs look: the grading is the same, only slower."""
-    if job.device != "cpu" or job.part not in PARTS:
+    """The worker forked from its part's fork server, or None where there is none (a GPU
+    unless :func:`forks_on` it, a part that preloads nothing, the switch off) or it
+    failed; a failure is said in the run's warnings, where TAs look: the grading is the
+    same, only slower."""
+    if job.part not in PARTS or not forks_on(job.device):
         return None
+    server_env = worker_environment(None, job.device, job.threads)
+    if job.device != "cpu":
+        server_env.update(GPU_SERVER_ENV)
     try:
-        server = server_for(
-            PARTS[job.part].preload,
-            worker_environment(None, job.device, job.threads),
-        )
+        server = server_for(PARTS[job.part].preload, server_env)
         if server is None:
             return None
         forked = server.spawn(

@@ -45,6 +45,7 @@ import gc
 import importlib
 import json
 import os
+import re
 import runpy
 import select
 import shutil
@@ -97,10 +98,38 @@ def preload(specs: list[str]) -> None:
                     getattr(loaded, name)
                 if spec not in LOADED:
                     LOADED.append(spec)
+        refuse_after_cuda()
     finally:
         if enabled:
             gc.enable()
     gc.freeze()
+
+
+#: The CUDA driver's library as ``/proc/self/maps`` names it once something has loaded it
+#: (``libcudart``, which a CUDA build of torch links, loads it only when first used).
+CUDA_DRIVER = re.compile(r"/libcuda\.so(\.\d+)*$", re.MULTILINE)
+
+
+def cuda_driver_loaded(maps: str) -> bool:
+    """Whether the memory map ``maps`` (``/proc/self/maps``) holds the CUDA driver."""
+    return CUDA_DRIVER.search(maps) is not None
+
+
+def refuse_after_cuda() -> None:
+    """Raise, in a server for GPU workers (``KVGRADER_DEVICE`` is not "cpu"), where an
+    import here loaded the CUDA driver (a device count, an availability check): a process
+    forked after that cannot use the GPU. The grader then starts its workers as new
+    interpreters and says so in the run's warnings. CPU workers never touch the driver,
+    so a CPU worker's server on a machine with a GPU serves on."""
+    if os.environ.get("KVGRADER_DEVICE", "cpu") == "cpu":
+        return
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            loaded = cuda_driver_loaded(maps.read())
+    except OSError:
+        return
+    if loaded:
+        raise RuntimeError("a preloaded library loaded the CUDA driver; a fork could not use it")
 
 
 @contextlib.contextmanager

@@ -9,10 +9,12 @@ import itertools
 import os
 import signal
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from grader.core.registry import PARTS
+from grader.runtime import launch
 from grader.sandbox import forkserver
 from grader.sandbox.forkserver import ForkServer
 from tests.conftest import FAST_LIMITS, SOLUTION, in_param_count, patched_solution, run_grade
@@ -168,3 +170,26 @@ def test_a_live_server_that_preloads_more_serves_a_part_that_needs_less() -> Non
     assert forkserver.server_for(("numpy",), env) is wide
     narrow = forkserver.server_for(("csv",), env)  # not preloaded there: a new one
     assert narrow is not wide and not wide.alive
+
+
+def test_gpu_workers_are_forked_only_where_the_switch_says(monkeypatch) -> None:
+    """On a GPU the workers are started as new interpreters unless
+    ``KVGRADER_FORK_ON_GPU=1``; then they are asked of a fork server whose environment
+    makes torch ask NVML, not the driver, whether there is a GPU."""
+    asked: list[tuple[tuple[str, ...], dict[str, str]]] = []
+
+    def server_for(preload: tuple[str, ...], env: dict[str, str]) -> None:
+        asked.append((preload, env))
+
+    monkeypatch.setattr(launch, "server_for", server_for)
+    job = SimpleNamespace(part="part2", device="cuda", threads=1)
+    monkeypatch.delenv(launch.FORK_ON_GPU, raising=False)
+    assert launch._forked(job, None, {}, (0, 1)) is None and asked == []  # type: ignore[arg-type]
+    monkeypatch.setenv(launch.FORK_ON_GPU, "1")
+    assert launch._forked(job, None, {}, (0, 1)) is None  # type: ignore[arg-type]
+    [(preload, env)] = asked
+    assert preload == PARTS["part2"].preload
+    assert env["PYTORCH_NVML_BASED_CUDA_CHECK"] == "1" and env["KVGRADER_DEVICE"] == "cuda"
+    cpu = SimpleNamespace(part="part2", device="cpu", threads=1)
+    launch._forked(cpu, None, {}, (0, 1))  # type: ignore[arg-type]
+    assert "PYTORCH_NVML_BASED_CUDA_CHECK" not in asked[-1][1]

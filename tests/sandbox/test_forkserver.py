@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import psutil
 import pytest
 
 from grader.core.paths import PROJECT_ROOT
-from grader.sandbox import forkserver
+from grader.sandbox import forkserver, forkserver_main
 from grader.sandbox.confine import Confinement
 from grader.sandbox.forkserver import ForkedWorker, ForkServer, server_for, start_interpreter
 from grader.sandbox.mounts import mount_isolation, plan_for
@@ -214,6 +215,58 @@ def test_a_preloaded_library_keeps_its_cache_in_a_folder_of_the_servers_own(
     assert not Path(seen["cache"]).is_relative_to(shared) and not seen["exists"]
     assert sorted(p.name for p in shared.iterdir()) == [planted.name]
     assert planted.read_text() == "{not json"
+
+
+#: The start of a line of ``/proc/self/maps``: address range, mode, offset, device, inode.
+MAPPED = "7f1c2a000000-7f1c2a200000 r-xp 00000000 08:01 131 "
+
+
+@pytest.mark.parametrize(
+    ("path", "loaded"),
+    [
+        ("/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15", True),
+        ("/usr/lib64/libcuda.so.1", True),
+        ("/opt/torch/lib/libcudart.so.12", False),
+        ("/opt/torch/lib/libcudnn.so.9", False),
+    ],
+)
+def test_the_cuda_driver_is_told_apart_from_the_libraries_torch_links(
+    path: str, loaded: bool
+) -> None:
+    maps = f"{MAPPED}/usr/bin/python3.11\n{MAPPED}{path}\n"
+    assert forkserver_main.cuda_driver_loaded(maps) is loaded
+
+
+#: Preloads a module that loads a library named as the CUDA driver (a copy of libm).
+PRELOAD_DRIVER = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from grader.sandbox.forkserver_main import preload
+try:
+    preload(["loads_driver"])
+except RuntimeError as exc:
+    print(exc)
+"""
+
+
+def test_a_server_whose_imports_loaded_the_cuda_driver_refuses_to_serve(tmp_path: Path) -> None:
+    """A process forked after the CUDA driver was loaded cannot use the GPU: a server for
+    GPU workers whose preloads loaded it refuses, and the grader starts its workers anew.
+    A CPU worker's server serves on (its workers never use the driver)."""
+    mapped = [line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines()]
+    libm = next(path for path in mapped if Path(path).name.startswith("libm.so"))
+    shutil.copy(libm, tmp_path / "libcuda.so.1")
+    (tmp_path / "loads_driver.py").write_text(
+        f"import ctypes\nctypes.CDLL({str(tmp_path / 'libcuda.so.1')!r})\n"
+    )
+    for device, refused in (("cuda", True), ("cpu", False)):
+        done = subprocess.run(
+            [sys.executable, "-c", PRELOAD_DRIVER, str(tmp_path)],
+            capture_output=True, text=True, timeout=60, cwd=PROJECT_ROOT,
+            env={**os.environ, "KVGRADER_DEVICE": device},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert ("loaded the CUDA driver" in done.stdout) is refused, device
 
 
 @pytest.mark.parametrize(("arg", "code"), [("3", 3), ("0", 0)])
