@@ -168,6 +168,15 @@ def test_a_task_past_its_time_limit_dies_with_its_log_and_leaves_no_grader(
     assert _grader_processes(export) == []
 
 
+def _grader_python(tmp_path: Path, line: str) -> Path:
+    """A ``python`` for grade_one: a shell script that runs ``line`` first (``$4`` is the
+    submission's folder) and, where ``line`` lets it go on, the real interpreter."""
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\n{line}\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    return python
+
+
 def test_a_grader_that_gets_the_time_limit_signal_first_ends_the_task_as_timed_out(
     tmp_path: Path,
 ) -> None:
@@ -177,10 +186,7 @@ def test_a_grader_that_gets_the_time_limit_signal_first_ends_the_task_as_timed_o
     names the time limit, not an unknown SIGUSR2, and the next run grades it again."""
     entries = [Entry("submission_1", "solution"), Entry("submission_2", "solution")]
     export, out = build_export(tmp_path / "export", entries), tmp_path / "out"
-    signalled = tmp_path / "python"
-    first_to_go = 'case "$4" in */submission_2) kill -USR2 $$;; esac'  # $4: the submission
-    signalled.write_text(f'#!/bin/sh\n{first_to_go}\nexec {sys.executable} "$@"\n')
-    signalled.chmod(0o755)
+    signalled = _grader_python(tmp_path, 'case "$4" in */submission_2) kill -USR2 $$;; esac')
     options = ClusterOptions(executor="submitit-local", array_parallelism=2, time_limit_min=1)
     run = dict(export_dir=export, out_dir=out, parts=["part1"], progress=False, cluster=options)
     first = batch.main(**run, python=str(signalled))  # type: ignore[arg-type]
@@ -199,9 +205,7 @@ def test_a_grader_killed_by_the_cluster_signal_outside_a_task_is_only_interrupte
     killed the grader: the grading is marked interrupted and this process keeps its
     handler."""
     monkeypatch.delenv("SUBMITIT_EXECUTOR", raising=False)
-    signalled = tmp_path / "python"
-    signalled.write_text("#!/bin/sh\nkill -USR2 $$\n")
-    signalled.chmod(0o755)
+    signalled = _grader_python(tmp_path, "kill -USR2 $$")
     results = tmp_path / "out" / "results.json"
     status = grade_one(tmp_path, results, parts=["part1"], timeout_s=60, python=str(signalled))
     assert status == "interrupted"
@@ -221,9 +225,7 @@ def test_the_time_limit_handler_raising_after_the_grader_ended_still_stops_the_t
         raise UncompletedJobError("Job not requeued because: timed-out too many times.")
 
     monkeypatch.setattr(one, "load_valid", handler_raises)
-    quick = tmp_path / "python"
-    quick.write_text("#!/bin/sh\nexit 0\n")
-    quick.chmod(0o755)
+    quick = _grader_python(tmp_path, "exit 0")
     with pytest.raises(UncompletedJobError):
         one.grade_one(tmp_path, tmp_path / "out" / "results.json", parts=["part1"],
                       timeout_s=60, python=str(quick))  # fmt: skip
@@ -234,10 +236,7 @@ def test_a_crashed_task_is_reported_and_only_it_is_resubmitted(tmp_path: Path) -
     submission: that task dies; the next run keeps the other and grades it again."""
     entries = [Entry("submission_1", "solution"), Entry("submission_2", "solution")]
     export, out = build_export(tmp_path / "export", entries), tmp_path / "out"
-    killer = tmp_path / "python"
-    kill_on_2 = 'case "$4" in */submission_2) kill -9 $PPID;; esac'  # $4: the submission
-    killer.write_text(f'#!/bin/sh\n{kill_on_2}\nexec {sys.executable} "$@"\n')
-    killer.chmod(0o755)
+    killer = _grader_python(tmp_path, 'case "$4" in */submission_2) kill -9 $PPID;; esac')
     options = ClusterOptions(executor="submitit-local", array_parallelism=2)
     run = dict(export_dir=export, out_dir=out, parts=["part1"], progress=False, cluster=options)
     first = batch.main(**run, python=str(killer))  # type: ignore[arg-type]
