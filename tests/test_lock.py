@@ -3,9 +3,13 @@ and platform, true to pyproject.toml, and installed as such in the development v
 
 from __future__ import annotations
 
+import hashlib
+import json
 import subprocess
 import sys
 import tomllib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -100,25 +104,74 @@ def dry_run(python_version: str, lock_lines: list[str], *index: str) -> subproce
     )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Answer:
+    """What a dry run said: its exit status and its messages."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture(scope="module")
+def pip_answer(request: pytest.FixtureRequest) -> Callable[..., Answer]:
+    """:func:`dry_run`, its answer kept in pytest's cache under everything it depends on
+    (the request, pip's version), when ``expected`` accepts it: a warm run of the suite on
+    an unchanged lock asks the package index once, and a fresh checkout (CI) or ``pytest
+    --cache-clear`` always asks. An answer the test would reject (a network failure
+    included) is never kept."""
+
+    def ask(
+        python_version: str, lines: list[str], *index: str, expected: Callable[[Answer], bool]
+    ) -> Answer:
+        request_text = json.dumps([python_version, IMAGE_PLATFORMS, lines, index])
+        key = hashlib.sha256(f"{request_text}{metadata.version('pip')}".encode()).hexdigest()
+        name = f"lock-dry-run/{key[:32]}"
+        kept = request.config.cache.get(name, None)
+        if kept is not None:
+            return Answer(**kept)
+        proc = dry_run(python_version, lines, *index)
+        answer = Answer(proc.returncode, proc.stdout[-2000:], proc.stderr[-4000:])
+        if expected(answer):
+            request.config.cache.set(name, asdict(answer))
+        return answer
+
+    return ask
+
+
 @pytest.fixture(scope="module")
 def lock_lines() -> list[str]:
     return [f"{name}=={version}" for name, version in pins(IMAGE_LOCK).items()]
 
 
-def test_the_image_lock_resolves_for_the_images_python_and_platform(lock_lines: list[str]) -> None:
+def resolved(answer: Answer) -> bool:
+    return answer.returncode == 0
+
+
+def unresolvable(answer: Answer) -> bool:
+    return answer.returncode != 0 and (
+        "No matching distribution" in answer.stderr or "Requires-Python" in answer.stderr
+    )
+
+
+def test_the_image_lock_resolves_for_the_images_python_and_platform(
+    lock_lines: list[str], pip_answer: Callable[..., Answer]
+) -> None:
     torch = [line for line in lock_lines if line.startswith("torch==")]
     rest = [line for line in lock_lines if not line.startswith("torch==")]
-    proc = dry_run(IMAGE_PYTHON, rest)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    proc = dry_run(IMAGE_PYTHON, torch, "--index-url", CPU_INDEX)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    answer = pip_answer(IMAGE_PYTHON, rest, expected=resolved)
+    assert resolved(answer), answer.stdout + answer.stderr
+    answer = pip_answer(IMAGE_PYTHON, torch, "--index-url", CPU_INDEX, expected=resolved)
+    assert resolved(answer), answer.stdout + answer.stderr
 
 
-def test_the_same_lock_does_not_resolve_for_ubuntus_own_python(lock_lines: list[str]) -> None:
+def test_the_same_lock_does_not_resolve_for_ubuntus_own_python(
+    lock_lines: list[str], pip_answer: Callable[..., Answer]
+) -> None:
     """Why setup.sh installs 3.11: the system python3 of 22.04 (3.10) cannot take the lock."""
-    proc = dry_run("3.10", [line for line in lock_lines if not line.startswith("torch==")])
-    assert proc.returncode != 0
-    assert "No matching distribution" in proc.stderr or "Requires-Python" in proc.stderr
+    rest = [line for line in lock_lines if not line.startswith("torch==")]
+    answer = pip_answer("3.10", rest, expected=unresolvable)
+    assert unresolvable(answer), answer.stdout + answer.stderr
 
 
 GROUPED = """
