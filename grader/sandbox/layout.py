@@ -6,8 +6,9 @@ Students upload the files they edited, not the whole assignment: Part 3's
 top). As Gradescope autograders usually do, the grader starts from the assignment's
 given files and lays the upload over them:
 
-- a part's folder is where its main file is (:func:`locate`); files of a package
-  uploaded flat (``model.py`` beside no ``llama/``) are moved into the package folder;
+- a part's folder is where its main file is (:func:`locate`), in its package folder or
+  flat; files of a package uploaded flat (``model.py`` beside no ``llama/``, or
+  ``generation.py`` beside ``llama/model.py``) are moved into the package folder;
 - every given file the upload lacks is copied from the kit (and listed, so the results
   can say which files were supplied); an uploaded given file is kept as it is;
 - a file the student must edit and did not upload is named, once, with what to upload.
@@ -49,39 +50,41 @@ class PartLayout:
         )
 
 
-def _gather_flat(root: Path, part: Part) -> tuple[Path | None, list[str]]:
-    """Find a package's files uploaded flat and move them into their package folder.
-
-    The folder holding the flat main file (``model.py``) is taken as the part's base;
-    each of the part's package files found there without its folder is moved under it.
-    Returns the base (None if the main file is not there flat either) and the moves.
-    """
+def _gather_flat(root: Path, part: Part) -> Path | None:
+    """The folder of a package's main file uploaded flat (``model.py``): the part's base,
+    or None if the main file is not there flat either."""
     main = PurePosixPath(part.main_file)
     if main.parent == PurePosixPath("."):
-        return None, []
-    base = locate(root, main.name)
-    if base is None:
-        return None, []
+        return None
+    return locate(root, main.name)
+
+
+def _move_into_package(root: Path, base: Path, files: Iterable[str]) -> list[str]:
+    """Move each package file of ``files`` found flat in ``base`` (beside its folder, not
+    in it) into the folder; return the moves."""
     moved = []
-    for rel in (*part.edited, *part.given):
+    for rel in files:
         path = PurePosixPath(rel)
         flat, target = base / path.name, base / rel
         if path.parent != PurePosixPath(".") and flat.is_file() and not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             flat.rename(target)
             moved.append(f"{flat.relative_to(root).as_posix()} (as {target.relative_to(root)})")
-    return base, moved
+    return moved
 
 
 def lay_out_part(root: Path, part: Part, given_root: Path) -> PartLayout:
     """Find ``part``'s files under ``root`` and complete them from ``given_root``."""
     base = locate(root, part.main_file)
-    moved: list[str] = []
+    # Uploaded in its folder: a file to edit may still be flat beside it (the folder's
+    # given files are the kit's, never a stray file of the same name). Uploaded flat: every
+    # package file beside it belongs to the package.
+    gathered = part.edited
     if base is None:
-        base, moved = _gather_flat(root, part)
+        base, gathered = _gather_flat(root, part), (*part.edited, *part.given)
     if base is None:
         return PartLayout(None, missing=[part.main_file])
-    layout = PartLayout(base, moved=moved)
+    layout = PartLayout(base, moved=_move_into_package(root, base, gathered))
     layout.missing = [rel for rel in part.edited if not (base / rel).is_file()]
     if layout.missing:
         layout.base = None

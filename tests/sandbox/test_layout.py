@@ -46,6 +46,35 @@ def test_edited_files_uploaded_flat_are_graded_in_their_package(tmp_path: Path) 
     assert "llama/tokenizer.py" in layout.supplied
 
 
+def test_one_edited_file_in_its_folder_and_the_other_flat_are_graded_together(
+    tmp_path: Path,
+) -> None:
+    """A student who uploads ``llama/model.py`` and then drags ``generation.py`` in alone."""
+    touch(tmp_path / "llama" / "model.py", "# model")
+    touch(tmp_path / "generation.py", "# generation")
+    touch(tmp_path / "tokenizer.py", "# a stray file of the same name as a given one")
+    layout = lay_out_part(tmp_path, PART3, ASSIGNMENT)
+    assert layout.base == tmp_path and not layout.missing
+    assert layout.moved == ["generation.py (as llama/generation.py)"]
+    assert (tmp_path / "llama" / "generation.py").read_text() == "# generation"
+    # Beside an upload in its folder, a flat given file is not taken for the package's.
+    assert (tmp_path / "llama" / "tokenizer.py").read_bytes() == (
+        ASSIGNMENT / "llama" / "tokenizer.py"
+    ).read_bytes()
+    assert "llama/tokenizer.py" in layout.supplied
+
+
+def test_the_main_file_flat_and_the_other_in_its_folder_are_graded_together(
+    tmp_path: Path,
+) -> None:
+    touch(tmp_path / "model.py", "# model")
+    touch(tmp_path / "llama" / "generation.py", "# generation")
+    layout = lay_out_part(tmp_path, PART3, ASSIGNMENT)
+    assert layout.base == tmp_path and not layout.missing
+    assert layout.moved == ["model.py (as llama/model.py)"]
+    assert (tmp_path / "llama" / "generation.py").read_text() == "# generation"
+
+
 def test_flat_files_in_a_subfolder_are_found(tmp_path: Path) -> None:
     touch(tmp_path / "my-hw" / "part3" / "model.py")
     touch(tmp_path / "my-hw" / "part3" / "generation.py")

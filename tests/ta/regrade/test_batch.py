@@ -674,24 +674,26 @@ def test_a_grader_killed_by_the_infrastructure_is_graded_again(tmp_path: Path) -
 
 def test_a_class_regrade_grades_the_edited_files_uploaded_alone(tmp_path: Path) -> None:
     """An export whose submission holds only the two Part 3 files the student edited, one
-    in its ``llama/`` folder, one flat: the batch supplies the given files and grades both
-    at full marks (the same grading as ``grade``)."""
+    in its ``llama/`` folder, one flat: the batch supplies the given files and grades it at
+    full marks (the same grading as ``grade``; tests/grading/test_upload_shapes.py grades
+    each shape on its own)."""
     export = tmp_path / "export"
     part3 = PARTS["part3"]
-    for folder, flat in (("submission_1", False), ("submission_2", True)):
-        for rel in part3.edited:
-            target = export / folder / (Path(rel).name if flat else rel)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(SOLUTION / rel, target)
-    entries = [Entry(f"submission_{i}", "solution") for i in (1, 2)]
-    (export / "submission_metadata.yml").write_text(metadata_yaml(entries))
+    in_folder, flat = part3.edited  # llama/model.py, llama/generation.py
+    uploaded = {in_folder: in_folder, Path(flat).name: flat}  # where uploaded: the file
+    for where, rel in uploaded.items():
+        target = export / "submission_1" / where
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(SOLUTION / rel, target)
+    (export / "submission_metadata.yml").write_text(
+        metadata_yaml([Entry("submission_1", "solution")])
+    )
     out = tmp_path / "out"
     batch.main(export_dir=export, out_dir=out, jobs=2, parts=["part3"], progress=False)
-    rows = _csv(out)
-    for folder in ("submission_1", "submission_2"):
-        assert float(rows[folder]["part3"]) == part_total("part3"), rows[folder]
-        results = json.loads((out / "results" / folder / "results.json").read_text())
-        assert sorted(results["extra_data"]["files"]["part3"]["supplied"]) == sorted(part3.given)
+    row = _csv(out)["submission_1"]
+    assert float(row["part3"]) == part_total("part3"), row
+    results = json.loads((out / "results" / "submission_1" / "results.json").read_text())
+    assert sorted(results["extra_data"]["files"]["part3"]["supplied"]) == sorted(part3.given)
 
 
 def test_the_class_server_imports_what_every_grading_would_import_again(
