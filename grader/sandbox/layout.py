@@ -50,41 +50,44 @@ class PartLayout:
         )
 
 
-def _gather_flat(root: Path, part: Part) -> Path | None:
-    """The folder of a package's main file uploaded flat (``model.py``): the part's base,
-    or None if the main file is not there flat either."""
+def part_files(root: Path, part: Part) -> tuple[Path | None, dict[str, Path]]:
+    """Where ``part``'s files are in an upload: the part's base folder (None when its main
+    file is nowhere, in its folder or flat), and each of its files found, by its path in
+    the assignment (``llama/generation.py``), in its folder or flat beside it.
+
+    Uploaded in its folder, the main file may have a file to edit flat beside the folder
+    (a given file of the same name there is a stray, not the package's: the kit's is
+    used). Uploaded flat, every package file beside it belongs to the package."""
+    base, flat_ok = locate(root, part.main_file), part.edited
     main = PurePosixPath(part.main_file)
-    if main.parent == PurePosixPath("."):
-        return None
-    return locate(root, main.name)
-
-
-def _move_into_package(root: Path, base: Path, files: Iterable[str]) -> list[str]:
-    """Move each package file of ``files`` found flat in ``base`` (beside its folder, not
-    in it) into the folder; return the moves."""
-    moved = []
-    for rel in files:
-        path = PurePosixPath(rel)
-        flat, target = base / path.name, base / rel
-        if path.parent != PurePosixPath(".") and flat.is_file() and not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            flat.rename(target)
-            moved.append(f"{flat.relative_to(root).as_posix()} (as {target.relative_to(root)})")
-    return moved
+    if base is None and main.parent != PurePosixPath("."):
+        base, flat_ok = locate(root, main.name), (*part.edited, *part.given)
+    if base is None:
+        return None, {}
+    found = {}
+    for rel in (*part.edited, *part.given):
+        in_place, flat = base / rel, base / PurePosixPath(rel).name
+        if in_place.is_file():
+            found[rel] = in_place
+        elif rel in flat_ok and flat.is_file():
+            found[rel] = flat
+    return base, found
 
 
 def lay_out_part(root: Path, part: Part, given_root: Path) -> PartLayout:
     """Find ``part``'s files under ``root`` and complete them from ``given_root``."""
-    base = locate(root, part.main_file)
-    # Uploaded in its folder: a file to edit may still be flat beside it (the folder's
-    # given files are the kit's, never a stray file of the same name). Uploaded flat: every
-    # package file beside it belongs to the package.
-    gathered = part.edited
-    if base is None:
-        base, gathered = _gather_flat(root, part), (*part.edited, *part.given)
+    base, found = part_files(root, part)
     if base is None:
         return PartLayout(None, missing=[part.main_file])
-    layout = PartLayout(base, moved=_move_into_package(root, base, gathered))
+    layout = PartLayout(base)
+    for rel, path in found.items():
+        target = base / rel
+        if path != target:  # uploaded flat: into its package folder
+            target.parent.mkdir(parents=True, exist_ok=True)
+            path.rename(target)
+            layout.moved.append(
+                f"{path.relative_to(root).as_posix()} (as {target.relative_to(root)})"
+            )
     layout.missing = [rel for rel in part.edited if not (base / rel).is_file()]
     if layout.missing:
         layout.base = None

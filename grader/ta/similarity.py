@@ -29,14 +29,14 @@ import stat
 import sys
 import tempfile
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import numpy as np
 
 from grader.core.feedback import escape
 from grader.core.paths import ASSIGNMENT
 from grader.core.registry import PARTS
-from grader.sandbox.submission import locate
+from grader.sandbox.layout import part_files
 from grader.ta.regrade.batch import parse_metadata
 from grader.ta.regrade.export import METADATA, ExportError, find_export, submission_folders
 from grader.ta.regrade.report import natural_key, safe_cell
@@ -102,21 +102,12 @@ def code_files(folder: Path) -> dict[str, Path]:
 def assignment_names(folder: Path) -> dict[str, str]:
     """The files of a submission that the grader takes as the assignment's, each by its path
     in the assignment: ``model.py`` uploaded flat and ``assignment/llama/model.py`` are both
-    ``llama/model.py``. Found as :mod:`grader.sandbox.layout` lays out an upload: a part's
-    folder is where its main file is, a package's files may sit flat beside it."""
+    ``llama/model.py``. Found by the rule the grader lays out an upload with
+    (:func:`grader.sandbox.layout.part_files`)."""
     names: dict[str, str] = {}
     for part in PARTS.values():
-        base, flat = locate(folder, part.main_file), False
-        if base is None and "/" in part.main_file:
-            base, flat = locate(folder, PurePosixPath(part.main_file).name), True
-        if base is None:
-            continue
-        for rel in (*part.edited, *part.given):
-            path = base / rel
-            if flat and not path.is_file():
-                path = base / PurePosixPath(rel).name
-            if path.is_file():
-                names.setdefault(path.relative_to(folder).as_posix(), rel)
+        for rel, path in part_files(folder, part)[1].items():
+            names.setdefault(path.relative_to(folder).as_posix(), rel)
     return names
 
 

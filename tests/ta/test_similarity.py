@@ -104,23 +104,27 @@ def test_the_folder_the_export_was_unzipped_into_is_compared(tmp_path: Path) -> 
 
 def test_files_uploaded_flat_or_in_folders_are_compared_as_the_same_file(tmp_path: Path) -> None:
     """The handout lets a student upload Part 3 flat (``model.py``) or in folders
-    (``assignment/llama/model.py``): the grader takes both as ``llama/model.py``, and so
-    does the comparison, so a copy is found however it was uploaded."""
+    (``assignment/llama/model.py``), or some of each: the grader takes all as
+    ``llama/model.py``, and so does the comparison, so a copy is found however it was
+    uploaded."""
     export = tmp_path / "export"
-    for folder in ("submission_1", "submission_2", "submission_3"):
+    folders = ("submission_1", "submission_2", "submission_3", "submission_4")
+    for folder in folders:
         (export / folder).mkdir(parents=True)
+    (export / "submission_1" / "llama").mkdir()
+    (export / "submission_3" / "assignment" / "llama").mkdir(parents=True)
+    (export / "submission_4" / "llama").mkdir()
     for name in ("model.py", "generation.py"):
         code = (SOLUTION / "llama" / name).read_text()
-        (export / "submission_1" / "llama").mkdir(exist_ok=True)
         (export / "submission_1" / "llama" / name).write_text(code)
         (export / "submission_2" / name).write_text(code)  # flat
-        (export / "submission_3" / "assignment" / "llama").mkdir(parents=True, exist_ok=True)
         (export / "submission_3" / "assignment" / "llama" / name).write_text(code)
+        mixed = "llama/model.py" if name == "model.py" else name  # generation.py flat
+        (export / "submission_4" / mixed).write_text(code)
     out = tmp_path / "out"
     assert cli.main(["similarity", str(export), "--out", str(out)]) == 0
     pairs = {(r["first"], r["second"]): r for r in ranked(out)}
-    assert set(pairs) == {("submission_1", "submission_2"), ("submission_1", "submission_3"),
-                          ("submission_2", "submission_3")}  # fmt: skip
+    assert set(pairs) == {(a, b) for i, a in enumerate(folders) for b in folders[i + 1 :]}
     for row in pairs.values():
         assert row["files"] == "llama/generation.py 1.00; llama/model.py 1.00", row
 
