@@ -50,6 +50,9 @@ class Part:
     # assignment's files they need not edit: the kit supplies those an upload lacks.
     also_edited: tuple[str, ...] = ()
     given: tuple[str, ...] = ()
+    # Whether ``main_file`` may come as a Jupyter notebook of the same name (the course's
+    # lab handout accepts one): graded as the script it defines (grader/sandbox/notebook.py).
+    notebook: bool = False
 
     @property
     def edited(self) -> tuple[str, ...]:
@@ -89,6 +92,7 @@ PARTS: dict[str, Part] = {
         "kv_lab.py",
         "grader.parts.part4.checks",
         preload=("numpy", "torch", "transformers:GPT2Config,GPT2LMHeadModel,DynamicCache"),
+        notebook=True,
     ),
 }
 

@@ -98,6 +98,9 @@ def layout_notes(layouts: dict[str, PartLayout]) -> list[str]:
     moved = [m for layout in layouts.values() for m in layout.moved]
     if moved:
         notes.append("Uploaded without their folder, graded in it: " + "; ".join(moved) + ".")
+    converted = [c for layout in layouts.values() for c in layout.converted]
+    if converted:
+        notes.append("Graded from your notebook: " + "; ".join(converted) + ".")
     return notes
 
 
@@ -236,7 +239,12 @@ class Grading:
             "worker_user": sandbox.identity.name,
             "cpu_accounting": ctx.cpu_accounting(),
             "files": {
-                p: {"supplied": lo.supplied, "moved": lo.moved, "missing": lo.missing}
+                p: {
+                    "supplied": lo.supplied,
+                    "moved": lo.moved,
+                    "missing": lo.missing,
+                    "converted": lo.converted,
+                }
                 for p, lo in self.layouts.items()
             },
             "sandbox_warnings": sandbox.warnings,

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from grader.core.registry import PARTS, Part
+from grader.sandbox.notebook import NotebookError, script_from_notebook
 from grader.sandbox.submission import locate
 
 
@@ -35,11 +36,18 @@ class PartLayout:
     supplied: list[str] = field(default_factory=list)  # given files copied from the kit
     moved: list[str] = field(default_factory=list)  # flat uploads moved into a package
     missing: list[str] = field(default_factory=list)  # files to edit that were not uploaded
+    converted: list[str] = field(default_factory=list)  # notebooks graded as scripts
+    unreadable: str = ""  # why a notebook that stands for the main file could not be read
 
     def missing_message(self, part: Part) -> str:
         """What to upload, for a part that cannot be graded ("" if it can)."""
         if not self.missing:
             return ""
+        if self.unreadable:
+            return (
+                f"{self.unreadable}, so {part.tag} was not graded. Upload "
+                f"{part.main_file}, or the notebook saved again from Jupyter, and resubmit."
+            )
         files = " and ".join(part.edited)
         where = "in their folder or flat" if "/" in part.main_file else "flat or in a folder"
         lacking = ", ".join(self.missing)
@@ -74,12 +82,30 @@ def part_files(root: Path, part: Part) -> tuple[Path | None, dict[str, Path]]:
     return base, found
 
 
+def _script_from_notebook(root: Path, part: Part) -> tuple[list[str], str]:
+    """Where ``part`` takes a notebook and its main file was not uploaded, write the script
+    that ``<main>.ipynb`` defines beside it. Returns what was converted (for the results)
+    and, for a notebook that cannot be read, why."""
+    notebook = PurePosixPath(part.main_file).with_suffix(".ipynb").as_posix()
+    if not part.notebook or locate(root, part.main_file) or not (base := locate(root, notebook)):
+        return [], ""
+    path, script = base / notebook, base / part.main_file
+    shown = path.relative_to(root).as_posix()
+    try:
+        converted = script_from_notebook(path.read_text(encoding="utf-8"), path.name)
+    except (NotebookError, UnicodeDecodeError) as exc:
+        return [], f"{shown} could not be read as a notebook: {exc}"
+    script.write_text(converted.script, encoding="utf-8")
+    return [f"{shown} (as {part.main_file}: {converted.summary()})"], ""
+
+
 def lay_out_part(root: Path, part: Part, given_root: Path) -> PartLayout:
     """Find ``part``'s files under ``root`` and complete them from ``given_root``."""
+    converted, unreadable = _script_from_notebook(root, part)
     base, found = part_files(root, part)
     if base is None:
-        return PartLayout(None, missing=[part.main_file])
-    layout = PartLayout(base)
+        return PartLayout(None, missing=[part.main_file], unreadable=unreadable)
+    layout = PartLayout(base, converted=converted)
     for rel, path in found.items():
         target = base / rel
         if path != target:  # uploaded flat: into its package folder

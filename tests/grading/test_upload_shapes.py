@@ -6,11 +6,14 @@ what the whole reference scores, and the page says which files were supplied."""
 
 from __future__ import annotations
 
+import ast
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
+from grader.core.points import POINTS
 from grader.core.registry import PARTS
 from tests.conftest import SOLUTION, grade_checks
 
@@ -62,3 +65,46 @@ def test_a_missing_edited_file_is_named_once_per_check_and_once_on_the_page(
         assert "upload the files named above" in shown
         assert "selfcheck" not in shown  # the self-check cannot help with a missing file
     assert graded.results.extra_data["files"]["part3"]["missing"] == ["llama/generation.py"]
+
+
+def lab_notebook(dest: Path) -> Path:
+    """The reference's kv_lab.py as a student's notebook: a cell per top-level statement
+    of the script, then the cells that run the experiments (which must not run when
+    graded: the last one would stop the import)."""
+    source = (SOLUTION / "kv_lab.py").read_text()
+    lines = source.splitlines(keepends=True)
+    cells = []
+    for node in ast.parse(source).body:
+        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+        cells.append("".join(lines[first - 1 : node.end_lineno]))
+    cells += [
+        "%matplotlib inline\nmodel = load_model()\nprint(model_config_summary(model))",
+        "latency = measure_latency(model, L_VALUES)\nplot_latency(latency, 'latency.png')",
+        "raise SystemExit('the experiment cells ran when the notebook was graded')",
+    ]
+    body = [
+        {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+         "source": cell.splitlines(keepends=True)}
+        for cell in cells
+    ]  # fmt: skip
+    dest.mkdir(parents=True)
+    (dest / "kv_lab.ipynb").write_text(json.dumps({"cells": body, "nbformat": 4, "metadata": {}}))
+    return dest
+
+
+def test_the_lab_handed_in_as_a_notebook_is_graded_as_its_script(tmp_path: Path) -> None:
+    """The course's lab handout accepts "your Python notebook (.ipynb) or script file
+    (.py)": the reference's lab as a notebook scores what the script scores, and the page
+    says what was graded and what was not run."""
+    untimed = set(POINTS["part4"]) - {"4.6"}  # the upload decides what imports, not speed
+    graded = grade_checks(lab_notebook(tmp_path / "upload"), tmp_path / "out", "part4", untimed)
+    failed = {t["number"]: t.get("output", "")[:300] for t in graded.data["tests"]
+              if t["score"] < t["max_score"]}  # fmt: skip
+    assert not failed
+    assert graded.results.score == graded.results.max_score > 0
+    (converted,) = graded.results.extra_data["files"]["part4"]["converted"]
+    # Not run: the module's docstring, its `if __name__ == "__main__":` and the five
+    # statements of the experiment cells; left out: the `%matplotlib` line.
+    assert converted.startswith("kv_lab.ipynb (as kv_lab.py: kept ")
+    assert converted.endswith("not run: 7 other top-level statements; left out: 1 IPython line)")
+    assert "Graded from your notebook: kv_lab.ipynb" in graded.results.output

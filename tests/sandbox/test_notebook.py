@@ -1,0 +1,117 @@
+"""A lab handed in as a notebook: what the grader keeps of it, what it leaves unrun, and
+how a notebook it cannot read is named."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from grader.core.paths import ASSIGNMENT
+from grader.core.registry import PARTS
+from grader.sandbox.layout import lay_out_part
+from grader.sandbox.notebook import NotebookError, script_from_notebook
+
+
+def notebook(*cells: str, markdown: str = "# My lab") -> str:
+    """A notebook (format 4) of these code cells after one Markdown cell, each cell's
+    source stored as Jupyter stores it: a list of lines."""
+    body = [{"cell_type": "markdown", "metadata": {}, "source": [markdown]}]
+    for source in cells:
+        lines = source.splitlines(keepends=True)
+        body.append({"cell_type": "code", "execution_count": None, "metadata": {},
+                     "outputs": [], "source": lines})  # fmt: skip
+    return json.dumps({"cells": body, "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+
+
+LAB = notebook(
+    "!pip install transformers\n%matplotlib inline\nimport torch\nimport functools",
+    "from __future__ import annotations",
+    'DEVICE = "cuda" if torch.cuda.is_available() else "cpu"\nUNUSED = torch.zeros(10**9)',
+    "def load_model(device=DEVICE):\n    model = torch.nn.Linear(2, 2)\n"
+    "    return model.to(device)",
+    "model = load_model()\nprint(model)",
+    "@functools.lru_cache\ndef size(model):\n    return sum(p.numel() for p in model.parameters())",
+    "%%time\nfor L in (32, 64):\n    print(L)",
+    "raise SystemExit('the experiments ran')",
+)
+
+
+def test_the_script_keeps_definitions_and_what_they_read_and_runs_no_experiment() -> None:
+    converted = script_from_notebook(LAB, "kv_lab.ipynb")
+    namespace: dict = {}
+    exec(compile(converted.script, "kv_lab.py", "exec"), namespace)  # no SystemExit
+    assert namespace["DEVICE"] == "cpu" and namespace["load_model"]().in_features == 2
+    assert namespace["size"](namespace["load_model"]()) == 6  # its decorator kept
+    assert "model" not in namespace and "UNUSED" not in namespace  # a function's own model
+    assert converted.script.index("from __future__") < converted.script.index("import torch")
+    assert "# --- code cell 4" in converted.script  # the cell a definition came from
+    # kept: 2 imports, the future import, DEVICE, 2 functions; not run: UNUSED, model =,
+    # print, raise; IPython: 2 lines and the cell magic's 3.
+    assert (converted.kept, converted.not_run, converted.magics) == (6, 4, 5)
+    assert converted.broken_cells == []
+    assert converted.summary() == (
+        "kept 6 imports, definitions and the values they read; "
+        "not run: 4 other top-level statements; left out: 5 IPython lines"
+    )
+
+
+def test_a_cell_that_is_not_python_is_named_and_the_rest_kept() -> None:
+    deep = "x = " + "(" * 100_000 + ")" * 100_000
+    converted = script_from_notebook(
+        notebook("def f(:\n    pass", deep, "def g():\n    return 1"), "n"
+    )
+    assert converted.broken_cells == [1, 2]
+    assert "def g():" in converted.script
+    assert "left out as not valid Python: code cell(s) 1, 2" in converted.summary()
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("not json", "not valid JSON"),
+        ('{"worksheets": []}', "it has no cells"),
+        ("[1, 2]", "it has no cells"),
+    ],
+)
+def test_what_is_not_a_notebook_is_an_error_that_says_why(text: str, said: str) -> None:
+    with pytest.raises(NotebookError, match=said):
+        script_from_notebook(text, "kv_lab.ipynb")
+
+
+def test_a_lab_notebook_is_graded_as_the_script_it_defines(tmp_path: Path) -> None:
+    (tmp_path / "labs").mkdir()
+    (tmp_path / "labs" / "kv_lab.ipynb").write_text(LAB)
+    layout = lay_out_part(tmp_path, PARTS["part4"], ASSIGNMENT)
+    assert layout.base == tmp_path / "labs" and not layout.missing
+    script = (tmp_path / "labs" / "kv_lab.py").read_text()
+    assert script == script_from_notebook(LAB, "kv_lab.ipynb").script
+    assert layout.converted == [
+        "labs/kv_lab.ipynb (as kv_lab.py: kept 6 imports, definitions and the values they "
+        "read; not run: 4 other top-level statements; left out: 5 IPython lines)"
+    ]
+
+
+def test_a_script_beside_the_notebook_is_the_one_graded(tmp_path: Path) -> None:
+    (tmp_path / "kv_lab.ipynb").write_text(LAB)
+    (tmp_path / "kv_lab.py").write_text("# mine\n")
+    layout = lay_out_part(tmp_path, PARTS["part4"], ASSIGNMENT)
+    assert layout.converted == [] and (tmp_path / "kv_lab.py").read_text() == "# mine\n"
+
+
+def test_only_the_lab_takes_a_notebook(tmp_path: Path) -> None:
+    (tmp_path / "question1.ipynb").write_text(notebook("def f():\n    return 1"))
+    layout = lay_out_part(tmp_path, PARTS["part1"], ASSIGNMENT)
+    assert layout.missing == ["question1.py"] and not (tmp_path / "question1.py").exists()
+    assert "Upload question1.py" in layout.missing_message(PARTS["part1"])
+
+
+def test_an_unreadable_notebook_is_named_with_what_to_do(tmp_path: Path) -> None:
+    (tmp_path / "kv_lab.ipynb").write_text("{ cut short")
+    part = PARTS["part4"]
+    layout = lay_out_part(tmp_path, part, ASSIGNMENT)
+    assert layout.base is None and layout.missing == ["kv_lab.py"]
+    message = layout.missing_message(part)
+    assert message.startswith("kv_lab.ipynb could not be read as a notebook: it is not a")
+    assert "part4 was not graded. Upload kv_lab.py, or the notebook saved again" in message
