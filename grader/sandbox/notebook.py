@@ -92,15 +92,12 @@ def _loaded_names(node: ast.AST) -> set[str]:
     """The global names ``node`` may read: for a function or class, the names it reads
     less its parameters and the names it assigns (its locals), so that a function's own
     ``model`` does not keep a top-level ``model = load_model()``."""
-    names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
-    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-        return names
+    names = [n for n in ast.walk(node) if isinstance(n, ast.Name)]
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {n.id for n in names}
     local = {a.arg for a in ast.walk(node) if isinstance(a, ast.arg)}
-    stored = (ast.Store, ast.Del)
-    local |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, stored)}
-    return {
-        n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
-    } - local
+    local |= {n.id for n in names if isinstance(n.ctx, (ast.Store, ast.Del))}
+    return {n.id for n in names if isinstance(n.ctx, ast.Load)} - local
 
 
 def _assigned_names(node: ast.AST) -> set[str]:
