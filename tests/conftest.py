@@ -4,6 +4,7 @@ copy of the solution and grades it."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -216,6 +217,36 @@ def patched_solution(dest: Path, file: str, edits: list[tuple[str, str]]) -> Pat
         assert text.count(old) == 1, f"edit anchor {old!r} must occur exactly once"
         text = text.replace(old, new)
     target.write_text(text)
+    return dest
+
+
+#: A lab notebook's cells that run the experiments, as a student's notebook ends: none
+#: may run when the notebook is graded (the last one would stop the import).
+EXPERIMENT_CELLS = (
+    "%matplotlib inline\nmodel = load_model()\nprint(model_config_summary(model))",
+    "latency = measure_latency(model, (32, 64, 128, 256))\nprint(latency)",
+    "raise SystemExit('the experiment cells ran when the notebook was graded')",
+)
+
+
+def notebook_from_script(script: Path, dest: Path, extra_cells: tuple[str, ...] = ()) -> Path:
+    """``dest`` holding ``<script>.ipynb``: a Jupyter notebook (format 4) with a code cell
+    per top-level statement of ``script`` (decorators with their definition), then
+    ``extra_cells``."""
+    source = script.read_text()
+    lines = source.splitlines(keepends=True)
+    cells = []
+    for node in ast.parse(source).body:
+        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+        cells.append("".join(lines[first - 1 : node.end_lineno]))
+    body = [
+        {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+         "source": cell.splitlines(keepends=True)}
+        for cell in (*cells, *extra_cells)
+    ]  # fmt: skip
+    dest.mkdir(parents=True)
+    notebook = {"cells": body, "nbformat": 4, "nbformat_minor": 5, "metadata": {}}
+    (dest / script.with_suffix(".ipynb").name).write_text(json.dumps(notebook))
     return dest
 
 

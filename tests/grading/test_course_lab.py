@@ -8,7 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, Graded, built_once, load_graded, run_grade
+from tests.conftest import (
+    EXPERIMENT_CELLS,
+    ROOT,
+    Graded,
+    built_once,
+    grade_checks,
+    load_graded,
+    notebook_from_script,
+    run_grade,
+)
 
 # One pytest-xdist worker grades both scripts.
 pytestmark = pytest.mark.xdist_group("course_lab")
@@ -61,3 +70,20 @@ def test_a_measure_latency_that_ignores_warmup_and_repeats_is_caught(lab_b: Grad
     assert lab_b.score("4.8") == 0
     assert "the first (slow) one included" in lab_b.output("4.8")
     assert lost(lab_b) == {"4.2", "4.8"}
+
+
+def test_the_course_lab_as_a_notebook_loses_what_the_script_loses(
+    lab_a: Graded, tmp_path: Path
+) -> None:
+    """The course's lab handout accepts a notebook: lab A's script, cell by cell with its
+    experiment cells after it, is graded as the script is, its real mistakes named."""
+    upload = notebook_from_script(
+        SUBMISSIONS / "course_lab_a" / "kv_lab.py", tmp_path / "upload", EXPERIMENT_CELLS
+    )
+    untimed = {t["number"] for t in lab_a.part_tests("part4")} - {"4.6"}
+    graded = grade_checks(upload, tmp_path / "out", "part4", untimed)
+    for number in untimed:
+        assert graded.score(number) == lab_a.score(number), number
+    assert lost(graded) == {"4.5"}
+    assert "This is the course lab's `for k, v in past_key_values`" in graded.output("4.5")
+    assert graded.results.extra_data["files"]["part4"]["converted"]

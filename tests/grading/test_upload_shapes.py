@@ -6,8 +6,6 @@ what the whole reference scores, and the page says which files were supplied."""
 
 from __future__ import annotations
 
-import ast
-import json
 import shutil
 from pathlib import Path
 
@@ -15,7 +13,7 @@ import pytest
 
 from grader.core.points import POINTS
 from grader.core.registry import PARTS
-from tests.conftest import SOLUTION, grade_checks
+from tests.conftest import EXPERIMENT_CELLS, SOLUTION, grade_checks, notebook_from_script
 
 PART3 = PARTS["part3"]
 #: Every Part 3 check but the benchmark: the upload's shape decides whether the package
@@ -68,28 +66,8 @@ def test_a_missing_edited_file_is_named_once_per_check_and_once_on_the_page(
 
 
 def lab_notebook(dest: Path) -> Path:
-    """The reference's kv_lab.py as a student's notebook: a cell per top-level statement
-    of the script, then the cells that run the experiments (which must not run when
-    graded: the last one would stop the import)."""
-    source = (SOLUTION / "kv_lab.py").read_text()
-    lines = source.splitlines(keepends=True)
-    cells = []
-    for node in ast.parse(source).body:
-        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
-        cells.append("".join(lines[first - 1 : node.end_lineno]))
-    cells += [
-        "%matplotlib inline\nmodel = load_model()\nprint(model_config_summary(model))",
-        "latency = measure_latency(model, L_VALUES)\nplot_latency(latency, 'latency.png')",
-        "raise SystemExit('the experiment cells ran when the notebook was graded')",
-    ]
-    body = [
-        {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
-         "source": cell.splitlines(keepends=True)}
-        for cell in cells
-    ]  # fmt: skip
-    dest.mkdir(parents=True)
-    (dest / "kv_lab.ipynb").write_text(json.dumps({"cells": body, "nbformat": 4, "metadata": {}}))
-    return dest
+    """The reference's kv_lab.py as a student's notebook, its experiment cells after it."""
+    return notebook_from_script(SOLUTION / "kv_lab.py", dest, EXPERIMENT_CELLS)
 
 
 def test_the_lab_handed_in_as_a_notebook_is_graded_as_its_script(tmp_path: Path) -> None:
