@@ -92,7 +92,7 @@ def _script_from_notebook(root: Path, part: Part) -> tuple[list[str], str]:
     path, script = base / notebook, base / part.main_file
     shown = path.relative_to(root).as_posix()
     try:
-        converted = script_from_notebook(path.read_text(encoding="utf-8"), path.name)
+        converted = script_from_notebook(path.read_text(encoding="utf-8-sig"), path.name)
     except (NotebookError, UnicodeDecodeError) as exc:
         return [], f"{shown} could not be read as a notebook: {exc}"
     script.write_text(converted.script, encoding="utf-8")

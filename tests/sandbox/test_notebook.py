@@ -80,9 +80,10 @@ def test_what_is_not_a_notebook_is_an_error_that_says_why(text: str, said: str) 
         script_from_notebook(text, "kv_lab.ipynb")
 
 
-def test_a_lab_notebook_is_graded_as_the_script_it_defines(tmp_path: Path) -> None:
+@pytest.mark.parametrize("bom", [b"", b"\xef\xbb\xbf"], ids=["utf-8", "with-a-bom"])
+def test_a_lab_notebook_is_graded_as_the_script_it_defines(tmp_path: Path, bom: bytes) -> None:
     (tmp_path / "labs").mkdir()
-    (tmp_path / "labs" / "kv_lab.ipynb").write_text(LAB)
+    (tmp_path / "labs" / "kv_lab.ipynb").write_bytes(bom + LAB.replace("\\n", "\\r\\n").encode())
     layout = lay_out_part(tmp_path, PARTS["part4"], ASSIGNMENT)
     assert layout.base == tmp_path / "labs" and not layout.missing
     script = (tmp_path / "labs" / "kv_lab.py").read_text()
