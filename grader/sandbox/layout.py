@@ -95,7 +95,10 @@ def _script_from_notebook(root: Path, part: Part) -> tuple[list[str], str]:
         converted = script_from_notebook(path.read_text(encoding="utf-8-sig"), path.name)
     except (NotebookError, UnicodeDecodeError) as exc:
         return [], f"{shown} could not be read as a notebook: {exc}"
-    script.write_text(converted.script, encoding="utf-8")
+    try:
+        script.write_text(converted.script, encoding="utf-8")
+    except OSError as exc:  # a folder of that name in the upload, say
+        return [], f"{shown} could not be graded as {part.main_file}: {exc.strerror}"
     return [f"{shown} (as {part.main_file}: {converted.summary()})"], ""
 
 

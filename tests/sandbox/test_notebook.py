@@ -116,3 +116,13 @@ def test_an_unreadable_notebook_is_named_with_what_to_do(tmp_path: Path) -> None
     message = layout.missing_message(part)
     assert message.startswith("kv_lab.ipynb could not be read as a notebook: it is not a")
     assert "part4 was not graded. Upload kv_lab.py, or the notebook saved again" in message
+
+
+def test_a_folder_named_like_the_script_beside_a_notebook_is_named(tmp_path: Path) -> None:
+    (tmp_path / "kv_lab.ipynb").write_text(LAB)
+    (tmp_path / "kv_lab.py").mkdir()
+    layout = lay_out_part(tmp_path, PARTS["part4"], ASSIGNMENT)
+    assert layout.base is None
+    assert layout.missing_message(PARTS["part4"]).startswith(
+        "kv_lab.ipynb could not be graded as kv_lab.py: Is a directory, so part4 was not graded"
+    )
