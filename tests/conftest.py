@@ -229,24 +229,29 @@ EXPERIMENT_CELLS = (
 )
 
 
+def notebook_text(*cells: str, markdown: str | None = None) -> str:
+    """A Jupyter notebook (format 4) of these code cells, after one Markdown cell if
+    ``markdown``, each cell's source stored as Jupyter stores it: a list of lines."""
+    body = [{"cell_type": "markdown", "metadata": {}, "source": [markdown]}] if markdown else []
+    body += [
+        {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+         "source": cell.splitlines(keepends=True)}
+        for cell in cells
+    ]  # fmt: skip
+    return json.dumps({"cells": body, "nbformat": 4, "nbformat_minor": 5, "metadata": {}})
+
+
 def notebook_from_script(script: Path, dest: Path, extra_cells: tuple[str, ...] = ()) -> Path:
-    """``dest`` holding ``<script>.ipynb``: a Jupyter notebook (format 4) with a code cell
-    per top-level statement of ``script`` (decorators with their definition), then
-    ``extra_cells``."""
+    """``dest`` holding ``<script>.ipynb``: a notebook with a code cell per top-level
+    statement of ``script`` (decorators with their definition), then ``extra_cells``."""
     source = script.read_text()
     lines = source.splitlines(keepends=True)
     cells = []
     for node in ast.parse(source).body:
         first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
         cells.append("".join(lines[first - 1 : node.end_lineno]))
-    body = [
-        {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
-         "source": cell.splitlines(keepends=True)}
-        for cell in (*cells, *extra_cells)
-    ]  # fmt: skip
     dest.mkdir(parents=True)
-    notebook = {"cells": body, "nbformat": 4, "nbformat_minor": 5, "metadata": {}}
-    (dest / script.with_suffix(".ipynb").name).write_text(json.dumps(notebook))
+    (dest / script.with_suffix(".ipynb").name).write_text(notebook_text(*cells, *extra_cells))
     return dest
 
 

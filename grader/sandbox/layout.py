@@ -83,11 +83,11 @@ def part_files(root: Path, part: Part) -> tuple[Path | None, dict[str, Path]]:
 
 
 def _script_from_notebook(root: Path, part: Part) -> tuple[list[str], str]:
-    """Where ``part`` takes a notebook and its main file was not uploaded, write the script
-    that ``<main>.ipynb`` defines beside it. Returns what was converted (for the results)
-    and, for a notebook that cannot be read, why."""
+    """For a part whose main file was not uploaded: where it takes a notebook, write the
+    script that ``<main>.ipynb`` defines beside it. Returns what was converted (for the
+    results) and, for a notebook that cannot be read, why."""
     notebook = PurePosixPath(part.main_file).with_suffix(".ipynb").as_posix()
-    if not part.notebook or locate(root, part.main_file) or not (base := locate(root, notebook)):
+    if not part.notebook or not (base := locate(root, notebook)):
         return [], ""
     path, script = base / notebook, base / part.main_file
     shown = path.relative_to(root).as_posix()
@@ -104,8 +104,11 @@ def _script_from_notebook(root: Path, part: Part) -> tuple[list[str], str]:
 
 def lay_out_part(root: Path, part: Part, given_root: Path) -> PartLayout:
     """Find ``part``'s files under ``root`` and complete them from ``given_root``."""
-    converted, unreadable = _script_from_notebook(root, part)
+    converted, unreadable = [], ""
     base, found = part_files(root, part)
+    if base is None:
+        converted, unreadable = _script_from_notebook(root, part)
+        base, found = part_files(root, part) if converted else (None, {})
     if base is None:
         return PartLayout(None, missing=[part.main_file], unreadable=unreadable)
     layout = PartLayout(base, converted=converted)

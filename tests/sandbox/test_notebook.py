@@ -3,7 +3,6 @@ how a notebook it cannot read is named."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -12,17 +11,12 @@ from grader.core.paths import ASSIGNMENT
 from grader.core.registry import PARTS
 from grader.sandbox.layout import lay_out_part
 from grader.sandbox.notebook import NotebookError, script_from_notebook
+from tests.conftest import notebook_text
 
 
-def notebook(*cells: str, markdown: str = "# My lab") -> str:
-    """A notebook (format 4) of these code cells after one Markdown cell, each cell's
-    source stored as Jupyter stores it: a list of lines."""
-    body = [{"cell_type": "markdown", "metadata": {}, "source": [markdown]}]
-    for source in cells:
-        lines = source.splitlines(keepends=True)
-        body.append({"cell_type": "code", "execution_count": None, "metadata": {},
-                     "outputs": [], "source": lines})  # fmt: skip
-    return json.dumps({"cells": body, "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+def notebook(*cells: str) -> str:
+    """A notebook of these code cells after a Markdown cell, as a student's begins."""
+    return notebook_text(*cells, markdown="# My lab")
 
 
 LAB = notebook(
