@@ -24,7 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from grader.core.registry import PARTS, Part
-from grader.sandbox.notebook import NotebookError, script_from_notebook
+from grader.sandbox.notebook import (
+    MAX_NOTEBOOK_BYTES,
+    TOO_LARGE,
+    NotebookError,
+    script_from_notebook,
+)
 from grader.sandbox.submission import locate
 
 
@@ -92,6 +97,8 @@ def _script_from_notebook(root: Path, part: Part) -> tuple[list[str], str]:
     path, script = base / notebook, base / part.main_file
     shown = path.relative_to(root).as_posix()
     try:
+        if path.stat().st_size > MAX_NOTEBOOK_BYTES:  # refused unread
+            raise NotebookError(TOO_LARGE)
         converted = script_from_notebook(path.read_text(encoding="utf-8-sig"), path.name)
     except (NotebookError, UnicodeDecodeError) as exc:
         return [], f"{shown} could not be read as a notebook: {exc}"

@@ -20,6 +20,11 @@ import json
 from dataclasses import dataclass
 
 MAX_NOTEBOOK_BYTES = 20 * 2**20  # outputs included (plots are stored in the notebook)
+TOO_LARGE = f"it is larger than {MAX_NOTEBOOK_BYTES // 2**20} MiB"
+#: Python source in all code cells together. A lab's code is tens of KiB. The grader's
+#: syntax trees of 0.9 MiB of one-line assignments peaked at 160 MiB, and those of 18 MiB
+#: at 2.7 GB, past Gradescope's memory: the grading would have died unreported.
+MAX_CODE_BYTES = 2**20
 DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 ASSIGNMENTS = (ast.Assign, ast.AnnAssign, ast.AugAssign)
 
@@ -107,17 +112,26 @@ def _assigned_names(node: ast.AST) -> set[str]:
 
 def _kept(nodes: list[ast.stmt]) -> set[int]:
     """Indices of the statements a module made of ``nodes`` keeps: every definition, and
-    every assignment to a name that something kept reads (found backwards, to a fixpoint)."""
+    every assignment to a name that something kept reads, to a fixpoint. Each statement's
+    names are read once and each name is followed once, so a notebook's size, not the
+    length of a chain of assignments in it, bounds the work."""
     kept = {i for i, node in enumerate(nodes) if isinstance(node, DEFINITIONS)}
-    needed = set().union(*(_loaded_names(nodes[i]) for i in kept)) if kept else set()
-    changed = True
-    while changed:
-        changed = False
-        for i, node in enumerate(nodes):
-            if i not in kept and isinstance(node, ASSIGNMENTS) and _assigned_names(node) & needed:
+    assigning: dict[str, list[int]] = {}
+    for i, node in enumerate(nodes):
+        if isinstance(node, ASSIGNMENTS):
+            for name in _assigned_names(node):
+                assigning.setdefault(name, []).append(i)
+    todo = [name for i in sorted(kept) for name in _loaded_names(nodes[i])]
+    followed: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in followed:
+            continue
+        followed.add(name)
+        for i in assigning.get(name, ()):
+            if i not in kept:
                 kept.add(i)
-                needed |= _loaded_names(node)
-                changed = True
+                todo += _loaded_names(nodes[i])
     return kept
 
 
@@ -125,10 +139,18 @@ def script_from_notebook(text: str, name: str) -> Converted:
     """The script a notebook defines (see the module's docstring); ``name`` is the
     notebook's file name, for the script's header."""
     if len(text.encode()) > MAX_NOTEBOOK_BYTES:
-        raise NotebookError(f"it is larger than {MAX_NOTEBOOK_BYTES // 2**20} MiB")
+        raise NotebookError(TOO_LARGE)
     cells: list[tuple[int, list[str], list[ast.stmt]]] = []
     magics, broken = 0, []
-    for number, source in enumerate(code_cells(text), start=1):
+    sources = code_cells(text)
+    code_bytes = sum(len(source.encode()) for source in sources)
+    if code_bytes > MAX_CODE_BYTES:
+        raise NotebookError(
+            f"its code cells hold {code_bytes / 2**20:.1f} MiB of Python, more than the "
+            f"{MAX_CODE_BYTES // 2**20} MiB a lab's notebook may have: keep data in files, "
+            "not in cells, or hand in the script"
+        )
+    for number, source in enumerate(sources, start=1):
         source, found = _without_magics(source)
         magics += found
         try:
@@ -139,17 +161,17 @@ def script_from_notebook(text: str, name: str) -> Converted:
         cells.append((number, source.split("\n"), tree.body))
     nodes = [node for _, _, body in cells for node in body]
     kept = _kept(nodes)
-    future = [n for n in nodes if isinstance(n, ast.ImportFrom) and n.module == "__future__"]
+    future = {id(n): n for n in nodes if isinstance(n, ast.ImportFrom) and n.module == "__future__"}
     out = [
         f"# Written by the grader from {name}: the notebook's imports, definitions and the",
         "# assignments they use, cell by cell. Its other top-level statements were not run.",
-        *sorted({ast.unparse(n) for n in future}),
+        *sorted({ast.unparse(n) for n in future.values()}),
     ]
     index = 0
     for number, lines, body in cells:
         segments = []
         for node in body:
-            if index in kept and node not in future:
+            if index in kept and id(node) not in future:
                 first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
                 segments.append("\n".join(lines[first - 1 : node.end_lineno]))
             index += 1

@@ -3,12 +3,14 @@ how a notebook it cannot read is named."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from grader.core.paths import ASSIGNMENT
 from grader.core.registry import PARTS
+from grader.sandbox import notebook as notebook_module
 from grader.sandbox.layout import lay_out_part
 from grader.sandbox.notebook import NotebookError, script_from_notebook
 from tests.conftest import notebook_text
@@ -74,6 +76,49 @@ def test_what_is_not_a_notebook_is_an_error_that_says_why(text: str, said: str) 
         script_from_notebook(text, "kv_lab.ipynb")
 
 
+def test_a_chain_of_assignments_costs_one_reading_of_each_statement(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every link of a chain that a function reads at its far end is kept, and each
+    statement's names are read once: a fixpoint that rescans the notebook for each link
+    would read them once per link, and a hostile notebook of such chains would hold the
+    grader for minutes."""
+    n = 300
+    chain = "\n".join(["x0 = 1", *(f"x{i} = x{i - 1} + 1" for i in range(1, n))])
+    unused = "\n".join(f"y{i} = x{i}" for i in range(n))
+    calls = {"assigned": 0, "loaded": 0}
+    for name, key in (("_assigned_names", "assigned"), ("_loaded_names", "loaded")):
+        real = getattr(notebook_module, name)
+
+        def counted(node: object, real=real, key: str = key) -> object:
+            calls[key] += 1
+            return real(node)
+
+        monkeypatch.setattr(notebook_module, name, counted)
+    converted = script_from_notebook(
+        notebook(chain, unused, f"def last():\n    return x{n - 1}"), "kv_lab.ipynb"
+    )
+    assert (converted.kept, converted.not_run) == (n + 1, n)
+    namespace: dict = {}
+    exec(compile(converted.script, "kv_lab.py", "exec"), namespace)
+    assert namespace["last"]() == n and "y0" not in namespace
+    assert calls["assigned"] == 2 * n  # once for each assignment
+    assert calls["loaded"] == n + 1  # once for each statement kept
+
+
+def test_a_notebook_with_more_code_than_a_lab_is_refused_before_it_is_parsed() -> None:
+    """Outputs (stored plots) do not count; the code cells' source does, before any syntax
+    tree is built: the grader's memory stays bounded whatever a notebook holds."""
+    plot = {"output_type": "display_data", "data": {"image/png": "A" * (4 * 2**20)}}
+    with_plots = json.loads(LAB)
+    with_plots["cells"][-2]["outputs"] = [plot]
+    assert script_from_notebook(json.dumps(with_plots), "kv_lab.ipynb").kept == 6
+    line = "x = [" + "1, " * 60 + "]\n"
+    big = notebook(line * (notebook_module.MAX_CODE_BYTES // len(line) + 1))
+    with pytest.raises(NotebookError, match=r"hold 1\.0 MiB of Python, more than the 1 MiB"):
+        script_from_notebook(big, "kv_lab.ipynb")
+
+
 @pytest.mark.parametrize("bom", [b"", b"\xef\xbb\xbf"], ids=["utf-8", "with-a-bom"])
 def test_a_lab_notebook_is_graded_as_the_script_it_defines(tmp_path: Path, bom: bytes) -> None:
     (tmp_path / "labs").mkdir()
@@ -110,6 +155,23 @@ def test_an_unreadable_notebook_is_named_with_what_to_do(tmp_path: Path) -> None
     message = layout.missing_message(part)
     assert message.startswith("kv_lab.ipynb could not be read as a notebook: it is not a")
     assert "part4 was not graded. Upload kv_lab.py, or the notebook saved again" in message
+
+
+def test_a_notebook_file_past_the_size_is_refused_unread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file's size decides before its text is read: an upload of gigabytes never
+    enters the grader's memory."""
+    path = tmp_path / "kv_lab.ipynb"
+    with path.open("wb") as f:  # sparse: the size without the bytes
+        f.truncate(notebook_module.MAX_NOTEBOOK_BYTES + 1)
+    read = []
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: read.append(self) or "")
+    layout = lay_out_part(tmp_path, PARTS["part4"], ASSIGNMENT)
+    assert layout.base is None and read == []
+    assert layout.missing_message(PARTS["part4"]).startswith(
+        "kv_lab.ipynb could not be read as a notebook: it is larger than 20 MiB"
+    )
 
 
 def test_a_folder_named_like_the_script_beside_a_notebook_is_named(tmp_path: Path) -> None:
