@@ -290,7 +290,15 @@ def _agree(x: Number, y: Number) -> bool:
 def _finest(options: list[tuple[Number, ...]]) -> tuple[Number, ...] | None:
     """One value printed several ways ("1,234,567,890 (1.23 B)", or on two lines): the
     most precise, keeping only the readings of "GB" that agree with every other; None
-    when the values disagree."""
+    when the values disagree. An option printed again (the same values at the same
+    resolutions) decides nothing new and is compared once: a script that prints one line
+    thousands of times costs what it costs once, not the square of it."""
+    seen: set[tuple[tuple[float, float], ...]] = set()
+    options = [
+        opts
+        for opts in options
+        if (key := tuple((n.value, n.step) for n in opts)) not in seen and not seen.add(key)
+    ]
     kept = [
         tuple(
             x

@@ -6,6 +6,8 @@ against sealed and plain answers is :mod:`grader.parts.part1.script`.
 
 from __future__ import annotations
 
+import pytest
+
 from grader.parts.part1 import build
 from grader.parts.part1.printed import Number, read_answers
 from grader.parts.part1.script import judge, target
@@ -65,6 +67,23 @@ def test_one_answer_printed_with_two_values_is_unreadable_not_guessed() -> None:
     assert [u.why for u in answers.unreadable] == ["it is printed with different values"]
     fraction = read_answers("KV cache per request: 0.5\n")  # a byte figure with no unit
     assert "no unit" in fraction.unreadable[0].why
+
+
+def test_a_line_printed_thousands_of_times_is_compared_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The output the grader reads (64 KB) repeats one answer, as a loop that prints it
+    each step would: the reading is the same, and the grader compares the repeats once.
+    Comparing every line with every other took 50 s of the grader's CPU for 64 KB of
+    "KV: 1"."""
+    import grader.parts.part1.printed as printed
+
+    text = COURSE_STYLE + "Total model parameters: 1.23 Billion\n" * 1600
+    compared = []
+    real = printed._agree
+    monkeypatch.setattr(printed, "_agree", lambda x, y: compared.append(1) or real(x, y))
+    assert values(text) == values(COURSE_STYLE)
+    assert len(compared) < 100
 
 
 def test_only_the_write_ups_inputs_are_read_from_a_script() -> None:
