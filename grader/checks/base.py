@@ -6,6 +6,7 @@ import contextlib
 import functools
 import math
 import os
+import reprlib
 import unittest
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -96,6 +97,19 @@ class ValueProblem(Exception):
     """A returned value has the wrong type or is not finite."""
 
 
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = _SHOWN.maxother = _SHOWN.maxlong = 200
+_SHOWN.maxlist = _SHOWN.maxtuple = _SHOWN.maxdict = _SHOWN.maxset = 8
+
+
+def shown(value: Any) -> str:
+    """A value from the worker as feedback quotes it: its ``repr``, cut to a couple of
+    hundred characters (``...`` where cut). A reply may carry megabytes of text the
+    submission chose, and every character of a message costs the grader work and the
+    page room."""
+    return _SHOWN.repr(value)
+
+
 def as_number(enc: Any, want: str, what: str, notes: list[str] | None = None) -> float | int:
     """Validate a tagged value from the worker as ``want`` ("int" or "float").
 
@@ -122,7 +136,7 @@ def as_number(enc: Any, want: str, what: str, notes: list[str] | None = None) ->
             return int(value)
         if kind == "float":
             raise ValueProblem(
-                f"{what} must return an int, but returned the float {value!r}; "
+                f"{what} must return an int, but returned the float {shown(value)}; "
                 "use integer arithmetic (// instead of /) or int(...)."
             )
     else:
@@ -130,14 +144,14 @@ def as_number(enc: Any, want: str, what: str, notes: list[str] | None = None) ->
             return float(value)
         if kind == "float":
             if isinstance(value, str) or not math.isfinite(value):
-                raise ValueProblem(f"{what} returned {value}, not a finite number.")
+                raise ValueProblem(f"{what} returned {str(value)[:200]}, not a finite number.")
             return float(value)
     if kind == "other":
-        got = f"an object of type {enc.get('type')}"
+        got = f"an object of type {str(enc.get('type'))[:200]}"
     elif kind == "none":
         got = "None (is a `return` missing?)"
     else:
-        got = f"a {kind} ({value!r})"
+        got = f"a {str(kind)[:200]} ({shown(value)})"
     raise ValueProblem(f"{what} must return a{'n' if want == 'int' else ''} {want}, got {got}.")
 
 

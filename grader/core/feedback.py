@@ -47,6 +47,10 @@ __all__ = ["escape", "fenced", "markdown_output", "markdown_results", "shorten_a
 MOST_VALUES = 4
 #: What the submission printed is shown up to this many characters (its start and end).
 MAX_PRINTED_CHARS = 3000
+#: A check's own text is read into blocks up to this many characters (its start and end):
+#: twice what the page shows (results.MAX_TEST_OUTPUT_CHARS), since a check's messages
+#: quote what the submission returned, and the blocks are kept in the results file too.
+MAX_CHECK_TEXT_CHARS = 16_000
 
 CAUSE = re.compile(
     r"(?:Several known mistakes seem present at once\. )?"
@@ -56,10 +60,8 @@ CAUSE = re.compile(
 CAUSE_JOIN = re.compile(r"; (?:or|and your code) ")
 #: "18 of 32 hidden cases correct.": the verdict line carries it.
 COUNT = re.compile(r"^\d+ of \d+ (?:hidden )?cases? correct\.$")
-#: "f(args) returned V, which is wrong (compared exactly)."
-RETURNED = re.compile(
-    r"^(?P<case>.+?) returned (?P<got>.+?), which is wrong \((?P<how>[^)]*)\)\.?$"
-)
+#: "f(args) returned V, which is wrong (compared exactly).": read by :func:`returned_parts`.
+RETURNED_AT, WRONG_AT = " returned ", ", which is wrong ("
 #: "case 1 (8 tokens): logits differ from the reference's by up to 7.7 (tolerance 0.01); ..."
 LOGITS = re.compile(
     r"^(?P<case>[^:]+): logits differ from the reference's by up to (?P<err>\S+) "
@@ -137,10 +139,30 @@ def split_causes(lines: list[str]) -> tuple[list[str], list[str]]:
     return kept, causes
 
 
+def returned_parts(line: str) -> tuple[str, str, str] | None:
+    r"""``(case, got, how)`` of "CASE returned GOT, which is wrong (HOW)." (the period
+    optional), as the regular expression ``^(.+?) returned (.+?), which is wrong
+    \(([^)]*)\)\.?$`` reads it; None for another line. Read from both ends in time
+    linear in the line: GOT is the student's value, which may hold both phrases
+    thousands of times, and that expression backtracked for minutes on 24 KB of them."""
+    body = line[:-1] if line.endswith(".") else line
+    at = body.find(RETURNED_AT, 1)
+    if not body.endswith(")") or at < 0:
+        return None
+    got = at + len(RETURNED_AT)
+    # HOW holds no ")": the phrase begins after the last ")" but the closing one.
+    last = body.rfind(")", 0, len(body) - 1)
+    wrong = body.find(WRONG_AT, max(got + 1, last - len(WRONG_AT) + 1))
+    if wrong < 0:
+        return None
+    return body[:at], body[got:wrong], body[wrong + len(WRONG_AT) : -1]
+
+
 def case_row(line: str) -> list[str] | None:
     """``[case, expected, got]`` for a line of a failing case ("" columns unknown)."""
-    if m := RETURNED.match(line):
-        return [m["case"], f"the right value ({m['how']})", m["got"]]
+    if parts := returned_parts(line):
+        case, got, how = parts
+        return [case, f"the right value ({how})", got]
     if m := LOGITS.match(line):
         where = f", first at {m['where']}" if m["where"] else ""
         return [
@@ -284,7 +306,7 @@ def feedback_blocks(test: TestResult, benchmark: dict[str, Any] | None, device: 
     output, printed = test.output, ""
     if PRINTED in output:
         output, printed = output.split(PRINTED, 1)
-    lines = [x for x in output.splitlines() if x.strip()]
+    lines = [x for x in truncate(output, MAX_CHECK_TEXT_CHARS).splitlines() if x.strip()]
     count = lines.pop(0) if lines and COUNT.match(lines[0]) else ""
     if "hidden" in test.tags:
         return [verdict(test, count), *([plain(HIDDEN_NOTE)] if test.status != "passed" else [])]

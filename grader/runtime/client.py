@@ -22,6 +22,7 @@ import psutil
 
 from grader.runtime.client_output import (
     OutputCollector,
+    bounded_error,
     death_message,
     describe_error,
     syntax_sentence,
@@ -135,7 +136,7 @@ class WorkerClient:
             self.stop()
             raise self._import_error from None
         if not header.get("ok"):
-            error = header.get("error", {})
+            error = bounded_error(header.get("error"))
             detail = describe_error(error, f"importing {self.module_file}", self.module_file)
             if error.get("type") in ("SyntaxError", "IndentationError"):
                 detail = syntax_sentence(self.module_file, error)
@@ -343,11 +344,12 @@ class WorkerClient:
                 output=output,
             )
         if not reply.get("ok"):
+            error = bounded_error(reply.get("error"))
             raise SubmissionError(
-                describe_error(reply.get("error", {}), what, self.module_file),
+                describe_error(error, what, self.module_file),
                 kind="exception",
                 output=output,
-                error=reply.get("error", {}),
+                error=error,
             )
 
     def _receive(self, timeout: float, what: str = "") -> tuple[dict, dict]:

@@ -68,6 +68,27 @@ class OutputCollector(threading.Thread):
         return text
 
 
+#: The most characters of each field of a worker's exception description the parent keeps:
+#: what the worker itself sends (its message and traceback cut), enforced where the
+#: submission cannot reach, so that no text it forges grows the parent's work or the page.
+ERROR_FIELD_CHARS = {"type": 200, "message": 2000, "where": 500, "traceback": 4000}
+
+
+def bounded_error(error: Any) -> dict[str, str]:
+    """A worker's exception description as the parent keeps it: the known fields, each a
+    string cut to :data:`ERROR_FIELD_CHARS` (the traceback keeps its end, the frames
+    nearest the error); anything else in it, or anything that is not a description,
+    is dropped."""
+    if not isinstance(error, dict):
+        return {}
+    kept = {}
+    for key, most in ERROR_FIELD_CHARS.items():
+        if key in error:
+            text = str(error[key]) if isinstance(error[key], (str, int, float)) else ""
+            kept[key] = text[-most:] if key == "traceback" else text[:most]
+    return kept
+
+
 def describe_error(error: dict[str, Any], what: str, module_file: str) -> str:
     """Turn a worker-side exception description into a student-facing sentence."""
     etype = str(error.get("type", "Exception"))

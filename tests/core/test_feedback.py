@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import random
 import re
+import threading
 
 import pytest
 
@@ -13,6 +15,7 @@ from grader.core.feedback import (
     fenced,
     markdown_output,
     markdown_results,
+    returned_parts,
     shorten_arrays,
 )
 from grader.core.results import GradingResults, TestResult, validate_results
@@ -268,3 +271,41 @@ def test_a_wrong_answer_on_hidden_prompts_is_not_sent_to_the_self_check() -> Non
     assert try_line.startswith("**Try:** make the other checks of this part pass")
     assert "`python selfcheck.py --parts 2`" in try_line and "cannot compare" in try_line
     assert "Try:" not in check_text(test, {}, local=True)  # never seen there; nothing to add
+
+
+#: The reading ``returned_parts`` implements, as the expression it replaced: its
+#: specification here, too slow to run on a student's value (it backtracks).
+RETURNED_SPEC = re.compile(
+    r"^(?P<case>.+?) returned (?P<got>.+?), which is wrong \((?P<how>[^)]*)\)\.?$"
+)
+
+
+def test_a_wrong_return_line_is_read_as_the_expression_reads_it() -> None:
+    """Every line of a seeded corpus built from the phrases' pieces is split exactly as
+    the regular expression splits it: the same case, value and comparison, or no row."""
+    rng = random.Random(0)
+    pieces = [" returned ", ", which is wrong (", ")", ".", "a", "(", " ", "returned", "x)"]
+    for _ in range(50_000):
+        line = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 9)))
+        m = RETURNED_SPEC.match(line)
+        assert returned_parts(line) == (m.group(1, 2, 3) if m else None), line
+
+
+def test_a_returned_value_made_of_the_phrases_is_read_in_one_pass() -> None:
+    """A value of megabytes repeating "returned" and ", which is wrong (" (the expression
+    took 14 s on 24 KB of it, and eight times as long for each doubling). The thread only
+    bounds the test on a grader that backtracks: the reading takes milliseconds."""
+    piece = "a returned b, which is wrong ("
+    value = piece * 500_000
+    lines = {  # the expression's reading: the shortest case, then the shortest value
+        f"f() returned {value}, which is wrong (compared exactly).": (
+            "f()", "a returned b", f"{value[len(piece):]}, which is wrong (compared exactly"),
+        f"f() must return an int, got a str ('{value})').": None,
+    }  # fmt: skip
+    read: dict[str, object] = {}
+    worker = threading.Thread(
+        target=lambda: read.update({line: returned_parts(line) for line in lines}), daemon=True
+    )
+    worker.start()
+    worker.join(timeout=60)
+    assert read == lines

@@ -5,7 +5,13 @@ from __future__ import annotations
 import signal
 import traceback
 
-from grader.runtime.client_output import death_message, describe_error, syntax_sentence
+from grader.runtime.client_output import (
+    ERROR_FIELD_CHARS,
+    bounded_error,
+    death_message,
+    describe_error,
+    syntax_sentence,
+)
 from grader.sandbox.confine import NO_MOUNTS
 
 
@@ -59,3 +65,22 @@ def test_a_dead_worker_is_told_by_its_exit() -> None:
     assert kind == "crash" and "not your fault" in message
     message, kind = said(-signal.SIGKILL, expired=True)  # the watchdog, whatever the exit
     assert kind == "timeout" and "900 s time budget" in message
+
+
+def test_a_forged_exception_description_is_cut_where_the_student_cannot_reach() -> None:
+    """The worker cuts its own descriptions, but it runs beside the student's code, which
+    can send any: the parent keeps each known field cut (the traceback's end, nearest the
+    error), drops the rest, and reads anything that is not a description as none."""
+    forged = {
+        "type": "E" * 10**6,
+        "message": "m" * 10**7,
+        "where": "w" * 10**6,
+        "traceback": "head" + "t" * 10**7 + "the last frame",
+        "extra": "x" * 10**6,
+    }
+    kept = bounded_error(forged)
+    assert {k: len(v) for k, v in kept.items()} == ERROR_FIELD_CHARS
+    assert kept["traceback"].endswith("the last frame") and "head" not in kept["traceback"]
+    assert len(describe_error(kept, "f()", "q.py")) < 7000
+    assert bounded_error("Traceback ...") == {} and bounded_error(None) == {}
+    assert bounded_error({"type": ["a"], "message": 3}) == {"type": "", "message": "3"}

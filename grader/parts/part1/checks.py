@@ -26,6 +26,7 @@ from grader.checks.base import (
     ValueProblem,
     as_number,
     check,
+    shown,
     whole_float,
     with_output,
 )
@@ -49,7 +50,8 @@ FATAL = {"missing", "import", "timeout", "crash"}
 
 
 def fmt(value: Any) -> str:
-    """Numbers as a student reads them: ints with separators, floats to 6 digits."""
+    """Numbers as a student reads them: ints with separators, floats to 6 digits; any
+    other value the worker sent, cut short."""
     if isinstance(value, bool):
         return str(value)
     if isinstance(value, int):
@@ -57,8 +59,9 @@ def fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {fmt(v)}" for k, v in value.items()) + "}"
-    return repr(value)
+        items = [f"{str(k)[:100]}: {fmt(v)}" for k, v in list(value.items())[:20]]
+        return "{" + ", ".join(items + ["..."] * (len(value) > 20)) + "}"
+    return shown(value)  # a string, a list: cut to what the page can show
 
 
 def compared(kind: str, rel_tol: float) -> str:

@@ -4,10 +4,16 @@ read back as plain Python, and what a generation that gave other tokens did."""
 from __future__ import annotations
 
 import math
+import random
+import re
+import threading
 
 from grader.parts.part4.support import (
+    FOR_WORD,
+    IN_WORD,
     WrongValue,
     generation_problem,
+    in_order,
     plain_value,
     summarise_wrong_values,
 )
@@ -60,3 +66,30 @@ def test_wrong_values_no_mistake_explains_name_none() -> None:
     lines, names = summarise_wrong_values(wrong, 4)
     assert names == []
     assert lines == ["f(1) returned 5, which is wrong.", "f(2) returned 7, which is wrong."]
+
+
+def test_the_cache_loop_hints_read_source_lines_as_their_expressions_did() -> None:
+    """The lab's loop over the cache is found in the student's traceback lines in order
+    (``for``, then a comma, then ``in``; or ``for``, ``in``, then ``past`` or ``cache``), as
+    the expressions it replaced found it, on a seeded corpus of the pieces, and in one
+    pass over a line of 100,000 pieces (those expressions backtracked for seconds on
+    5,000 characters). The thread only bounds the test on a grader that backtracks."""
+    loop_with_comma = re.compile(r"\bfor\b.*,.*\bin\b")
+    loop_over_cache = re.compile(r"\bfor\b.*\bin\b.*(past|cache)")
+    rng = random.Random(0)
+    pieces = ["for", " ", ",", "in", "past", "cache", "x", "fo", "rin", "_", "inpast"]
+    for _ in range(50_000):
+        line = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 10)))
+        assert in_order(line, FOR_WORD, ",", IN_WORD) == bool(loop_with_comma.search(line))
+        over = in_order(line, FOR_WORD, IN_WORD, "past") or in_order(
+            line, FOR_WORD, IN_WORD, "cache"
+        )
+        assert over == bool(loop_over_cache.search(line)), line
+    read = []
+    long_line = "for ," * 100_000
+    worker = threading.Thread(
+        target=lambda: read.append(in_order(long_line, FOR_WORD, IN_WORD, "cache")), daemon=True
+    )
+    worker.start()
+    worker.join(timeout=60)
+    assert read == [False]
