@@ -25,6 +25,7 @@ from grader.checks.base import (
     ValueProblem,
     as_number,
     check,
+    shown,
 )
 from grader.core.arrays import decode_array
 from grader.core.points import BONUS, points
@@ -84,7 +85,7 @@ class Part4Checks(Part4LatencyRuns):
                 item = enc["value"].get(key)
                 got[key] = item.get("value") if isinstance(item, dict) else None
                 if isinstance(item, dict) and item.get("kind") != "int":
-                    got[key] = f"{got[key]!r} ({item.get('kind')}, not an int)"
+                    got[key] = f"{shown(got[key])} ({str(item.get('kind'))[:40]}, not an int)"
             wrong = [key for key in want if got[key] != want[key]]
             if wrong:
                 problems.append(

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from grader.checks.base import shown
+
 # Bytes per element of the dtypes a quantised cache may hold (by torch's name).
 ITEMSIZE = {"int8": 1, "uint8": 1, "bool": 1, "float16": 2, "bfloat16": 2, "int16": 2}
 MAX_RATIO = 0.55  # int8 data and scales against the fp16 cache
@@ -185,7 +187,7 @@ def bytes_problem(v: Int8Verdict, reported_bytes: int | None) -> None:
     if isinstance(reported_bytes, int) and reported_bytes == v.q_bytes:
         return
     line = (
-        f"quantized_kv_bytes returned {reported_bytes!r}, but the tensors of the quantised "
+        f"quantized_kv_bytes returned {shown(reported_bytes)}, but the tensors of the quantised "
         f"cache hold {v.q_bytes:,} bytes"
     )
     if v.data_bytes and reported_bytes == v.data_bytes:

@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from grader.checks.base import shown
 from grader.runtime.timing import Criterion, Ratio, Timing
 
 LATENCY_KEYS = ("no_cache_ms_per_token", "cache_ms_per_token")
@@ -28,7 +29,10 @@ def latency_figures(result: Any, L_values: list[int]) -> tuple[dict[str, list[fl
         return {}, "measure_latency must return a dict."
     got: dict[str, list[float]] = {}
     if result.get("L") != L_values:
-        return {}, f"measure_latency returned L = {result.get('L')!r} for L_values = {L_values}."
+        return (
+            {},
+            f"measure_latency returned L = {shown(result.get('L'))} for L_values = {L_values}.",
+        )
     for key in LATENCY_KEYS:
         values = result.get(key)
         if not (
@@ -39,7 +43,7 @@ def latency_figures(result: Any, L_values: list[int]) -> tuple[dict[str, list[fl
         ):
             return {}, (
                 f"measure_latency's {key!r} must be {len(L_values)} finite positive "
-                f"numbers, got {values!r}."
+                f"numbers, got {shown(values)}."
             )
         got[key] = [float(x) for x in values]
     return got, ""
