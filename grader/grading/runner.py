@@ -210,7 +210,7 @@ class Grading:
         assert ctx is not None and sandbox is not None and results is not None
         benchmarks = {num: rec.summary() for num, rec in sorted(ctx.benchmarks.items())}
         notes = layout_notes(self.layouts)
-        notes += [f"Not graded: {r}" for r in (self.copied.refused if self.copied else [])]
+        notes += self.copied.notes() if self.copied else []
         if benchmarks:
             unsure = profile_provisional(ctx.device)
             notes.append(

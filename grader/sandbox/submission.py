@@ -20,14 +20,35 @@ MAX_FILES = 2000
 MAX_FILE_BYTES = 50 * 2**20
 MAX_TOTAL_BYTES = 200 * 2**20
 MAX_DEPTH = 16  # folders below the submission's top; deeper ones are refused
+MAX_NAMED = 50  # refusals named one by one on the page; the rest are counted
 
 
 @dataclass
 class CopyReport:
-    """What was copied and what was refused, with the reason for each refusal."""
+    """What was copied and what was refused, with the reason for each refusal: the first
+    :data:`MAX_NAMED` by name, the others counted, so that an upload of a hundred thousand
+    files gets a page of a few lines."""
 
     copied: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
+    unnamed: int = 0  # refusals past MAX_NAMED
+
+    def refuse(self, what: str) -> None:
+        """Record one refusal: ``what`` and why."""
+        if len(self.refused) < MAX_NAMED:
+            self.refused.append(what)
+        else:
+            self.unnamed += 1
+
+    def notes(self) -> list[str]:
+        """The refusals as the page says them."""
+        notes = [f"Not graded: {r}" for r in self.refused]
+        if self.unnamed:
+            notes.append(
+                f"Not graded: {self.unnamed:,} more files or folders of the same upload (the "
+                f"first {MAX_NAMED} are named above)."
+            )
+        return notes
 
 
 def copy_submission(src: Path, dst: Path) -> CopyReport:
@@ -39,7 +60,7 @@ def copy_submission(src: Path, dst: Path) -> CopyReport:
         here = Path(dirpath)
         rel_dir = here.relative_to(src)
         if len(rel_dir.parts) >= MAX_DEPTH and dirnames:
-            report.refused.append(f"{rel_dir}/* (folders nested deeper than {MAX_DEPTH})")
+            report.refuse(f"{rel_dir}/* (folders nested deeper than {MAX_DEPTH})")
             dirnames[:] = []
         kept = []
         for name in sorted(dirnames):
@@ -47,7 +68,7 @@ def copy_submission(src: Path, dst: Path) -> CopyReport:
             if name in IGNORED_DIRS:
                 continue
             if path.is_symlink():
-                report.refused.append(f"{rel_dir / name}/ (a symbolic link)")
+                report.refuse(f"{rel_dir / name}/ (a symbolic link)")
                 continue
             kept.append(name)
         dirnames[:] = kept
@@ -55,13 +76,13 @@ def copy_submission(src: Path, dst: Path) -> CopyReport:
             rel = rel_dir / name
             info = os.lstat(here / name)
             if stat.S_ISLNK(info.st_mode):
-                report.refused.append(f"{rel} (a symbolic link)")
+                report.refuse(f"{rel} (a symbolic link)")
             elif not stat.S_ISREG(info.st_mode):
-                report.refused.append(f"{rel} (not a regular file)")
+                report.refuse(f"{rel} (not a regular file)")
             elif info.st_size > MAX_FILE_BYTES:
-                report.refused.append(f"{rel} (larger than {MAX_FILE_BYTES // 2**20} MiB)")
+                report.refuse(f"{rel} (larger than {MAX_FILE_BYTES // 2**20} MiB)")
             elif len(report.copied) >= MAX_FILES or total + info.st_size > MAX_TOTAL_BYTES:
-                report.refused.append(f"{rel} (the submission is too large)")
+                report.refuse(f"{rel} (the submission is too large)")
             else:
                 target = dst / rel
                 target.parent.mkdir(parents=True, exist_ok=True)

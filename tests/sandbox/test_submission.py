@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from grader.sandbox.submission import copy_submission, locate
+from grader.sandbox.submission import MAX_FILES, MAX_NAMED, copy_submission, locate
 
 
 def touch(path: Path, text: str = "x") -> Path:
@@ -57,3 +57,20 @@ def test_copy_refuses_special_files(tmp_path: Path) -> None:
     os.mkfifo(src / "pipe")
     report = copy_submission(src, tmp_path / "dst")
     assert report.refused == ["pipe (not a regular file)"]
+
+
+def test_an_upload_of_many_files_is_graded_from_its_first_and_its_page_stays_short(
+    tmp_path: Path,
+) -> None:
+    """Past the file cap every file is refused; the first refusals are named, the rest
+    counted in one line (30,000 names made the page 1.7 MB)."""
+    src = tmp_path / "src"
+    touch(src / "question1.py")
+    for i in range(MAX_FILES + MAX_NAMED + 123):
+        touch(src / "junk" / f"f{i:05d}.txt")
+    report = copy_submission(src, tmp_path / "dst")
+    assert len(report.copied) == MAX_FILES and "question1.py" in report.copied
+    assert len(report.refused) == MAX_NAMED and report.unnamed == 124
+    notes = report.notes()
+    assert len(notes) == MAX_NAMED + 1 and notes[0].endswith("(the submission is too large)")
+    assert notes[-1].startswith("Not graded: 124 more files or folders of the same upload")
