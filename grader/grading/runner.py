@@ -255,24 +255,27 @@ class Grading:
 
     def close(self) -> None:
         """Stop everything the submission started, free its space, then write the results
-        (or a fallback that says the grader failed)."""
-        if self.watchdog is not None:
-            self.watchdog.finish()
-        if self.ctx is not None:
-            self.ctx.close()
-        if self.sandbox is not None:
-            # Nothing the submission started may outlive grading and touch the results,
-            # and the space it took is freed before the results are written.
-            kill_user_processes(self.sandbox.identity)
-            self.sandbox.cleanup()
-        if self.results is not None:
-            self.results.execution_time = time.monotonic() - self.started
-            # The file speaks Gradescope's Markdown; the returned results keep plain text
-            # for the terminal.
-            write_results(markdown_results(self.results), self.results_path)
-        else:
-            fallback = fallback_results(CRASHED + self.crash[-3000:], max_score=self.total)
-            write_results(fallback, self.results_path)
+        (or a fallback that says the grader failed). The deadline holds until the file is
+        written: the page is built from what the submission returned."""
+        try:
+            if self.ctx is not None:
+                self.ctx.close()
+            if self.sandbox is not None:
+                # Nothing the submission started may outlive grading and touch the results,
+                # and the space it took is freed before the results are written.
+                kill_user_processes(self.sandbox.identity)
+                self.sandbox.cleanup()
+            if self.results is not None:
+                self.results.execution_time = time.monotonic() - self.started
+                # The file speaks Gradescope's Markdown; the returned results keep plain
+                # text for the terminal.
+                write_results(markdown_results(self.results), self.results_path)
+            else:
+                fallback = fallback_results(CRASHED + self.crash[-3000:], max_score=self.total)
+                write_results(fallback, self.results_path)
+        finally:
+            if self.watchdog is not None:
+                self.watchdog.finish()
         if self.sandbox is not None and self.warn:
             for warning in self.sandbox.warnings:
                 print(f"warning: {warning}", file=sys.stderr)
