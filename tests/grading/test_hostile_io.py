@@ -172,7 +172,8 @@ def _npy(dtype: str, shape: tuple[int, ...], payload: bytes) -> bytes:
 @pytest.mark.parametrize(
     ("raw", "why"),
     [
-        (_message(b"[" * 1_000_000 + b"]" * 1_000_000), "1e6-deep JSON"),
+        (_message(b"[" * 400_000 + b"]" * 400_000), "4e5-deep JSON"),
+        (_message(b'{"x": [' + b"{}," * 400_000 + b"{}]}"), "1.2 MB of empty objects"),
         (_message(b'{"n": ' + b"9" * 5000 + b"}"), "a 5000-digit integer"),
         (_message(b'{"ok": true}', _npy("|V0", (300_000_000,), b"")), "zero-size items"),
         (_message(b'{"ok": true}', _npy("<f4", (10**6, 10**6), b"\0" * 64)), "a false shape"),
