@@ -5,7 +5,8 @@ The worker cuts what it sends, but it runs beside the student's code, which can 
 its encoder and its exception description. Whatever arrives, the parent quotes a bounded
 piece of it and reads it in time linear in its length: a value built of the phrases the
 feedback parses ("returned ...", ", which is wrong (") held the grader 107 CPU s for
-24 KB before, and a megabyte would have held it past the grading's deadline.
+24 KB before, and 600 KB would have held it past the grading's deadline; a reply whose
+header is over the protocol's limit is refused before it is parsed.
 """
 
 from __future__ import annotations
@@ -26,13 +27,16 @@ def _forge() -> None:
     encode = adapter.encode_value
 
     def forged_value(value, depth=0):
-        if isinstance(value, int) and value > 10**9:  # the parameter counts of 1.1
-            return {"kind": "str", "value": "a returned b, which is wrong (" * 40_000 + ")"}
+        called = sys._getframe(1).f_locals.get("name")  # the function the grader called
+        if called == "param_count":  # under the reply header's limit: quoted, cut
+            return {"kind": "str", "value": "a returned b, which is wrong (" * 20_000 + ")"}
+        if called == "weight_bytes":  # over it: refused unread
+            return {"kind": "str", "value": "w" * 2_000_000}
         return encode(value, depth)
 
     def forged_description(exc, submission=None):
-        return {"type": "ValueError" + "E" * 100_000, "message": "m" * 3_000_000,
-                "where": "w" * 100_000, "traceback": "  File x, line 1\\n" * 200_000}
+        return {"type": "ValueError" + "E" * 10_000, "message": "m" * 500_000,
+                "where": "w" * 50_000, "traceback": "  File x, line 1\\n" * 20_000}
 
     adapter.encode_value = forged_value
     main.describe_exception = forged_description
@@ -61,7 +65,9 @@ def test_forged_values_and_exception_descriptions_are_quoted_cut_and_read_once(
         value["status"] == "failed"
         and "must return an int, got a str ('a returned b" in value["output"]
     )
-    assert len(value["output"]) < 3000  # two values of 1.2 MB, each quoted in 200 characters
+    assert len(value["output"]) < 3000  # two values of 600 KB, each quoted in 200 characters
+    refused = checks["1.2"]
+    assert refused["status"] == "failed" and "message header of" in refused["output"]
     described = checks["1.4"]
     assert described["status"] == "failed" and "raised ValueError" in described["output"]
     assert "m" * 2001 not in described["output"] and "E" * 201 not in described["output"]
