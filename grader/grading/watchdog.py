@@ -19,16 +19,16 @@ from grader.core.results import fallback_results, write_results
 #: grader is still its parent (so never a process that took a dead grader's pid), the
 #: backstop writes the results file and kills the grader. It imports nothing of the kit.
 BACKSTOP = """
-import os, select, signal, sys, tempfile
+import os, select, sys
 fd, grader, seconds, path, text = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), \\
     sys.argv[4], sys.argv[5]
 if not select.select([fd], [], [], seconds)[0] and os.getppid() == grader:
-    tmp = tempfile.NamedTemporaryFile("w", dir=os.path.dirname(path), delete=False)
-    tmp.write(text)
-    tmp.close()
-    os.chmod(tmp.name, 0o644)
-    os.replace(tmp.name, path)
-    os.kill(grader, signal.SIGKILL)
+    tmp = f"{path}.backstop-{os.getpid()}"
+    out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    os.write(out, text.encode())
+    os.close(out)
+    os.replace(tmp, path)
+    os.kill(grader, 9)  # SIGKILL (the signal module's import alone costs 5 ms)
 """
 
 
