@@ -15,6 +15,7 @@ from grader.parts.part3.cases import (
     cache_bytes,
 )
 from grader.parts.part3.support import Part3Base
+from grader.runtime.client_output import bounded_error
 from grader.runtime.outcomes import SubmissionError
 
 #: Check 3.8's mode switches: what goes wrong when a run's text differs.
@@ -75,7 +76,8 @@ class Part3Probes(Part3Base):
             raised, message = reply.header.get("raised"), str(reply.header.get("message", ""))
             if raised is None or wanted not in message:
                 what = "an unknown params.json key" if broken == "unknown_key" else "a missing file"
-                did = f"raised {raised}: {message}" if raised else "did not raise"
+                cut = bounded_error({"type": raised, "message": message})  # a forged reply's text
+                did = f"raised {cut['type']}: {cut['message']}" if raised else "did not raise"
                 problems.append(
                     f"Llama.build on a checkpoint with {what} should raise an error naming "
                     f"{wanted!r}; it {did}."
