@@ -135,6 +135,11 @@ def _kept(nodes: list[ast.stmt]) -> set[int]:
     return kept
 
 
+def _is_future(node: ast.stmt) -> bool:
+    """A ``from __future__ import ...``: hoisted to the script's top, where it must be."""
+    return isinstance(node, ast.ImportFrom) and node.module == "__future__"
+
+
 def script_from_notebook(text: str, name: str) -> Converted:
     """The script a notebook defines (see the module's docstring); ``name`` is the
     notebook's file name, for the script's header."""
@@ -161,17 +166,17 @@ def script_from_notebook(text: str, name: str) -> Converted:
         cells.append((number, source.split("\n"), tree.body))
     nodes = [node for _, _, body in cells for node in body]
     kept = _kept(nodes)
-    future = {id(n): n for n in nodes if isinstance(n, ast.ImportFrom) and n.module == "__future__"}
+    future = [n for n in nodes if _is_future(n)]
     out = [
         f"# Written by the grader from {name}: the notebook's imports, definitions and the",
         "# assignments they use, cell by cell. Its other top-level statements were not run.",
-        *sorted({ast.unparse(n) for n in future.values()}),
+        *sorted({ast.unparse(n) for n in future}),
     ]
     index = 0
     for number, lines, body in cells:
         segments = []
         for node in body:
-            if index in kept and id(node) not in future:
+            if index in kept and not _is_future(node):
                 first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
                 segments.append("\n".join(lines[first - 1 : node.end_lineno]))
             index += 1

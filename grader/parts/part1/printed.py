@@ -293,12 +293,10 @@ def _finest(options: list[tuple[Number, ...]]) -> tuple[Number, ...] | None:
     when the values disagree. An option printed again (the same values at the same
     resolutions) decides nothing new and is compared once: a script that prints one line
     thousands of times costs what it costs once, not the square of it."""
-    seen: set[tuple[tuple[float, float], ...]] = set()
-    options = [
-        opts
-        for opts in options
-        if (key := tuple((n.value, n.step) for n in opts)) not in seen and not seen.add(key)
-    ]
+    unique: dict[tuple[tuple[float, float], ...], tuple[Number, ...]] = {}
+    for opts in options:  # the first of each kept, in order
+        unique.setdefault(tuple((n.value, n.step) for n in opts), opts)
+    options = list(unique.values())
     kept = [
         tuple(
             x
