@@ -113,7 +113,7 @@ def shown(value: Any) -> str:
 def as_number(enc: Any, want: str, what: str, notes: list[str] | None = None) -> float | int:
     """Validate a tagged value from the worker as ``want`` ("int" or "float").
 
-    With ``notes``, a float with a whole-number value where an int is wanted (134217728.0)
+    With ``notes``, a float with a whole-number value where an int is wanted (4096.0)
     is that int: its value is right, so it costs nothing, and a note for the feedback is
     appended to ``notes``. Without it (the default), such a float is a type error.
     """

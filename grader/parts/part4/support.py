@@ -148,7 +148,7 @@ def in_order(line: str, *marks: re.Pattern[str] | str) -> bool:
     r"""Whether ``marks`` (words or plain text) occur in ``line`` one after the other, as
     ``\bfor\b.*,.*\bin\b`` asks: each found after the end of the one before, the earliest
     each time. Linear in the line, which is the student's source (that expression
-    backtracked for seconds on a line of 5,000 characters)."""
+    backtracked for seconds on a line of a few thousand characters)."""
     at = 0
     for mark in marks:
         if isinstance(mark, str):

@@ -5,6 +5,8 @@ messages and without the answers."""
 from __future__ import annotations
 
 import json
+import math
+import re
 import subprocess
 import sys
 import zipfile
@@ -97,6 +99,48 @@ def test_the_zips_part1_cases_hold_no_answer_and_no_mistake_value(unzipped: Path
         for form in forms(value):
             if len(form) >= 3:
                 assert not any(form in s for s in strings), form
+
+
+#: A number as prose and code write it: digits with optional separators, a fraction, an
+#: exponent ("134,217,728", "520.4", "1e9"), not part of a name or a longer number.
+NUMBER = re.compile(r"(?<![\w.])\d[\d,_]*(?:\.\d+)?(?:[eE][+-]?\d+)?")
+#: What people write: the handout, code and its comments, settings. The zip's data files
+#: (random draws, token ids, measured times) are numbers by the thousand; part1.json is
+#: searched by the test above.
+WRITTEN = (".md", ".py", ".txt", ".toml", ".cfg", ".yml", ".yaml", ".sh", ".html")
+
+
+def sealed_values() -> set[int | float]:
+    """Every expected value of a public case that is sealed (all but inputs of their own)."""
+    public = json.loads((TEST_CASES / "public" / "part1.json").read_text())["cases"]
+    ids = [c["id"] for c in public if not c.get("own_input")]
+    return {v for i in ids for v in scalars(ANSWERS[i]["expected"]) if not isinstance(v, bool)}
+
+
+def gives_away(written: float, secret: int | float) -> bool:
+    """Whether a number written in a file shows ``secret``: a whole answer of three digits
+    or more by its integer part (``520.4`` as a "fractional batch size" gives 520), any
+    other by its value to four significant digits."""
+    if float(secret).is_integer() and abs(secret) >= 100:
+        return math.floor(written) == secret
+    return secret != 0 and abs(written - secret) <= 1e-4 * abs(secret)
+
+
+def test_nothing_written_in_the_student_zip_shows_a_sealed_answer(unzipped: Path) -> None:
+    """No file a student receives (the handout, the skeletons, the self-check and the grader
+    code it carries) writes a sealed Part 1 answer as a number, not even as an example of
+    what is accepted: the seals would be for nothing."""
+    secrets = sealed_values()
+    assert len(secrets) > 10
+    found = []
+    for path in sorted(p for p in unzipped.rglob("*") if p.suffix in WRITTEN):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for match in NUMBER.finditer(text):
+            written = float(match.group().replace(",", "").replace("_", ""))
+            if math.isfinite(written) and any(gives_away(written, s) for s in secrets):
+                line = text.count("\n", 0, match.start()) + 1
+                found.append(f"{path.relative_to(unzipped)}:{line}: {match.group()}")
+    assert not found, found
 
 
 def selfcheck(home: Path, question1: Path) -> dict[str, dict[str, Any]]:
