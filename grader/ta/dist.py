@@ -217,11 +217,14 @@ def build_autograder(*, out: Path, check_cases: bool = True, reuse: bool = False
     are deterministic, so this is "up to date")."""
     if check_cases:
         ensure_fresh_cases()
-    with Step(f"building {out}", file=sys.stdout):
+    kept = reuse and out.is_file()
+    with Step(f"{'checking' if kept else 'building'} {out}", file=sys.stdout):
         data = _zip_bytes(_autograder_entries)
-    if reuse and out.is_file() and out.read_bytes() == data:
+    if kept and out.read_bytes() == data:
         print(f"{out}: up to date, reused ({len(data) / 2**20:.1f} MiB)", flush=True)
         return out
+    if kept:
+        print(f"{out}: out of date, written again", flush=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(data)
     return out

@@ -75,12 +75,16 @@ def test_an_up_to_date_autograder_zip_is_reused(
     out = tmp_path / "autograder.zip"
     dist.build_autograder(out=out, check_cases=False)
     before = out.stat().st_mtime_ns
+    capsys.readouterr()  # the first build's lines
     assert dist.build_autograder(out=out, check_cases=False, reuse=True) == out
     assert out.stat().st_mtime_ns == before
-    assert "up to date, reused" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "up to date, reused" in said
+    assert "building" not in said  # a reused zip was checked, not built
     out.write_bytes(b"an older build")
     dist.build_autograder(out=out, check_cases=False, reuse=True)
     assert out.read_bytes()[:2] == b"PK"  # stale: rebuilt
+    assert "out of date, written again" in capsys.readouterr().out
 
 
 def test_run_local_says_where_its_results_json_is(
