@@ -17,6 +17,7 @@ not where it was told, and takes the one folder that has it.
 from __future__ import annotations
 
 import sys
+import zipfile
 from pathlib import Path
 
 from grader.ta.regrade.report import natural_key
@@ -37,6 +38,12 @@ def find_export(path: Path) -> Path:
     path = Path(path)
     if (path / METADATA).is_file():
         return path
+    if zipfile.is_zipfile(path):
+        unzipped = path.with_suffix("")
+        raise ExportError(
+            f"{path} is a zip: unzip it first (unzip {path} -d {unzipped}), then name the "
+            f"folder it made ({unzipped})"
+        )
     if not path.is_dir():
         raise ExportError(f"cannot read {METADATA}: {path} is not a folder")
     below = sorted(

@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 import subprocess
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,22 @@ def test_find_export_takes_the_folder_named_or_the_one_below_it(tmp_path: Path) 
     (other / METADATA).write_text("{}\n")
     with pytest.raises(ExportError, match=r"several exports .*assignment_7_export"):
         find_export(tmp_path / "unzipped")
+
+
+def test_an_export_named_as_its_zip_is_refused_with_how_to_unzip_it(tmp_path: Path) -> None:
+    archive = tmp_path / "export.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr(f"assignment_7_export/{METADATA}", "{}\n")
+    with pytest.raises(ExportError, match=r"is a zip: unzip it first \(unzip .*export\.zip -d"):
+        find_export(archive)
+
+
+def test_the_metadata_format_the_docs_show_is_the_one_read() -> None:
+    """docs/reports.md's example of submission_metadata.yml is read as it says."""
+    docs = (ROOT / "docs" / "reports.md").read_text()
+    (example,) = re.findall(r"```yaml\n(.*?)```", docs, flags=re.S)
+    (submitters,) = batch.parse_metadata(example).values()
+    assert [(s.name, s.sid) for s in submitters] == [("Ada Lovelace", "1815")]
 
 
 def test_the_folder_the_export_was_unzipped_into_is_regraded(
