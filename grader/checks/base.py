@@ -23,7 +23,7 @@ from gradescope_utils.autograder_utils.decorators import (
 )
 
 from grader.core.feedback import CUT_SHORT, GPU_HELD, NOT_GRADED, confirmed, memory_label
-from grader.core.points import part_of, points
+from grader.core.points import POINTS, part_of, points
 from grader.runtime.context import GradingContext, live_pools_key
 from grader.runtime.outcomes import SubmissionError
 from grader.runtime.timing import (
@@ -67,7 +67,7 @@ def check(
 
     def decorate(fn: Callable) -> Callable:
         w = 0.0 if bonus else points(num)
-        fn = _graded_part_only(fn)
+        fn = _graded_part_only(fn, num)
         if partial:
             fn = partial_credit(w)(fn)
         fn = weight(w)(fn)
@@ -79,15 +79,20 @@ def check(
     return decorate
 
 
-def _graded_part_only(fn: Callable) -> Callable:
-    """``fn`` fails at once, with one sentence, when its part's files are not in the
-    submission: what to upload, said once per check rather than once per case."""
+def _graded_part_only(fn: Callable, num: str) -> Callable:
+    """``fn`` (check ``num``) fails at once when its part's files are not in the
+    submission: the part's first check says what to upload, every other one points to it
+    (a page of 11 copies of the same sentence hides the one thing to do)."""
 
     @functools.wraps(fn)
     def guarded(self: GradedTestCase, *args: Any, **kwargs: Any) -> Any:
         if self.ctx.bases.get(self.part) is None:
-            note_detail(NOT_GRADED, "missing")
-            self.fail(self.ctx.missing_message(self.part))
+            first = next(iter(POINTS[self.part]))
+            note_detail(NOT_GRADED, "missing" if num == first else "see_first")
+            if num == first:
+                self.fail(self.ctx.missing_message(self.part))
+            self.fail(f"Not graded: {self.part}'s files are not in your submission ({first} "
+                      "says which to upload).")  # fmt: skip
         return fn(self, *args, **kwargs)
 
     return guarded

@@ -201,7 +201,8 @@ def case_section(lines: list[str]) -> list[Block]:
 
 
 #: The detail (``extra_data`` key) a check carries when its part was not graded for want
-#: of a file: its one thing to try is to upload it, not to run the self-check.
+#: of a file: "missing" on the part's first check, whose one thing to try is to upload it
+#: (not to run the self-check); "see_first" on the others, which point to it.
 NOT_GRADED = "not_graded"
 #: The detail a check carries when a timed run's answer differed from the reference's on
 #: the hidden prompt pools: the self-check, without them, times that check but cannot
@@ -209,9 +210,12 @@ NOT_GRADED = "not_graded"
 HIDDEN_ANSWER = "hidden_answer"
 
 
-def try_next(test: TestResult, causes: list[str], cases: bool) -> Block:
-    """The one thing to try, for a failed check (worded by the medium that shows it)."""
+def try_next(test: TestResult, causes: list[str], cases: bool) -> Block | None:
+    """The one thing to try, for a failed check (worded by the medium that shows it); None
+    where the part's first check already says it."""
     part = test.part.removeprefix("part")
+    if test.extra_data.get(NOT_GRADED) == "see_first":
+        return None
     if test.extra_data.get(NOT_GRADED) == "missing":
         return advice("upload", part)
     if test.extra_data.get(HIDDEN_ANSWER):
@@ -275,7 +279,36 @@ def benchmark_tables(record: dict[str, Any], device: str) -> list[Block]:
         blocks.append(plain(confirmed(record["extra_rounds"])))
     if record.get("cut_short"):
         blocks.append(plain(CUT_SHORT))
-    return blocks
+    return blocks + [plain(w) for w in decision_words(record)]
+
+
+def decision_words(record: dict[str, Any]) -> list[str]:
+    """What a benchmark's feedback says of the criteria its runs decided late or never
+    (``undecided`` and ``decided_late`` of its record; grader/runtime/verdicts.py)."""
+    words, by = [], {}
+    for c in record.get("criteria", []):
+        by.setdefault(str(c.get("decision", "")), []).append(str(c.get("label", "")))
+    if by.get("undecided"):
+        words.append(
+            f"Not decided: {'; '.join(by['undecided'])}. The timed runs never settled on one "
+            "side of the limit, and they were no noisier than the reference solution's on "
+            "the same machine, so the noise is the machine's and the limit counts as met. "
+            "Your TA may time this check again on a quiet machine."
+        )
+    if by.get("own noise"):
+        words.append(
+            f"Not decided: {'; '.join(by['own noise'])}. Your timed runs were far noisier than "
+            "the reference solution's on the same machine, so the noise is your code's own "
+            "(runs that wait, spin or redo work at random) and the limit counts as missed. "
+            "Each run of the same work should cost about the same."
+        )
+    if by.get("undecided, median missed"):
+        words.append(
+            f"Not decided, judged on the median: {'; '.join(by['undecided, median missed'])}."
+        )
+    if record.get("decided_late"):
+        words.append(f"Decided only in the extra rounds: {'; '.join(record['decided_late'])}.")
+    return words
 
 
 #: What a benchmark's feedback says when its timing stopped because the timed runs' own
@@ -308,6 +341,8 @@ def feedback_blocks(test: TestResult, benchmark: dict[str, Any] | None, device: 
         output, printed = output.split(PRINTED, 1)
     lines = [x for x in truncate(output, MAX_CHECK_TEXT_CHARS).splitlines() if x.strip()]
     count = lines.pop(0) if lines and COUNT.match(lines[0]) else ""
+    if "hidden" in test.tags and test.extra_data.get(NOT_GRADED):
+        return [verdict(test, count), *(plain(line) for line in lines)]  # nothing ran
     if "hidden" in test.tags:
         return [verdict(test, count), *([plain(HIDDEN_NOTE)] if test.status != "passed" else [])]
     if benchmark is not None:
@@ -321,7 +356,7 @@ def feedback_blocks(test: TestResult, benchmark: dict[str, Any] | None, device: 
         blocks += [plain("Your code printed:"), code(truncate(printed.strip(), MAX_PRINTED_CHARS))]
     if test.status != "passed" and benchmark is None:
         cases = any(b["kind"] == "table" and b["header"][0] == "case" for b in body)
-        blocks.append(try_next(test, causes, cases))
+        blocks += [b for b in [try_next(test, causes, cases)] if b is not None]
     return blocks
 
 

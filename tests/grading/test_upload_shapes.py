@@ -50,17 +50,19 @@ def test_the_two_edited_files_alone_score_full_marks(tmp_path: Path, flat: bool)
     assert "ModuleNotFoundError" not in str(graded.data)
 
 
-def test_a_missing_edited_file_is_named_once_per_check_and_once_on_the_page(
+def test_a_missing_edited_file_is_named_by_the_first_check_and_once_on_the_page(
     tmp_path: Path,
 ) -> None:
     submission = upload(tmp_path / "upload", flat=False, files=(PART3.main_file,))
     graded = grade_checks(submission, tmp_path / "out", "part3", {"3.1", "3.2"})
     assert graded.results.score == 0
     assert graded.results.output.count("llama/generation.py is not in your submission") == 1
-    for number in ("3.1", "3.2"):
-        shown = graded.shown(number)
-        assert shown.count("llama/generation.py is not in your submission") == 1
-        assert "upload the files named above" in shown
+    first, other = graded.shown("3.1"), graded.shown("3.2")
+    assert first.count("llama/generation.py is not in your submission") == 1
+    assert "upload the files named above" in first
+    assert "3.1 says which to upload" in other and "not in your submission" in other
+    assert "upload the files named above" not in other  # nothing above it to upload
+    for shown in (first, other):
         assert "selfcheck" not in shown  # the self-check cannot help with a missing file
     assert graded.results.extra_data["files"]["part3"]["missing"] == ["llama/generation.py"]
 

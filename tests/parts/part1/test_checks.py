@@ -261,8 +261,14 @@ def test_missing_file_is_a_clear_message(tmp_path: Path) -> None:
     assert graded.data["score"] == 0
     assert "question1.py is not in your submission" in graded.output("1.1")
     assert "Upload question1.py" in graded.output("1.1")
-    assert "transformer_skeleton.py is not in your submission" in graded.output("2.2")
+    assert "transformer_skeleton.py is not in your submission" in graded.output("2.1")
     assert graded.data["output"].count("question1.py is not in your submission") == 1
+    # The part's first check says what to upload; the others, hidden ones included, point
+    # to it instead of saying it again (or claiming that public checks ran).
+    pages = [t["output"] for t in graded.data["tests"] if t["number"].startswith("2.")]
+    assert sum("transformer_skeleton.py is not in your submission" in p for p in pages) == 1
+    assert all("2.1 says which to upload" in p for p in pages[1:])
+    assert not any("public checks" in p for p in pages)
 
 
 def test_files_uploaded_inside_folders_are_found(tmp_path: Path, solution_graded) -> None:

@@ -142,7 +142,7 @@ def test_a_model_py_alone_names_the_file_still_to_upload(tmp_path: Path) -> None
     (tmp_path / "sub" / "model.py").write_text("x = 1\n")
     graded = run_grade(tmp_path / "sub", tmp_path / "out", parts=["part3"], limits=LIMITS)
     assert graded.data["score"] == 0
-    message = graded.output("3.2")
+    message = graded.output("3.1")
     assert "llama/generation.py is not in your submission" in message
     assert "Upload llama/model.py and llama/generation.py" in message
 
