@@ -15,8 +15,12 @@ from typing import Any
 import numpy as np
 
 if __package__:  # grader.parts.part2.adapter: regen and the tests, in the grader's process
+    from grader.parts.part2.adapter_cache import held_kv, kv_tensors, scramble, written
+    from grader.parts.part2.adapter_calls import forward_calls
     from grader.parts.part2.adapter_weights import draw_on
 else:  # the worker, where the adapter's modules sit beside its main.py
+    from adapter_part2_cache import held_kv, kv_tensors, scramble, written
+    from adapter_part2_calls import forward_calls
     from adapter_part2_weights import draw_on
 
 module: Any = None
@@ -228,32 +232,17 @@ def run_cache_values(model: Any, input_ids: np.ndarray, steps: list[int]) -> dic
     return {"arrays": arrays, "shapes": cache_shapes(past), "dtypes": dtypes}
 
 
-def kv_tensors(value: Any, prefix: int, width: int) -> list[Any]:
-    """Every tensor in ``value`` (what forward handed back as ``past_kv``, searched through
-    its lists, tuples, dicts and plain objects) shaped like keys or values of at least
-    ``prefix`` positions of ``width`` features: (..., T, width) or (..., width, T), T >=
-    ``prefix``. The course's (B, T_total, D) pairs, views of a preallocated buffer and a
-    key held transposed all qualify; masks and position indices do not."""
-    from tensor_search import tensors_in  # the worker's module, flat beside the adapter
-
-    def kv_shaped(t: Any) -> bool:
-        if not t.is_floating_point() or t.ndim < 2:
-            return False
-        rows, cols = t.shape[-2], t.shape[-1]
-        return (cols == width and rows >= prefix) or (rows == width and cols >= prefix)
-
-    return [t for t in tensors_in(value) if kv_shaped(t)]
-
-
 def cache_read_effect(model: Any, input_ids: np.ndarray, prefix: int, width: int) -> float | None:
-    """The largest change of the last step's logits when the cache forward handed back
-    after a prefill of ``prefix`` tokens (every tensor of :func:`kv_tensors`) is overwritten
-    with noise, in place, before the single-token steps on the rest of ``input_ids``, each
-    fed the cache the previous call returned. A cache read at every step keeps the
-    prompt's scrambled keys and values to the end, so the last step changes; a forward that
-    recomputes the prefix at any step (at once, or every few calls) has healed by then. The
-    unscrambled steps follow the same prefill again. Infinite where only the scrambled run
-    is NaN; None where the cache holds no such tensor or one cannot be written (a design
+    """The largest change of the last step's logits when the cache the next step may read
+    after a prefill of ``prefix`` tokens is overwritten with noise, in place, before the
+    single-token steps on the rest of ``input_ids``, each fed the cache the previous call
+    returned. That cache is every :func:`kv_tensors` of what forward handed back, and every
+    key- or value-shaped tensor the model keeps that the prefill wrote (:func:`written`: a
+    cache kept on the layers and handed back as a copy). A cache read at every step keeps
+    the prompt's scrambled keys and values to the end, so the last step changes; a forward
+    that recomputes the prefix at any step (at once, or every few calls) has healed by
+    then. The unscrambled steps follow the same prefill again. Infinite where only the
+    scrambled run is NaN; None where no such tensor exists or none can be written (a design
     with no readable cache: the other probes judge it)."""
     import torch
 
@@ -267,15 +256,11 @@ def cache_read_effect(model: Any, input_ids: np.ndarray, prefix: int, width: int
         return _to_numpy(logits, "logits")
 
     with torch.no_grad():
+        before = held_kv(model, prefix, width)
         _, past = _logits_of(model(ids[:, :prefix], use_cache=True))
-        found = {id(t): t for t in kv_tensors(past, prefix, width)}.values()
-        if not found:
-            return None
-        try:  # in inference mode: a forward decorated with it hands back inference tensors
-            with torch.inference_mode():
-                for t in found:
-                    t.copy_((torch.randn(t.shape, generator=gen) * 3).to(t.device, t.dtype))
-        except RuntimeError:  # an expanded view, say: not writable in place
+        found = [*kv_tensors(past, prefix, width), *written(model, before, prefix, width)]
+        del before
+        if not scramble(list({id(t): t for t in found}.values()), gen):
             return None
         scrambled = steps(past)
         _, past = _logits_of(model(ids[:, :prefix], use_cache=True))
@@ -294,30 +279,20 @@ def run_generate(
     use_cache: bool | None,
     seed: int,
 ) -> dict[str, Any]:
-    """Seeded ``generate``, recording how many tokens every ``forward`` call received
-    (a hint for feedback: the submission can rewrite this record). A ``temperature`` or
-    ``use_cache`` of None is left out of the call, so generate's own default applies."""
+    """Seeded ``generate``, recording how many tokens every ``forward`` call received,
+    whichever way generate reaches forward (:func:`forward_calls`; a hint for feedback:
+    the submission can rewrite this record). A ``temperature`` or ``use_cache`` of None
+    is left out of the call, so generate's own default applies."""
     import torch
 
     ids = torch.as_tensor(input_ids, dtype=torch.long, device=_device_of(model))
-    lengths: list[int] = []
-    original = model.forward
-
-    def counting_forward(*args: Any, **kwargs: Any) -> Any:
-        given = args[0] if args else kwargs.get("input_ids")
-        lengths.append(int(given.shape[-1]) if hasattr(given, "shape") else -1)
-        return original(*args, **kwargs)
-
-    model.forward = counting_forward
-    try:
+    with forward_calls(model) as lengths:
         torch.manual_seed(seed)
         with torch.no_grad():
             given = {"temperature": temperature, "use_cache": use_cache}
             options = {k: v for k, v in given.items() if v is not None}
             tokens = model.generate(ids, max_new_tokens, **options)
         _sync()
-    finally:
-        del model.forward
     if not isinstance(tokens, torch.Tensor):
         raise TypeError(f"generate must return a torch.Tensor, got {type(tokens).__name__}")
     if tokens.is_floating_point():

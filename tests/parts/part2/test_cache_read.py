@@ -2,13 +2,16 @@
 read at every step: the worker's half (``adapter.cache_read_effect``) on the public model,
 in this process, and the grader's verdict on its figure (``timed.cache_read_verdict``).
 
-Part 2's cache is what forward hands back as past_kv, so the probe scrambles that (in
-place: a cache kept on the layers, of which past_kv holds views, is scrambled with it) and
-steps on, feeding back what each call returns. Every layout of the mutant library's
-correct variants must be seen reading its cache; a forward that runs the whole sequence
-again every few calls (its calls one token each, like a cache's) must be named at any
-period up to 64; a cache with nothing shaped like keys or values is left to the other
-checks. Which tensors count as keys or values (``adapter.kv_tensors``) is tested at the end.
+Part 2's cache is what forward hands back as past_kv, but a model may read another copy
+of it, so the probe scrambles both, in place: what forward handed back, and every key- or
+value-shaped tensor the model keeps that the prefill wrote (on a layer, in a buffer, a
+dict, a closure or a module-level list), and steps on, feeding back what each call
+returns. Every layout of the mutant library's correct variants must be seen reading its
+cache; a forward that runs the whole sequence again every few calls (its calls one token
+each, like a cache's) must be named at any period up to 64, whatever it keeps and hands
+back; a cache with nothing shaped like keys or values is left to the other checks, and
+the weights are never written. Which tensors count as keys or values
+(``adapter_cache.kv_tensors``) is tested at the end.
 """
 
 from __future__ import annotations
@@ -121,27 +124,133 @@ def test_a_cache_of_layer_inputs_is_read(tmp_path: Path, ids: np.ndarray) -> Non
     assert cache_read_verdict(effect_of(root, ids), CACHE_READ_PREFIX) == ""
 
 
+#: Where :class:`Kept` keeps its cache: a module-level list is one of the places.
+MODULE_CACHE: list[torch.Tensor] = []
+
+
+class Kept(nn.Module):
+    """A model that keeps its cache (B, T, D) in one place an honest design may keep it
+    (``where``) and hands the caller a copy. Its logits are a sum over the cache it keeps
+    (``reads``), or over the new tokens alone: a cache-free model whose copy is of
+    something it never reads. ``table`` adds a fixed float buffer shaped like keys, read at
+    every step and never written."""
+
+    def __init__(self, where: str, reads: bool = True, table: bool = False) -> None:
+        super().__init__()
+        self.where, self.reads = where, reads
+        self.layer = nn.Module()  # the cache sits on a submodule, as on an attention layer
+        store: dict[str, torch.Tensor] = {}
+        self.layer.store = lambda: store  # a closure: the cache is in what it captured
+        self.register_buffer("table", torch.ones(1, 128, WIDTH) if table else None)
+
+    def put(self, cache: torch.Tensor) -> None:
+        if self.where == "buffer":
+            self.layer.register_buffer("cache", cache, persistent=False)
+        elif self.where == "dict":
+            self.layer.cache = {"k": cache, "v": cache}
+        elif self.where == "closure":
+            self.layer.store()["k"] = cache
+        elif self.where == "module global":
+            MODULE_CACHE[:] = [cache]
+        else:
+            self.layer.cache = cache
+
+    def kept(self) -> torch.Tensor:
+        if self.where == "dict":
+            return self.layer.cache["k"]
+        if self.where == "closure":
+            return self.layer.store()["k"]
+        return MODULE_CACHE[0] if self.where == "module global" else self.layer.cache
+
+    def forward(
+        self, input_ids: torch.Tensor, past_kv: Any = None, use_cache: bool = False
+    ) -> tuple[torch.Tensor, Any]:
+        x = (input_ids.float() / 1000).unsqueeze(-1).expand(-1, -1, WIDTH)  # (B, T_new, D)
+        cache = x.clone() if past_kv is None else torch.cat([self.kept(), x], dim=1)
+        self.put(cache)
+        total = cache.sum() if self.reads else x.sum()
+        if self.table is not None:
+            total = total + self.table.sum()
+        logits = torch.zeros(*input_ids.shape, 8) + total
+        return logits, [(cache.clone(), cache.clone())]  # a copy, never read back
+
+
+@pytest.mark.parametrize("where", ["attribute", "buffer", "dict", "closure", "module global"])
+def test_a_cache_kept_by_the_model_and_handed_back_as_a_copy_is_read(
+    ids: np.ndarray, where: str
+) -> None:
+    """Noise in the copy changes nothing; noise in the tensors the model keeps (written by
+    the prefill) reaches the last step."""
+    try:
+        effect = adapter.cache_read_effect(Kept(where), ids, CACHE_READ_PREFIX, WIDTH)
+    finally:
+        MODULE_CACHE.clear()
+    assert effect is not None and effect > 100 * CACHE_READ_MIN_EFFECT
+    assert cache_read_verdict(effect, CACHE_READ_PREFIX) == ""
+
+
+@pytest.mark.parametrize("table", [False, True])
+def test_a_model_that_reads_no_cache_is_named_whatever_it_keeps(
+    ids: np.ndarray, table: bool
+) -> None:
+    """It keeps a cache shaped like one and hands back a copy of it, but reads neither; a
+    fixed table it reads at every step is not what the prefill wrote, so it is not
+    scrambled (that would pass any forward) and comes through untouched."""
+    model = Kept("attribute", reads=False, table=table)
+    effect = adapter.cache_read_effect(model, ids, CACHE_READ_PREFIX, WIDTH)
+    assert effect == 0.0
+    assert "forward does not read its cache" in cache_read_verdict(effect, CACHE_READ_PREFIX)
+    assert model.table is None or bool((model.table == 1).all())
+
+
+def test_a_layer_cache_handed_back_as_a_copy_and_refreshed_every_few_calls_is_named(
+    tmp_path: Path, ids: np.ndarray
+) -> None:
+    """The layers keep their cache and hand back copies (a correct variant's layout), but
+    forward runs the whole sequence again every 8th call: scrambled layers heal too."""
+    edits = [*VARIANTS["layer_cache_returned_as_copy"].edits, *refreshed_in_forward(8)]
+    root = patched_solution(tmp_path / "sub", FILE, edits)
+    effect = effect_of(root, ids)
+    assert effect is not None and effect <= CACHE_READ_MIN_EFFECT
+    assert "forward does not read its cache" in cache_read_verdict(effect, CACHE_READ_PREFIX)
+
+
+def test_the_weights_are_never_scrambled(ids: np.ndarray) -> None:
+    """A transposed weight the model keeps for speed is shaped like keys (D, D), but it is
+    the model's memory, not what the prefill wrote: the weights come through unchanged."""
+    module = import_path(SOLUTION / FILE, "part2_cache_read_weights")
+    model = load(module, PUBLIC_MODEL)
+    model.kept_weight = model.layers[0].attention.W_k.weight.t()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    effect = adapter.cache_read_effect(model, ids, CACHE_READ_PREFIX, WIDTH)
+    assert cache_read_verdict(effect, CACHE_READ_PREFIX) == ""
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
 class Fake(nn.Module):
     """A model whose cache is ``hand_back(past)``: logits from a sum over what it holds
-    (``nan`` when it holds anything but zeros, where ``nan_when_scrambled``)."""
+    (``nan`` when it holds anything but zeros, where ``nan_when_scrambled``). It keeps its
+    memory flat, (B, T * D), a shape no key or value has, so only what it hands back (a
+    view of that memory, or a copy) can be found and scrambled."""
 
     def __init__(self, hand_back: Any = None, nan_when_scrambled: bool = False) -> None:
         super().__init__()
         self.hand_back, self.nan_when_scrambled = hand_back, nan_when_scrambled
-        self.held: torch.Tensor | None = None
+        self.flat: torch.Tensor | None = None
 
     def forward(
         self, input_ids: torch.Tensor, past_kv: Any = None, use_cache: bool = False
     ) -> tuple[torch.Tensor, Any]:
         rows, new = input_ids.shape
         if past_kv is None:
-            self.held = torch.zeros(rows, 0, WIDTH)
-        assert self.held is not None
-        self.held = torch.cat([self.held, torch.zeros(rows, new, WIDTH)], dim=1)
-        logits = torch.zeros(rows, new, 8) + self.held.sum()
-        if self.nan_when_scrambled and bool(self.held.abs().sum() > 0):
+            self.flat = torch.zeros(rows, 0)
+        assert self.flat is not None
+        self.flat = torch.cat([self.flat, torch.zeros(rows, new * WIDTH)], dim=1)
+        logits = torch.zeros(rows, new, 8) + self.flat.sum()
+        if self.nan_when_scrambled and bool(self.flat.abs().sum() > 0):
             logits = logits * math.nan
-        return logits, self.hand_back(self.held) if self.hand_back else None
+        held = self.flat.view(rows, -1, WIDTH)  # (B, T, D), the flat memory's view
+        return logits, self.hand_back(held) if self.hand_back else None
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,71 @@
+"""Part 2 worker side: finds the tensors the next cached step may read, for the cache-read
+probe (``adapter.cache_read_effect``).
+
+The course's cache is what forward hands back as past_kv, but an honest design may keep
+it elsewhere and hand back views or a copy: on a layer (grown, preallocated, copied), in
+a closure, in a module-level container. The probe must scramble what the next step reads,
+so it takes both: the key- and value-shaped tensors of what forward handed back, and
+those the model keeps that the prefill wrote.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def kv_shaped(t: Any, prefix: int, width: int) -> bool:
+    """Whether tensor ``t`` is shaped like keys or values of at least ``prefix`` positions
+    of ``width`` features: floating point, (..., T, width) or (..., width, T), T >=
+    ``prefix``. The course's (B, T_total, D) pairs, views of a preallocated buffer and a
+    key held transposed all qualify; masks and position indices do not."""
+    if not t.is_floating_point() or t.ndim < 2:
+        return False
+    rows, cols = t.shape[-2], t.shape[-1]
+    return (cols == width and rows >= prefix) or (rows == width and cols >= prefix)
+
+
+def kv_tensors(value: Any, prefix: int, width: int) -> list[Any]:
+    """Every tensor in ``value`` (what forward handed back as ``past_kv``, searched through
+    its lists, tuples, dicts and plain objects) that is :func:`kv_shaped`."""
+    from tensor_search import tensors_in  # the worker's module, flat beside the adapter
+
+    return [t for t in tensors_in(value) if kv_shaped(t, prefix, width)]
+
+
+def held_kv(model: Any, prefix: int, width: int) -> dict[int, tuple[Any, Any]]:
+    """Every :func:`kv_shaped` tensor the model keeps outside its parameters (on its
+    layers, in a closure, in a module-level container: ``tensor_search.held_tensors``),
+    by id, each with a copy of what it holds now."""
+    from tensor_search import held_tensors
+
+    return {id(t): (t, t.clone()) for t in held_tensors(model) if kv_shaped(t, prefix, width)}
+
+
+def written(model: Any, before: dict[int, tuple[Any, Any]], prefix: int, width: int) -> list[Any]:
+    """The :func:`kv_shaped` tensors the model keeps now that a call wrote: new since
+    ``before`` (:func:`held_kv`, whose tensors it keeps alive, so no id is reused) or
+    holding other values. A table the call only read (a fixed float buffer) is not among
+    them: scrambling it would change every step, cache or no cache."""
+    import torch
+
+    now = held_kv(model, prefix, width)
+    return [
+        t
+        for key, (t, _) in now.items()
+        if key not in before or not torch.equal(t, before[key][1])  # NaN: written
+    ]
+
+
+def scramble(tensors: list[Any], gen: Any) -> int:
+    """Write seeded noise over each of ``tensors`` in place; how many could be written."""
+    import torch
+
+    done = 0
+    for t in tensors:
+        try:  # in inference mode: a forward decorated with it hands back inference tensors
+            with torch.inference_mode():
+                t.copy_((torch.randn(t.shape, generator=gen) * 3).to(t.device, t.dtype))
+            done += 1
+        except RuntimeError:  # an expanded view, say: not writable in place
+            continue
+    return done
