@@ -24,6 +24,18 @@ def test_grade_prints_a_table_and_writes_results(tmp_path: Path) -> None:
     assert json.loads(out.read_text())["score"] == 20
 
 
+def test_a_table_with_failed_checks_says_how_to_read_their_feedback(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    proc = run("grade", str(tmp_path), "--results", str(out), "--table", "--parts", "part3")
+    assert proc.returncode == 0, proc.stderr
+    top, table = proc.stdout.split("\n\n", 1)
+    assert "llama/model.py is not in your submission" in top  # the page's own first lines
+    assert f"11 check(s) failed: `python -m grader show {out}` prints" in table
+    details = run("grade", str(tmp_path), "--results", str(out), "--table", "--details",
+                  "--parts", "part3")  # fmt: skip
+    assert "grader show" not in details.stdout  # the feedback is printed already
+
+
 def test_zero_score_still_exits_zero(tmp_path: Path) -> None:
     out = tmp_path / "results.json"
     proc = run("grade", str(ASSIGNMENT), "--results", str(out), "--parts", "part1")

@@ -50,10 +50,15 @@ def failure_details(results: GradingResults, *, local: bool = False) -> str:
 
 
 def terminal_report(results: GradingResults, *, details: bool, local: bool = False) -> str:
-    """What a grading shows in a terminal: the score table (the run's own output where it
-    holds no check) and, with ``details``, the failed checks' feedback after a blank line."""
+    """What a grading shows in a terminal: the page's notes (files supplied, moved or
+    missing, how the benchmarks were judged), the score table (the run's own output where
+    it holds no check) and, with ``details``, the failed checks' feedback after a blank
+    line."""
+    given = results.extra_data.get("notes")
+    notes = [str(n) for n in given] if isinstance(given, list) else []
     if results.tests:
         text = score_table(results)
+        text = terminal_safe("\n".join([*notes, "", text])) if notes else text
     else:
         text = terminal_safe(page_text(results.output, results.output_format))
     feedback = failure_details(results, local=local) if details else ""

@@ -67,6 +67,10 @@ def cmd_grade(args: argparse.Namespace) -> int:
     if args.table:  # the feedback as text, as `show` reprints it; a public-only grading is
         # the self-check, whose advice never says to run what was just run
         print(terminal_report(results, details=args.details, local=args.public_only))
+        failed = sum(t.status == "failed" for t in results.tests)
+        if failed and not args.details:
+            print(f"{failed} check(s) failed: `python -m grader show {args.results}` prints their "
+                  "feedback as Gradescope words it (or grade again with --details)")  # fmt: skip
     print(f"results written to {args.results}")
     return 0
 

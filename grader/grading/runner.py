@@ -248,6 +248,7 @@ class Grading:
                 for p, lo in self.layouts.items()
             },
             "sandbox_warnings": sandbox.warnings,
+            "notes": notes,  # the page's lines under the scores, for the terminal's views
             # How its workers started (a class regrade forks them from a shared server).
             "worker_starts": dict(STARTS - self.starts_before),
         }

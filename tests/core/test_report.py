@@ -51,3 +51,16 @@ def test_points_stay_in_one_column_whatever_the_fraction() -> None:
     assert len(rows) == 4
     assert len({row.index(" / ") for row in rows}) == 1, rows
     assert all(len(row) <= 110 for row in rows)
+
+
+def test_the_pages_notes_come_before_the_table_terminal_safe() -> None:
+    """What the top of the Gradescope page says about the files (supplied, moved, missing)
+    is what a terminal shows first too; anything but a list of notes shows none."""
+    passed = TestResult("2.1 forward", 2, 2, "passed", "2.1", "", ["part2"])
+    notes = ["Uploaded without their folder, graded in it: \x1b[2Jmodel.py -> llama/model.py."]
+    results = GradingResults(tests=[passed], extra_data={"notes": notes})
+    head, table = terminal_report(results, details=False).split("\n\n", 1)
+    assert head == "Uploaded without their folder, graded in it: \\x1b[2Jmodel.py -> llama/model.py."
+    assert table == score_table(results)
+    forged = GradingResults(tests=[passed], extra_data={"notes": "not a list"})
+    assert terminal_report(forged, details=False) == score_table(forged)
