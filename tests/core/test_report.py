@@ -60,7 +60,7 @@ def test_the_pages_notes_come_before_the_table_terminal_safe() -> None:
     notes = ["Uploaded without their folder, graded in it: \x1b[2Jmodel.py -> llama/model.py."]
     results = GradingResults(tests=[passed], extra_data={"notes": notes})
     head, table = terminal_report(results, details=False).split("\n\n", 1)
-    assert head == "Uploaded without their folder, graded in it: \\x1b[2Jmodel.py -> llama/model.py."
+    assert head == notes[0].replace("\x1b", "\\x1b")
     assert table == score_table(results)
     forged = GradingResults(tests=[passed], extra_data={"notes": "not a list"})
     assert terminal_report(forged, details=False) == score_table(forged)
