@@ -91,7 +91,7 @@ def test_a_part_without_data_says_why_instead_of_drawing() -> None:
     data["tests"][0]["extra_data"] = {}
     page = render(data, {})
     assert images(page) == {}
-    assert "No picture: the check 4.6 timed nothing" in page
+    assert "No picture: check 4.6 stopped before its timed runs" in page
     assert "No picture: check 2.4 failed before any logits could be compared" in page
 
 
@@ -132,3 +132,31 @@ def test_the_feedback_is_html_and_never_says_to_run_the_self_check_again() -> No
     assert "<strong>Failed: 0 / 1 point.</strong>" in page
     assert "name &lt;module&gt; is not defined" in page
     assert "<pre>part2: 0 / 1 &lt;x&gt;</pre>" in page
+
+
+def test_the_pictures_follow_the_parts_order_and_the_footnote_its_curves() -> None:
+    """Parts 2, 3, 4 in that order; the note on where the reference was measured only
+    under a picture that draws the reference."""
+    reference = {"measured": "2026-11-26, a CPU", "benchmarks": {"4.6": part4((1, 1), (1, 2))}}
+    page = render(results(), reference)
+    titles = re.findall(r"<h2>(Part \d)", page)
+    assert titles == ["Part 2", "Part 3", "Part 4"]
+    assert "2026-11-26, a CPU" in page
+    only2 = results()
+    only2["tests"] = only2["tests"][:1]
+    only2["extra_data"]["benchmarks"] = {}
+    assert "2026-11-26, a CPU" not in render(only2, reference)
+
+
+def test_the_latency_curve_is_drawn_on_the_clock_the_verdicts_used() -> None:
+    """On the cpu profile 4.6 judges CPU time: its curve is of CPU time, whatever the wall
+    clock did; on cuda it is of wall time."""
+    record = part4((1.0, 1.0), (1.0, 2.0))
+    for name, timing in record["timings"].items():
+        timing["median_s"] = timing["cpu_median_s"] * (6 if name.startswith("without") else 1)
+    assert per_token_curve({**record, "profile": "cpu"}, "without the cache") == {
+        32: pytest.approx(0.001), 256: pytest.approx(0.002)}  # fmt: skip
+    assert per_token_curve({**record, "profile": "cuda"}, "without the cache") == {
+        32: pytest.approx(0.006), 256: pytest.approx(0.012)}  # fmt: skip
+    fig = latency_figure({**record, "profile": "cpu"}, None)
+    assert fig.axes[0].get_ylabel() == "CPU time per token (relative)"
