@@ -211,10 +211,15 @@ def files_text(pair: Pair) -> str:
 
 
 def write_outputs(
-    pairs: list[Pair], out_dir: Path, folders: list[str], names: dict[str, str] | None = None
+    pairs: list[Pair],
+    out_dir: Path,
+    folders: list[str],
+    names: dict[str, str] | None = None,
+    without_code: list[str] | None = None,
 ) -> None:
     """``similarity.csv`` (every pair), ``similarity.md`` (the top pairs, and how to read
-    them; the names in its table are escaped for Markdown, as a student chose them) and
+    them; the names in its table are escaped for Markdown, as a student chose them; the
+    submissions in no pair, ``without_code``, named under it) and
     ``similarity_by_submission.csv``."""
     names = names or {}
     with open(out_dir / "similarity.csv", "w", newline="") as f:
@@ -240,6 +245,10 @@ def write_outputs(
     lines += [f"| {r} | {escape(label(p.first, names))} | {escape(label(p.second, names))} | "
               f"{p.score:.2f} | {escape(files_text(p))} |"
               for r, p in enumerate(pairs[:TOP_PAIRS], 1)]  # fmt: skip
+    if without_code:
+        who = "; ".join(escape(label(f, names)) for f in without_code)
+        lines += ["", f"In no pair ({len(without_code)}): {who}. Every file they uploaded is "
+                  "the skeleton's, byte for byte: nothing of theirs to compare."]  # fmt: skip
     (out_dir / "similarity.md").write_text("\n".join(lines) + "\n")
     with open(out_dir / "similarity_by_submission.csv", "w", newline="") as f:
         writer = csv.writer(f)
@@ -281,8 +290,11 @@ def main(*, export_dir: Path, out_dir: Path, boilerplate: Path = ASSIGNMENT) -> 
         # Relative paths: copydetect names "submissions/submission_1/question1.py".
         with contextlib.chdir(scratch):
             pairs, code = compare({os.path.relpath(k, scratch): v for k, v in owner.items()})
-    write_outputs(pairs, out_dir, [f.name for f in folders], names)
-    page = report_html(pairs[:TOP_PAIRS], code, names, submissions=len(folders))
+    staged = {s.folder for s in owner.values()}
+    alone = [f.name for f in folders if f.name not in staged]
+    write_outputs(pairs, out_dir, [f.name for f in folders], names, alone)
+    page = report_html(pairs[:TOP_PAIRS], code, names, submissions=len(folders),
+                       total=len(pairs), without_code=alone)  # fmt: skip
     (out_dir / "similarity.html").write_text(page, encoding="utf-8")
     return pairs
 
@@ -300,6 +312,7 @@ def compare(owner: dict[str, Staged]) -> tuple[list[Pair], dict[tuple[str, str, 
         noise_t=NOISE_T,
         guarantee_t=GUARANTEE_T,
         same_name_only=True,
+        truncate=True,  # a copy shows its matching regions with 10 lines around each
         autoopen=False,
         silent=True,
     )

@@ -145,15 +145,36 @@ def report_html(
     names: dict[str, str],
     *,
     submissions: int,
+    total: int | None = None,
+    without_code: Sequence[str] = (),
 ) -> str:
-    """The whole page: the ranking of ``pairs`` (the top of all pairs), then each pair's
-    files with the highlighted ``code`` copydetect found (by first, second, file)."""
+    """The whole page: the ranking of ``pairs`` (the top ``len(pairs)`` of ``total`` pairs
+    that share a file), the submissions left out of every pair (``without_code``: no file
+    of theirs differs from the skeleton), then each pair's files with the highlighted
+    ``code`` copydetect found (by first, second, file)."""
+    total = len(pairs) if total is None else total
     sections = "".join(pair_section(r, p, code, names) for r, p in enumerate(pairs, 1))
+    shown = f"all {total}" if total == len(pairs) else f"the {len(pairs)} highest of {total}"
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f"<title>Code similarity</title><style>{STYLE}</style></head><body>"
         f"<h1>Code similarity: {submissions} submissions</h1><p>{html.escape(INTRO)}</p>"
-        f"<h2>Ranked pairs (top {len(pairs)}; every pair is in similarity.csv)</h2>"
+        f"<h2>Ranked pairs ({shown} pairs that share a file; every pair is in "
+        "similarity.csv)</h2>"
         f"{pairs_table(pairs, names) if pairs else '<p>No two submissions share a file.</p>'}"
+        f"{not_compared(without_code, names)}"
         f"<h2>Shared files, side by side</h2>{sections}</body></html>"
+    )
+
+
+def not_compared(folders: Sequence[str], names: dict[str, str]) -> str:
+    """The line that names the submissions in no pair: nothing of theirs differs from the
+    skeleton, so they share nothing with anyone (a blank or an unchanged upload)."""
+    if not folders:
+        return ""
+    who = "; ".join(html.escape(_plain(f, names)) for f in folders)
+    return (
+        f'<p id="not-compared">In no pair ({len(folders)}): {who}. Every file they '
+        "uploaded is the skeleton's, byte for byte, so there is nothing of theirs to "
+        "compare.</p>"
     )

@@ -94,6 +94,34 @@ def test_the_page_opens_on_the_ranked_pairs_not_a_file_matrix(compared) -> None:
     assert 'id="pair-1-2"' in page  # ... to its copies side by side
 
 
+def test_a_submission_with_nothing_of_its_own_is_named_not_left_out(compared) -> None:
+    """The untouched skeleton is in no pair: both reports say so by name, and the page
+    says how many pairs it ranks of how many."""
+    roles, out = compared
+    skeleton = next(f for f, role in roles.items() if role == "skeleton")
+    page, md = (out / "similarity.html").read_text(), (out / "similarity.md").read_text()
+    assert skeleton not in {r[k] for r in ranked(out) for k in ("first", "second")}
+    note = page.split('id="not-compared">', 1)[1].split("</p>", 1)[0]
+    assert note.startswith("In no pair (1):") and skeleton in note
+    assert f"In no pair (1): Student {skeleton.rsplit('_', 1)[1]} ({skeleton})" in md
+    total = len(ranked(out))
+    assert total > similarity.TOP_PAIRS  # the page ranks the top of them
+    assert f"the {similarity.TOP_PAIRS} highest of {total} pairs that share a file" in page
+
+
+def test_each_copy_opens_at_its_matching_code(compared) -> None:
+    """A copy is shown from a few lines before its first match, not from its first line:
+    the match is on the pane's first screen."""
+    _, out = compared
+    page = (out / "similarity.html").read_text()
+    panes = page.split("<pre>")[1:]
+    assert panes
+    for pane in panes:
+        code = pane.split("</pre>", 1)[0]
+        before = code.split("<span class='highlight-", 1)[0]
+        assert before.count("\n") <= 11, before[-400:]
+
+
 def test_the_folder_the_export_was_unzipped_into_is_compared(tmp_path: Path) -> None:
     export = tmp_path / "unzipped" / "assignment_7_export"
     build_similarity_export(export, independent=0)
