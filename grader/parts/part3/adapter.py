@@ -13,7 +13,12 @@ from typing import Any
 import numpy as np
 
 if __package__:  # grader.parts.part3.adapter: regen and the tests, in the grader's process
-    from grader.parts.part3.adapter_cache import cache_dtypes, cache_shapes, cache_tensors
+    from grader.parts.part3.adapter_cache import (
+        cache_dtypes,
+        cache_shapes,
+        cache_tensors,
+        held_arrays,
+    )
     from grader.parts.part3.adapter_load import (
         NOTES,
         _device,
@@ -23,7 +28,7 @@ if __package__:  # grader.parts.part3.adapter: regen and the tests, in the grade
     )
     from grader.parts.part3.adapter_weights import draw_on
 else:  # adapter_part3.py, flat among the worker's scripts in the sandbox
-    from adapter_part3_cache import cache_dtypes, cache_shapes, cache_tensors
+    from adapter_part3_cache import cache_dtypes, cache_shapes, cache_tensors, held_arrays
     from adapter_part3_load import (
         NOTES,
         _device,
@@ -221,6 +226,25 @@ def cache_read_effect(
     return float(change.max())
 
 
+def cache_contents(
+    model: Any, tokens: np.ndarray, prefix: int, heads: tuple[int, ...], head_dim: int
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """What the model holds after a prefill of ``prefix`` tokens and one decode step at
+    start_pos = prefix, called as generate calls forward: the first prefix + 1 positions of
+    every tensor that may be its cache (:func:`held_arrays`), wherever it was allocated or
+    rebound, their dtypes, and the step's logits (``logits``, (B, vocab)). The grader
+    compares them with the reference's keys and values of every layer."""
+    import torch
+
+    ids = torch.as_tensor(tokens, dtype=torch.long, device=_device())
+    with torch.inference_mode():
+        model(ids[:, :prefix], 0)
+        logits = _numpy(model(ids[:, prefix : prefix + 1], prefix))
+        arrays, dtypes = held_arrays(model, prefix + 1, heads, head_dim)
+    last = logits[:, -1] if logits.ndim == 3 else logits
+    return {"dtypes": dtypes}, {**arrays, "logits": last}
+
+
 def release_freed_memory() -> None:
     """Collect garbage and hand the C heap's free pages back to the kernel (glibc), so the
     worker's resident memory, which the grader reads from outside, shows what is still held
@@ -308,6 +332,12 @@ def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict
             int(request.get("steps", 1)),
         )
         return {"effect": effect}, {}
+    if op == "cache_contents":  # what may hold the cache after a prefill and a step
+        heads = tuple(int(h) for h in request.get("heads", ()))
+        model = MODELS[_key(request)]
+        return cache_contents(
+            model, arrays["tokens"], int(request["prefix"]), heads, int(request["head_dim"])
+        )
     if op == "cache_shapes":  # what cache_k / cache_v every attention layer holds now
         model = MODELS[_key(request)]
         return {"shapes": cache_shapes(model), "dtypes": cache_dtypes(model)}, {}

@@ -76,3 +76,49 @@ def cache_tensors(
                 if cache_like(t, key in CACHE_NAMES, heads, head_dim, prefix):
                     found[id(t)] = t
     return list(found.values())
+
+
+#: At most this many tensors, of at most this many rows each, go back to the grader
+#: (Meta's preallocated cache has max_batch_size rows; a stacked one, layers times that).
+MAX_HELD, MAX_ROWS = 64, 256
+
+
+def seen_positions(tensor: Any, heads: tuple[int, ...], seen: int) -> Any:
+    """The first ``seen`` positions of ``tensor`` (a tensor that may hold keys or values,
+    :func:`cache_like`) laid out (N, seen, heads, head_dim) in float32 on the CPU: Meta's
+    (..., T, H, D) as it is, (..., H, T, D) transposed, every leading axis (rows, a stack
+    of layers) flattened into N. None where neither layout fits (a cache_k of some other
+    shape), or the tensor is too large to send back."""
+    import torch
+
+    if tensor.ndim < 3 or not tensor.is_floating_point():
+        return None
+    if tensor.shape[-2] in heads and tensor.shape[-3] >= seen:
+        held = tensor[..., :seen, :, :]
+    elif tensor.shape[-3] in heads and tensor.shape[-2] >= seen:
+        held = tensor[..., :seen, :].transpose(-2, -3)
+    else:
+        return None
+    held = held.reshape(-1, *held.shape[-3:])
+    if held.shape[0] > MAX_ROWS:
+        return None
+    return held.detach().to("cpu", torch.float32).numpy().copy()
+
+
+def held_arrays(
+    model: Any, seen: int, heads: tuple[int, ...], head_dim: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What ``model`` holds now that may be its cache of ``seen`` positions: ``t0``, ``t1``
+    ... (:func:`seen_positions` of each of :func:`cache_tensors`), and the dtypes of those
+    tensors and of the model's first floating-point parameter. The grader compares them
+    with the reference's keys and values; nothing here knows what they should be."""
+    arrays: dict[str, Any] = {}
+    dtypes: set[str] = set()
+    for t in cache_tensors(model, seen, heads, head_dim):
+        held = seen_positions(t, heads, seen)
+        if held is not None and len(arrays) < MAX_HELD:
+            arrays[f"t{len(arrays)}"] = held
+            dtypes.add(str(t.dtype).removeprefix("torch."))
+    weights = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
+    model_dtype = str(weights).removeprefix("torch.") if weights is not None else ""
+    return arrays, {"cache": sorted(dtypes), "model": model_dtype}

@@ -19,12 +19,14 @@ from grader.core.arrays import weights_digest as digest
 from grader.parts.part3 import adapter, adapter_load
 from grader.parts.part3.build_generate import (
     HIDDEN_STOP_SEED,
+    cache_observation,
     full_batch,
     sampling_probe,
     stop_batch,
     token_texts,
 )
 from grader.parts.part3.build_pools import bench_pools
+from grader.parts.part3.cache_contents import CACHE_FILE, probe_document, reference_probe
 from grader.parts.part3.cases import (
     ATOL,
     CAPACITY_SEED,
@@ -45,6 +47,9 @@ from grader.parts.part3.cases import (
 )
 
 CKPT = "part3/tiny_llama"
+#: The cache-contents probe's ids, and the reference's keys and values of every layer and
+#: logits (see ``cache_contents.reference_layers``).
+Contents = tuple[np.ndarray, dict[str, Any]] | None
 VOCAB = N_RANKS + 256
 POSITIONS = 6
 SECOND_PROMPTS = ["Hello", "The capital of France is"]
@@ -141,8 +146,10 @@ def _catch(fn: Any) -> Any:
         return {"error": f"{type(exc).__name__}: {str(exc)[:2000]}"}
 
 
-def probes(obs: Observer, tokens: np.ndarray) -> dict[str, Any]:
-    """What a package shows on each diagnostic probe (plain JSON values)."""
+def probes(obs: Observer, tokens: np.ndarray, contents: Contents = None) -> dict[str, Any]:
+    """What a package shows on each diagnostic probe (plain JSON values); with
+    ``contents`` (the probe's ids and the reference's keys and values), what check 3.7's
+    cache-contents probe sees too."""
     from grader.core.arrays import fingerprint
 
     out: dict[str, Any] = {}
@@ -186,6 +193,8 @@ def probes(obs: Observer, tokens: np.ndarray) -> dict[str, Any]:
 
     out["mode_switch"] = _catch(switches)
     out["top_p"] = _catch(lambda: top_p_sets(obs.pkg))
+    if contents is not None:  # last: its calls leave the cached model's state behind
+        out["cache_contents"] = _catch(lambda: cache_observation(obs, *contents))
     return out
 
 
@@ -232,10 +241,13 @@ def build(
             for b, n in ((3, 40), (2, MAX_SEQ_LEN), (4, 23))
         ]
         capacity = capacity_case(ref)
+        cached = {"scaled": ref.models["public", True], "unscaled": plain.models["public", True]}
+        ids, layers = reference_probe(cached, VOCAB)
         for case in [*cases, *hidden, capacity]:
             case["expected_unscaled"] = expected_of(plain, case)
         public, secret = (
-            convention(obs, reference, mutant_roots, probe_tokens) for obs in (ref, plain)
+            convention(obs, reference, mutant_roots, probe_tokens, (ids, layers[rope]))
+            for rope, obs in (("scaled", ref), ("unscaled", plain))
         )
     public_doc = {
         "part": "part3",
@@ -269,6 +281,7 @@ def build(
         "cases": [{**c, "check": "3.4"} for c in hidden],
     }
     out["hidden/part3.json"] = ("part3_cases", hidden_doc)
+    out[CACHE_FILE] = (None, probe_document(ids, layers))  # no values the schema knows
     return out
 
 
@@ -277,10 +290,11 @@ def convention(
     reference: dict[str, ModuleType],
     mutant_roots: dict[str, Path],
     probe_tokens: np.ndarray,
+    contents: Contents = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The public and the hidden values that depend on the RoPE convention of ``obs``
     (texts, batches, probes, the mutants' signatures, the timed prompt pools)."""
-    expected = probes(obs, probe_tokens)
+    expected = probes(obs, probe_tokens, contents)
     hidden_texts = {c: obs.generate("hidden", HIDDEN_PROMPTS, c)["texts"] for c in (True, False)}
     assert hidden_texts[True] == hidden_texts[False], "reference: cached and cache-free differ"
     public = {
@@ -289,7 +303,7 @@ def convention(
         "full_generate": full_batch(obs),
         "stop_generate": stop_batch(obs),
         "sampling": sampling_probe(obs),
-        "signatures": mutant_signatures(mutant_roots, obs.ckpt, probe_tokens, expected),
+        "signatures": mutant_signatures(mutant_roots, obs.ckpt, probe_tokens, expected, contents),
     }
     hidden = {
         "hidden_generate": {
@@ -314,13 +328,14 @@ def mutant_signatures(
     ckpt: Path,
     probe_tokens: np.ndarray,
     expected: dict[str, Any],
+    contents: Contents = None,
 ) -> dict[str, dict[str, Any]]:
     """What each known mistake answers to the probes, where it differs from the reference:
     probe key -> mutant name -> its answer (the diagnosis catalogue's fingerprints)."""
     signatures: dict[str, dict[str, Any]] = {key: {} for key in expected}
     for name, root in mutant_roots.items():
         try:
-            seen = probes(Observer(import_llama(root), ckpt), probe_tokens)
+            seen = probes(Observer(import_llama(root), ckpt), probe_tokens, contents)
         except Exception as exc:  # it cannot even build: named by check 3.1
             seen = {key: {"error": f"{type(exc).__name__}: {exc}"[:2000]} for key in expected}
         for key, value in seen.items():

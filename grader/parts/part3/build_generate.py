@@ -1,18 +1,24 @@
 """Part 3's generation cases (``regen`` only): check 3.5's full and stop batches, check
 3.9's hidden stop batch and check 3.10's temperature probe, each from one reference
-:class:`~grader.parts.part3.build.Observer` (so from one RoPE convention)."""
+:class:`~grader.parts.part3.build.Observer` (so from one RoPE convention); and what the
+cache-contents probe sees of a package (the mistakes' signatures)."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from grader.parts.part3 import adapter
+from grader.parts.part3.cache_contents import CONTENTS_PREFIX, observation
 from grader.parts.part3.cases import (
+    ATOL,
     FULL_SEED,
     GENERATE,
     MAX_SEQ_LEN,
+    MODELS,
     N_RANKS,
     POOL_MIN_GAP,
     SAMPLE_PROMPT,
@@ -103,3 +109,19 @@ def stop_batch(ref: Observer, model: str = "public", seed: int = STOP_SEED) -> d
                 "expected_texts": run["texts"],
             }
     raise RuntimeError(f"no seeded prompt whose greedy continuation reaches <|eot_id|> ({model})")
+
+
+def cache_observation(
+    obs: Observer, tokens: np.ndarray, expected: dict[str, Any]
+) -> dict[str, Any]:
+    """What the cache-contents probe sees of ``obs``'s cached public model, through the
+    worker's own search (its modules importable by their flat names, as in the sandbox)."""
+    spec = MODELS["public"][0]
+    heads, head_dim = (spec["n_kv_heads"], spec["n_heads"]), spec["dim"] // spec["n_heads"]
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "worker"))
+    try:
+        model = obs.models["public", True]
+        _, arrays = adapter.cache_contents(model, tokens, CONTENTS_PREFIX, heads, head_dim)
+    finally:
+        sys.path.pop(0)
+    return observation(expected, arrays, ATOL)

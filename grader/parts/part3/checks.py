@@ -20,6 +20,7 @@ from grader.checks.base import Outcome, check, with_output
 from grader.core.feedback import memory_label
 from grader.core.points import points
 from grader.core.thresholds import load_thresholds
+from grader.parts.part3.cache_contents import Part3CacheContents
 from grader.parts.part3.cases import TOP_P, TOP_P_NUCLEUS, TOP_P_PROBS
 from grader.parts.part3.course import UNSCALED, UNSCALED_NOTE
 from grader.parts.part3.probes import Part3Probes
@@ -90,7 +91,7 @@ class Part3ForwardChecks(Part3Probes):
         return super().cases("3.2" if num == "3.3" else num)
 
 
-class Part3GenerateChecks(Part3Timed, Part3Probes):
+class Part3GenerateChecks(Part3CacheContents, Part3Timed, Part3Probes):
     @check("3.5")
     def test_greedy_generation(self) -> None:
         """3.5 greedy generate: the reference's text with and without the cache (ragged batch)"""
@@ -209,6 +210,9 @@ class Part3GenerateChecks(Part3Timed, Part3Probes):
         problems = [p for p in problems if p]
         if problems:
             self.fail("\n".join(problems))
+        problem = self.cache_contents_problem()  # what the cache holds: decided, not timed
+        if problem:
+            self.fail(problem)
         # All in CPU time: the work ratio compares the two paths, the growth the cached path
         # with itself, the yardstick with the reference's (a cache-free path slowed on
         # purpose moves none of the last two).
@@ -311,7 +315,7 @@ class Part3GenerateChecks(Part3Timed, Part3Probes):
         return ""
 
 
-class Part3Benchmark(Part3Timed):
+class Part3Benchmark(Part3CacheContents, Part3Timed):
     """Runs last: a slow generate here cannot cost the other checks their time."""
 
     @classmethod
@@ -375,6 +379,9 @@ class Part3Benchmark(Part3Timed):
         """3.11 benchmark: the cache speeds up batched generate (timed by the grader)"""
         bench = load_thresholds(self.ctx.device)["part3"]
         self.require_pool(bench, bench_key(bench))
+        contents = self.cache_contents_problem()  # decided before anything is timed
+        if contents:
+            self.fail(f"The speedup cannot count: {contents}")
         record = BenchmarkRecord(check="3.11", profile=self.ctx.device)
         reference = self.yardstick("bench")
         record.add_reference(reference)
