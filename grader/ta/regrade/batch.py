@@ -51,6 +51,7 @@ from grader.ta.regrade.report import (
     CheckRate,
     Row,
     Submitter,
+    earlier_statuses,
     histogram,
     make_row,
     natural_key,
@@ -225,6 +226,9 @@ def main(
     metadata, folders = read_export(export_dir, out_dir)
     results_of = {f: out_dir / "results" / f / "results.json" for f in folders}
     todo, rows = plan(folders, results_of, metadata, regrade=regrade)
+    earlier = earlier_statuses(out_dir)
+    for folder, row in rows.items():  # a kept row's record: how its grading ended then
+        row.earlier = earlier.get(folder, "graded")
     died: dict[str, str] = {}
     bar = progress_bar(len(folders), initial=len(rows), enabled=progress, file=progress_file)
     lines = LineLog(len(folders), len(rows), line_file, enabled=progress)

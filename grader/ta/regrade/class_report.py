@@ -19,7 +19,7 @@ from grader.core.figures import png_uri, pyplot
 from grader.core.points import part_total
 from grader.core.registry import PARTS
 from grader.core.score import check_text as points_of
-from grader.ta.regrade.census import Cause, Measure, census, measures
+from grader.ta.regrade.census import Cause, Measure, census, measures, timing_doubts
 from grader.ta.regrade.report import Row, pass_rates, score_sentence, spread, total_sentence
 
 STYLE = """
@@ -139,6 +139,11 @@ def anchor(sub_id: str) -> str:
     return "sub-" + "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in sub_id)
 
 
+def kept_status(row: Row) -> str:
+    """A row's status cell: how its grading ended, "(kept)" where an earlier run graded it."""
+    return f"{row.recorded} (kept)" if row.status == "skipped" else row.status
+
+
 def students_table(rows: list[Row]) -> str:
     parts = [p for p in PARTS if any(r.parts.get(p) is not None for r in rows)]
     head = "".join(f"<th>{p}</th>" for p in parts)
@@ -151,7 +156,7 @@ def students_table(rows: list[Row]) -> str:
         )
         body.append(
             f'<tr><td><a href="#{anchor(r.submission_id)}">{esc(r.submission_id)}</a></td>'
-            f"<td>{esc(names)}</td><td>{esc(r.status)}</td>{scores}"
+            f"<td>{esc(names)}</td><td>{esc(kept_status(r))}</td>{scores}"
             f'<td class="num">{esc(r.score.text())}</td></tr>'
         )
     return (
@@ -190,6 +195,24 @@ def class_totals(rows: list[Row]) -> str:
     return f"<p>{esc(score)} {esc(total_sentence(spread([r.total for r in rows])))}</p>"
 
 
+def doubts_table(doubts: list[dict[str, Any]]) -> str:
+    """The timed checks decided late or never, for a TA to time again on a quiet machine."""
+    if not doubts:
+        return "<p>Every timed check was decided within its ordinary rounds.</p>"
+    body = "".join(
+        f"<tr><td>{esc(d['submission'])}</td><td>{esc(d['check'])}</td>"
+        f"<td>{'passed' if d['passed'] else 'failed'}</td><td>{esc('; '.join(d['undecided']))}"
+        f"</td><td>{esc('; '.join(d['decided_late']))}</td></tr>"
+        for d in doubts
+    )
+    return (
+        "<p>Timed checks the runs decided only in the extra rounds, or never (judged by who "
+        "made the noise): time these again on a quiet machine.</p><table><tr><th>submission"
+        "</th><th>check</th><th>verdict</th><th>undecided</th><th>decided late</th></tr>"
+        f"{body}</table>"
+    )
+
+
 def render(rows: list[Row], results: dict[str, dict[str, Any]], title: str) -> str:
     """The whole page. ``results``: submission id -> its results data."""
     causes = census(results)
@@ -205,7 +228,7 @@ def render(rows: list[Row], results: dict[str, dict[str, Any]], title: str) -> s
         "<h2>Mistake census</h2><p>How many submissions each named cause was found in "
         "(a cause named only as another's look-alike is not counted). What to explain in "
         f"the next lecture.</p>{census_table(causes)}"
-        f"<h2>Benchmark measurements</h2>{bench}"
+        f"<h2>Benchmark measurements</h2>{bench}{doubts_table(timing_doubts(results))}"
         f"<h2>Pass rate per check</h2>{rates_table(list(results.values()))}"
         f"<h2>Submissions</h2>{students_table(rows)}"
         f"<h2>Feedback</h2>{feedback_sections(rows, results)}</body></html>\n"

@@ -43,6 +43,13 @@ class Row:
     total: float  # the regular points plus the bonus (what Gradescope records)
     max_score: float
     bonus: float = 0.0  # extra credit within ``total`` (checks whose maximum is 0)
+    earlier: str = ""  # a kept row ("skipped" in this run): the status its grading had
+
+    @property
+    def recorded(self) -> str:
+        """The status the class's record shows: how the submission's grading ended, in this
+        run or (a kept row) in the earlier one that graded it."""
+        return self.earlier or self.status
 
     @property
     def score(self) -> Score:
@@ -143,7 +150,7 @@ def read_submitters(out_dir: Path) -> dict[str, list[Submitter]]:
 
 SUMMARY_MD = """# Regrade summary
 
-{submissions} submissions: {counts_text} ({elapsed_s:.0f} s).
+{submissions} submissions: {counts_text}.
 
 {score_text} {bonus_text}
 
@@ -172,6 +179,40 @@ def safe_cell(text: str) -> str:
     return "'" + text if text.startswith(FORMULA_START) else text
 
 
+def counts_sentence(rows: list[Row], elapsed_s: float) -> str:
+    """How the class's gradings ended, and what this run added: a run over an export graded
+    before keeps the earlier results and says so, rather than count them as skipped."""
+
+    def counted(statuses: list[str]) -> str:
+        found = {s: statuses.count(s) for s in STATUSES if statuses.count(s)}
+        return ", ".join(f"{n} {s}" for s, n in found.items()) or "none"
+
+    now = [r.status for r in rows if r.status != "skipped"]
+    kept = [r.recorded for r in rows if r.status == "skipped"]
+    if not kept:
+        return f"{counted(now)} ({elapsed_s:.0f} s)"
+    return (
+        f"{len(kept)} kept from an earlier run ({counted(kept)}); this run: "
+        f"{counted(now) if now else 'nothing more to grade'} ({elapsed_s:.0f} s)"
+    )
+
+
+def earlier_statuses(out_dir: Path) -> dict[str, str]:
+    """Each submission's status in the ``scores.csv`` an earlier run wrote into ``out_dir``
+    (empty where there is none): a kept row keeps it."""
+    path = Path(out_dir) / "scores.csv"
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except (OSError, csv.Error, UnicodeDecodeError):
+        return {}
+    return {
+        str(r.get("submission_id")): str(r.get("status"))
+        for r in rows
+        if r.get("status") in STATUSES and r.get("status") != "skipped"
+    }
+
+
 def write_outputs(summary: BatchSummary) -> None:
     """``scores.csv``, ``submitters.json``, ``summary.json``, ``summary.md`` (both with the
     mistake census, as ``report.html`` has it) and ``score_histogram.png``."""
@@ -191,7 +232,7 @@ def write_outputs(summary: BatchSummary) -> None:
             scores = ["" if r.parts[p] is None else f"{r.parts[p]:g}" for p in PARTS]
             score = r.score
             totals = [f"{score.regular:g}", f"{score.bonus:g}", f"{score.total:g}",
-                      f"{score.max_score:g}", r.status]  # fmt: skip
+                      f"{score.max_score:g}", r.recorded]  # fmt: skip
             writer.writerow([safe_cell(r.submission_id), *people, *scores, *totals])
     people = {r.submission_id: [asdict(p) for p in r.submitters] for r in rows}
     (out / "submitters.json").write_text(json.dumps(people, indent=2) + "\n")
@@ -216,7 +257,7 @@ def write_outputs(summary: BatchSummary) -> None:
         "died": summary.died,
     }
     (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
-    counts_text = ", ".join(f"{n} {s}" for s, n in summary.counts.items())
+    counts_text = counts_sentence(rows, summary.elapsed_s)
     row = "| {number} | {name} | {passed}/{total} | {percent:.0f} |\n"
     table = "".join(
         row.format(**{**r, "name": r["name"].replace("|", "/")}) for r in doc["pass_rates"]

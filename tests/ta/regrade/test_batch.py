@@ -378,7 +378,16 @@ def test_a_second_run_skips_everything_without_starting_a_process(
     assert [(r.submission_id, r.total) for r in again.rows] == [
         (r.submission_id, r.total) for r in regraded.summary.rows
     ]
-    assert {r["status"] for r in _csv(out).values()} == {"skipped"}
+    # The class's record is the earlier run's, not "skipped": each row keeps how its
+    # grading ended, and the summary says what this run added.
+    first = {k: r["status"] for k, r in _csv(regraded.out).items()}
+    assert {k: r["status"] for k, r in _csv(out).items()} == first
+    assert "skipped" not in first.values()
+    summary = (out / "summary.md").read_text()
+    assert "20 kept from an earlier run (" in summary
+    assert "this run: nothing more to grade" in summary
+    assert not re.search(r"\b0 graded", summary)
+    assert "(kept)" in (out / "report.html").read_text()
     assert "20/20" in tty.getvalue().split("\r")[-1]  # every skipped one counted as done
     # stderr is not a terminal under pytest: no progress bar, only the export's own warning
     # (one folder is deliberately missing from the metadata).
