@@ -1,6 +1,6 @@
 """Verdict stability of the graded benchmark checks on a noisy machine.
 
-    python benchmarks/verdict_stability.py [--runs 50] [--condition busy|half-cpu|both|paired]
+    python benchmarks/verdict_stability.py [--runs 50] [--condition busy|half-cpu|both|paired|heavy]
                                            [--out results/stability.json] [--device cpu|cuda]
                                            [--deadline SECONDS] [--extra-baselines]
                                            [--partial-caches] [--variants] [--jobs 2]
@@ -24,6 +24,9 @@ Conditions:
   and a busy loop to the first CPU this process may use with ``taskset``.
 * ``paired``: a run's gradings go ``--jobs`` at a time (every one at once by default),
   as in a class regrade, so that each shares the machine (on a GPU node, the GPU).
+* ``heavy`` (asked for by name): a busy loop on every CPU this process may use, and two
+  other gradings of the reference side by side all along (``heavy_load.py``): a load of
+  about 8 on 2 cores.
 
 ``--extra-baselines`` adds a third submission, the cache-free designs that come
 closer to the reference (``calibrate``'s extra baselines, every part at once), so
@@ -70,6 +73,7 @@ sys.path.insert(0, str(ROOT))
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from heavy_load import HeavyLoad  # noqa: E402
 from stability_submissions import (  # noqa: E402
     CHECKS,
     Entry,
@@ -159,6 +163,7 @@ def verdicts_of(data: dict) -> dict:
             c["key"]: c["ratio"]["median"] for r in benchmarks.values() for c in r["criteria"]
         },
         "confirmed": any(r.get("extra_rounds") for r in benchmarks.values()),
+        "undecided": sorted(c for c, r in benchmarks.items() if r.get("undecided")),
         # Why a check failed, as the student reads it (cut short): a GPU run's diagnosis.
         "failures": {
             t["number"]: reasons(t.get("output", ""))
@@ -196,7 +201,14 @@ def run_condition(
     entries = {name: as_entry(value, name) for name, value in submissions.items()}
     # The CPUs this process may use: on a Slurm node, the job's cpuset, not the whole node.
     allowed = sorted(os.sched_getaffinity(0))
-    loop = None if condition == "paired" else hog(allowed[0 if condition == "half-cpu" else -1])
+    loop = (
+        None
+        if condition in ("paired", "heavy")
+        else hog(allowed[0 if condition == "half-cpu" else -1])
+    )
+    heavy = None
+    if condition == "heavy":  # every CPU busy, and two other gradings beside each run
+        heavy = HeavyLoad([hog(c) for c in allowed], lambda: start_grading(SOLUTION, None, device))
     pin = allowed[0] if condition == "half-cpu" else None
     found: dict[str, list[dict]] = {name: [] for name in entries}
     started = time.monotonic()
@@ -224,6 +236,8 @@ def run_condition(
         if loop is not None:
             loop.kill()
             loop.wait()
+        if heavy is not None:
+            heavy.stop()
         if shared is not None:
             shared.close()
     print()
@@ -260,6 +274,7 @@ def tally(runs: list[dict], checks: tuple[str, ...] = CHECKS) -> dict:
         "all_failed": sum(not any(r["passed"][c] for c in checks) for r in runs),
         "per_check": {c: sum(r["passed"][c] for r in runs) for c in checks},
         "confirmed": sum(r.get("confirmed", False) for r in runs),  # a miss was re-measured
+        "undecided": sum(bool(r.get("undecided")) for r in runs),  # some check never decided
         "ratio_ranges": {
             key: value_range(runs, key) for key in sorted({k for r in runs for k in r["ratios"]})
         },
@@ -302,7 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument(
-        "--condition", choices=["busy", "half-cpu", "both", "paired"], default="both"
+        "--condition", choices=["busy", "half-cpu", "both", "paired", "heavy"], default="both"
     )
     parser.add_argument(
         "--deadline", type=float, default=math.inf, help="start no run after this many seconds"

@@ -20,20 +20,34 @@ busier machine moves both sides together. Variants are interleaved run by run
 so that a burst of background load hits both.
 
 On a shared machine noise only ever adds time, and it comes in bursts: a stall
-of a few hundred milliseconds can swallow several 10 ms runs in a row. So a
-measurement that misses a threshold is confirmed once (``measure``): more
-rounds are timed and the verdict is on the median of all of them. A correct
-submission outvotes a burst; a cache that does not cache stays near 1x however
-many rounds are timed.
+of a few hundred milliseconds can swallow several 10 ms runs in a row. So rounds
+go on until each criterion's confidence bound clears its limit (``measure``; the
+rules and their reasons are :mod:`grader.runtime.verdicts`): a correct submission
+outvotes a burst, a cache that does not cache stays near 1x however many rounds are
+timed, and a criterion the rounds never decide says so in the results.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+from grader.runtime.series import Ratio, Sample, Timing
+from grader.runtime.verdicts import (
+    MEDIAN_MISSED,
+    MISSED,
+    NOT_DECIDED,
+    OWN_NOISE,
+    PASSING,
+    UNDECIDED,
+    VerdictSettings,
+    early_decision,
+    final_decision,
+    machine_noise,
+    verdict_settings,
+)
 
 #: What a benchmark's ratios are taken of: "cpu" (CPU seconds) or "wall" (wall seconds).
 CLOCKS = ("cpu", "wall")
@@ -50,129 +64,14 @@ def clock_for(device: str) -> str:
 
 
 @dataclass(frozen=True)
-class Sample:
-    """One timed run: wall seconds, the worker's CPU seconds and, where measured, peak
-    bytes. ``cpu_seconds`` is None where it could not be read; ratios then fall back to
-    wall seconds."""
-
-    seconds: float
-    peak_bytes: int | None = None
-    cpu_seconds: float | None = None
-    peak_source: str | None = None  # "rss" (read by the grader) or "worker" (its own report)
-    gpu_held_bytes: int | None = None  # GPU memory the worker held, read by the grader (NVML)
-
-    def on(self, clock: str) -> float:
-        """This run's seconds on ``clock``."""
-        if clock == "cpu" and self.cpu_seconds is not None:
-            return self.cpu_seconds
-        return self.seconds
-
-
-@dataclass(frozen=True)
-class Timing:
-    """The timed runs of one variant (warm-up runs already left out)."""
-
-    samples: tuple[Sample, ...]
-
-    @property
-    def seconds(self) -> list[float]:
-        return [s.seconds for s in self.samples]
-
-    @property
-    def cpu_seconds(self) -> list[float]:
-        return [s.on("cpu") for s in self.samples]
-
-    def on(self, clock: str) -> list[float]:
-        """Every run's seconds on ``clock`` ("cpu" or "wall")."""
-        return self.cpu_seconds if clock == "cpu" else self.seconds
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.seconds)
-
-    @property
-    def cpu_median(self) -> float:
-        return statistics.median(self.cpu_seconds)
-
-    @property
-    def spread(self) -> float:
-        """(slowest - fastest) / median: 0.1 means the runs lie within 10 % of the median."""
-        return (max(self.seconds) - min(self.seconds)) / self.median if self.median else 0.0
-
-    @property
-    def peak_bytes(self) -> int | None:
-        peaks = [s.peak_bytes for s in self.samples if s.peak_bytes is not None]
-        return max(peaks) if peaks else None
-
-    @property
-    def gpu_held_bytes(self) -> int | None:
-        held = [s.gpu_held_bytes for s in self.samples if s.gpu_held_bytes is not None]
-        return max(held) if held else None
-
-    @property
-    def peak_source(self) -> str | None:
-        """Where the runs' peaks were read; "worker" if any run's came from the worker
-        itself (its figure is the submission's to forge)."""
-        sources = {s.peak_source for s in self.samples if s.peak_bytes is not None}
-        return "worker" if "worker" in sources else next(iter(sorted(sources)), None)
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "median_s": self.median,
-            "spread": self.spread,
-            "runs_s": self.seconds,
-            "cpu_median_s": self.cpu_median,
-            "cpu_runs_s": self.cpu_seconds,
-            "peak_bytes": self.peak_bytes,
-            "peak_source": self.peak_source,
-            "gpu_held_bytes": self.gpu_held_bytes,
-        }
-
-
-@dataclass(frozen=True)
-class Ratio:
-    """``numerator / denominator`` of two interleaved timings: the ratio of their medians,
-    and the lowest and highest ratio of the runs paired by repeat (the spread)."""
-
-    median: float
-    low: float
-    high: float
-
-    @classmethod
-    def of(cls, numerator: Timing, denominator: Timing, clock: str = "wall") -> Ratio:
-        """The ratio of two timings' seconds on ``clock`` ("wall" or "cpu")."""
-        return cls.between(numerator.on(clock), denominator.on(clock))
-
-    @classmethod
-    def between(cls, numerators: Sequence[float], denominators: Sequence[float]) -> Ratio:
-        """The ratio of two equally long series, paired by repeat."""
-        pairs = [n / d for n, d in zip(numerators, denominators, strict=True) if d > 0]
-        top, bottom = statistics.median(numerators), statistics.median(denominators)
-        middle = top / bottom if bottom > 0 else float("inf")
-        return cls(middle, min(pairs, default=middle), max(pairs, default=middle))
-
-    @classmethod
-    def against(cls, numerator: Timing, yardstick: Timing, clock: str = "wall") -> Ratio:
-        """``numerator`` over a timing of another process's runs (the reference's, timed in
-        the same grading but not paired by repeat): the ratio of their medians, its spread
-        each of the numerator's runs over the yardstick's median. NaN (every comparison
-        false) when the yardstick has no positive median."""
-        runs, bottom = numerator.on(clock), statistics.median(yardstick.on(clock))
-        if not bottom > 0:
-            return cls(math.nan, math.nan, math.nan)
-        ratios = [r / bottom for r in runs]
-        return cls(statistics.median(runs) / bottom, min(ratios), max(ratios))
-
-    def __str__(self) -> str:
-        return f"{self.median:.2f}x (runs {self.low:.2f}-{self.high:.2f}x)"
-
-
-@dataclass(frozen=True)
 class Criterion:
-    """One threshold of a benchmark check, applied to the median of a ratio.
+    """One threshold of a benchmark check, applied to a ratio.
 
     ``key`` is where the threshold lives in a profile of ``thresholds.toml``
     (``part3.min_speedup.8``), so calibration can propose a new value for it.
+    ``decision`` is what :func:`measure` decided (:mod:`grader.runtime.verdicts`), after
+    ``rounds`` rounds (``late``: only in the confirmation rounds), with the bound it
+    decided on; without one (a criterion judged outside a measurement) the median decides.
     """
 
     key: str
@@ -180,20 +79,48 @@ class Criterion:
     ratio: Ratio
     limit: float
     at_least: bool  # True: the ratio must reach the limit; False: stay within it
+    decision: str = ""
+    rounds: int = 0
+    late: bool = False
+    bound: tuple[float, float] | None = None
 
     @property
     def passed(self) -> bool:
+        if self.decision:
+            return self.decision in PASSING
         if self.at_least:
             return self.ratio.median >= self.limit
         return self.ratio.median <= self.limit
 
+    @property
+    def undecided(self) -> bool:
+        """Whether its runs never decided it (see :mod:`grader.runtime.verdicts`)."""
+        return self.decision in NOT_DECIDED
+
     def describe(self) -> str:
         need = "at least" if self.at_least else "at most"
         mark = "ok" if self.passed else "NOT MET"
-        return f"{self.label}: {self.ratio}, needed {need} {self.limit:g}x [{mark}]"
+        return f"{self.label}: {self.ratio}, needed {need} {self.limit:g}x [{mark}]{self.note()}"
+
+    def note(self) -> str:
+        """What the decision adds to :meth:`describe`, in plain words ("" when decided in
+        the ordinary rounds)."""
+        if self.decision == UNDECIDED:
+            return " (undecided: this machine was too noisy to tell; kept as met)"
+        if self.decision == OWN_NOISE:
+            return " (undecided: your runs were far noisier than the reference's here)"
+        if self.decision == MEDIAN_MISSED:
+            return " (undecided: judged on the median)"
+        return f" (decided after {self.rounds} rounds)" if self.late else ""
+
+    def decided(
+        self, decision: str, rounds: int, late: bool, bound: tuple[float, float]
+    ) -> Criterion:
+        """This criterion with ``decision`` recorded."""
+        return replace(self, decision=decision, rounds=rounds, late=late, bound=bound)
 
     def summary(self) -> dict[str, Any]:
-        return {**asdict(self), "passed": self.passed}
+        return {**asdict(self), "passed": self.passed, "undecided": self.undecided}
 
 
 @dataclass
@@ -227,6 +154,16 @@ class BenchmarkRecord:
     def failures(self) -> list[Criterion]:
         return [c for c in self.criteria if not c.passed]
 
+    @property
+    def undecided(self) -> list[str]:
+        """The labels of the criteria its runs never decided (a TA may time them again)."""
+        return [c.label for c in self.criteria if c.undecided]
+
+    @property
+    def decided_late(self) -> list[str]:
+        """The labels of the criteria decided only in the confirmation rounds."""
+        return [c.label for c in self.criteria if c.late and not c.undecided]
+
     def summary(self) -> dict[str, Any]:
         return {
             "check": self.check,
@@ -237,6 +174,8 @@ class BenchmarkRecord:
             "leaderboard": self.leaderboard,
             "extra_rounds": self.extra_rounds,
             "cut_short": self.cut_short,
+            "undecided": self.undecided,
+            "decided_late": self.decided_late,
         }
 
 
@@ -325,47 +264,56 @@ class Measurement:
 
     timings: dict[str, Timing]
     criteria: list[Criterion]
-    extra_rounds: int = 0  # rounds added to confirm a miss; the verdict is on all rounds
+    extra_rounds: int = 0  # rounds past ``repeats`` that deciding took
     cut_short: bool = False  # stopped because ``decided_elsewhere`` said the check is lost
 
 
-#: Rounds a measurement always takes before its verdict may be settled early. One: a pass
-#: needs every criterion cleared by :data:`PASS_MARGIN` in it, which noise (it only adds
-#: time, and CPU time barely moves on a busy machine) cannot give a design near or under a
-#: limit; a run short of that margin gets more rounds, a miss at least ``MIN_MISS_ROUNDS``.
-#: The cache-free runs of the second round were a third of a grading's timed CPU time.
+#: Rounds a measurement always takes before its verdict may be decided: one, since a
+#: pass needs a confidence bound that clears its limit (:mod:`grader.runtime.verdicts`),
+#: which a design near or under a limit cannot give. The cache-free runs of the second
+#: round were a third of a grading's timed CPU time.
 MIN_ROUNDS = 1
-#: A criterion met by every run this many times past its limit is settled: more rounds
-#: cannot move its median back across the line.
-PASS_MARGIN = 1.25
-#: A criterion missed by every run this many times short of its limit, over at least
-#: ``MIN_MISS_ROUNDS`` rounds, is settled as missed. Wider and later than a pass: noise on
-#: a shared machine comes in bursts, and an honest submission must not lose to one.
-MISS_MARGIN, MIN_MISS_ROUNDS = 2.0, 3
 
 
-def _beyond_margins(criterion: Criterion) -> tuple[bool, bool]:
-    """Whether every run met ``criterion``'s limit by :data:`PASS_MARGIN`, and whether every
-    run missed it by :data:`MISS_MARGIN`. Both False for NaN."""
-    r, limit = criterion.ratio, criterion.limit
-    worst, best = (r.low, r.high) if criterion.at_least else (r.high, r.low)
-    if criterion.at_least:
-        return worst >= limit * PASS_MARGIN, best <= limit / MISS_MARGIN
-    return worst <= limit / PASS_MARGIN, best >= limit * MISS_MARGIN
+def decide_round(
+    verdict: list[Criterion],
+    kept: dict[tuple[str, str], Criterion],
+    rounds: int,
+    late: bool,
+    settings: VerdictSettings,
+) -> None:
+    """Keep in ``kept`` (by key and label) each criterion of ``verdict`` that ``rounds``
+    rounds decide, as it stood then: a decided criterion is not judged again."""
+    machine = machine_noise([c.ratio for c in verdict], settings.noise_floor)
+    for c in verdict:
+        if (c.key, c.label) not in kept:
+            found, bound = early_decision(c.ratio, c.limit, c.at_least, rounds, machine, settings)
+            if found:
+                kept[(c.key, c.label)] = c.decided(found, rounds, late, bound)
 
 
-def settled(criterion: Criterion, rounds: int) -> bool:
-    """Whether ``criterion``'s verdict is decided after ``rounds`` rounds: every run on one
-    side of its limit by a margin (:data:`PASS_MARGIN`, :data:`MISS_MARGIN`). False for
-    NaN, which keeps measuring and is judged missed in the end."""
-    return _beyond_margins(criterion)[0] or missed_for_good(criterion, rounds)
-
-
-def missed_for_good(criterion: Criterion, rounds: int) -> bool:
-    """Whether ``criterion`` is :func:`settled` as missed. One such criterion decides a
-    measurement: the check's points need every criterion met, so rounds that only refine
-    the others cannot change its verdict."""
-    return _beyond_margins(criterion)[1] and rounds >= MIN_MISS_ROUNDS
+def final_verdict(
+    verdict: list[Criterion],
+    kept: dict[tuple[str, str], Criterion],
+    rounds: int,
+    late: bool,
+    settings: VerdictSettings,
+    open_ended: bool,
+) -> list[Criterion]:
+    """Every criterion as decided: those ``kept``, the others decided at the cap
+    (:func:`grader.runtime.verdicts.final_decision`), unless the check is lost anyway
+    (``open_ended``: a miss or the runs' own calls), where they keep their median."""
+    machine = machine_noise([c.ratio for c in verdict], settings.noise_floor)
+    out = []
+    for c in verdict:
+        if (c.key, c.label) in kept:
+            out.append(kept[(c.key, c.label)])
+        elif open_ended:
+            out.append(c)
+        else:
+            found, bound = final_decision(c.ratio, c.limit, c.at_least, machine, settings)
+            out.append(c.decided(found, rounds, late, bound))
+    return out
 
 
 def measure(
@@ -379,19 +327,21 @@ def measure(
     decided_elsewhere: Callable[[], bool] | None = None,
 ) -> Measurement:
     """Time ``variants`` interleaved, one round at a time, and ``judge`` the timings
-    until the verdict is decided (a sequential rule, not a fixed count):
+    after each round until the verdict is decided (:mod:`grader.runtime.verdicts`):
 
-    - after :data:`MIN_ROUNDS` rounds, stop once every criterion is :func:`settled`
-      (a reference that passes with a 3-10x margin needs no more), or as soon as one is
-      :func:`missed_for_good` (a cache that does not cache, against its yardstick);
-    - after ``repeats`` rounds, stop if every criterion is met;
-    - otherwise go on, up to ``confirm_repeats`` rounds more, so that one burst of
-      background load cannot decide a miss; the verdict is on all rounds;
+    - each criterion is decided once its confidence bound clears its limit (a pass from
+      the first round, a miss after ``min_miss_rounds``) and then kept as it stood;
+    - the rounds stop once every criterion passed, or as soon as one missed (the
+      check's points need every criterion);
+    - at the cap, ``repeats + confirm_repeats`` rounds, the undecided ones are decided
+      by their median's bound, or else by who made the noise;
     - after any round, stop when ``decided_elsewhere()`` says the check is lost whatever
       the timings say (the timed runs' own results: a cache whose calls feed tokens
       again cannot earn the points), with what was measured so far.
     """
+    settings = verdict_settings()
     verdict: list[Criterion] = []
+    kept: dict[tuple[str, str], Criterion] = {}
     cut = [False]
 
     def decided(timings: dict[str, Timing]) -> bool:
@@ -400,13 +350,14 @@ def measure(
         if decided_elsewhere is not None and decided_elsewhere():
             cut[0] = True
             return True
-        if rounds >= min(MIN_ROUNDS, repeats) and all(settled(c, rounds) for c in verdict):
-            return True
-        if any(missed_for_good(c, rounds) for c in verdict):
-            return True
-        return rounds == repeats and all(c.passed for c in verdict)
+        if rounds >= min(MIN_ROUNDS, repeats):
+            decide_round(verdict, kept, rounds, rounds > repeats, settings)
+        lost = any(c.decision == MISSED for c in kept.values())
+        return lost or len(kept) == len(verdict)
 
     most = repeats + max(0, confirm_repeats)
     timings = interleaved(run, variants, warmup=warmup, repeats=most, until=decided)
     rounds = len(next(iter(timings.values())).samples)
-    return Measurement(timings, list(verdict), max(0, rounds - repeats), cut[0])
+    lost = cut[0] or any(c.decision == MISSED for c in kept.values())
+    criteria = final_verdict(verdict, kept, rounds, rounds > repeats, settings, lost)
+    return Measurement(timings, criteria, max(0, rounds - repeats), cut[0])

@@ -25,7 +25,7 @@ def shipped_text() -> str:
 
 def test_shipped_file_is_valid_and_has_both_profiles() -> None:
     data = parse_thresholds(shipped_text())
-    assert set(data) == {"cpu", "cuda", "leaderboard"}
+    assert set(data) == {"cpu", "cuda", "leaderboard", "verdict"}
     assert load_thresholds("cpu") == data["cpu"]
     assert load_thresholds("cuda")["part2"]["min_speedup"] > 1
 

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from grader.runtime.timing import (
-    MIN_MISS_ROUNDS,
     MIN_ROUNDS,
     STEADY_ROUNDS,
     BenchmarkRecord,
@@ -25,12 +24,17 @@ from grader.runtime.timing import (
     clock_for,
     interleaved,
     measure,
-    missed_for_good,
     round_length,
-    settled,
     until_steady,
 )
 from grader.runtime.usage import cpu_snapshot, cpu_used, rss_peak
+from grader.runtime.verdicts import (
+    MISSED,
+    PASSED,
+    early_decision,
+    final_decision,
+    verdict_settings,
+)
 from tests.conftest import SOLUTION
 
 
@@ -102,8 +106,10 @@ def test_record_summary_is_plain_json() -> None:
     record = BenchmarkRecord("2.11", "cpu", [good, bad], {"x": timing(1.0, 2.0)}, {"speedup": 4.0})
     assert not record.passed and record.failures() == [bad]
     data = json.loads(json.dumps(record.summary()))
-    assert data["criteria"][0]["ratio"] == {"median": 4.0, "low": 3.5, "high": 4.5}
-    assert data["criteria"][1]["passed"] is False
+    assert {k: data["criteria"][0]["ratio"][k] for k in ("median", "low", "high")} == {
+        "median": 4.0, "low": 3.5, "high": 4.5
+    }  # fmt: skip
+    assert data["criteria"][1]["passed"] is False and data["undecided"] == []
     assert data["timings"]["x"]["runs_s"] == [1.0, 2.0]
 
 
@@ -135,49 +141,52 @@ def test_measure_stops_once_every_run_clears_the_limit() -> None:
     m = measure(run, ["plain", "cached"], warmup=1, repeats=3, judge=speedup_at_least(2.0),
                 confirm_repeats=6)  # fmt: skip
     assert MIN_ROUNDS == 1 and len(calls) == 2 * 2 and m.extra_rounds == 0
-    assert [c.passed for c in m.criteria] == [True]
+    assert [(c.passed, c.decision, c.rounds) for c in m.criteria] == [(True, PASSED, 1)]
 
 
-def test_measure_near_the_line_times_its_repeats() -> None:
-    """2.2x against 2x needed is met but not by a margin: all ``repeats`` rounds."""
+def test_measure_near_the_line_takes_more_rounds_than_a_clear_pass() -> None:
+    """2.2x against 2x needed: the first round's bound still reaches under the line."""
     run, calls = scripted({"plain": [2.2] * 10, "cached": [1.0] * 10})
     m = measure(run, ["plain", "cached"], warmup=1, repeats=4, judge=speedup_at_least(2.0),
                 confirm_repeats=6)  # fmt: skip
-    assert len(calls) == 2 * 5 and m.extra_rounds == 0 and m.criteria[0].passed
+    (c,) = m.criteria
+    assert 1 < c.rounds <= 4 and len(calls) == 2 * (1 + c.rounds) and c.passed
+    assert m.extra_rounds == 0 and not c.late and c.bound[0] >= 2.0
 
 
 def test_measure_stops_a_miss_far_below_the_line_without_confirming_it() -> None:
-    """0.5x against 2x needed, in every one of MIN_MISS_ROUNDS rounds: decided."""
+    """0.5x against 2x needed, in every one of min_miss_rounds rounds: decided."""
+    least = verdict_settings().min_miss_rounds
     run, calls = scripted({"plain": [0.5] * 12, "cached": [1.0] * 12})
     m = measure(run, ["plain", "cached"], warmup=1, repeats=3, judge=speedup_at_least(2.0),
                 confirm_repeats=6)  # fmt: skip
-    assert len(calls) == 2 * (1 + MIN_MISS_ROUNDS) and not m.criteria[0].passed
+    assert len(calls) == 2 * (1 + least) and not m.criteria[0].passed
+    assert m.criteria[0].decision == MISSED
 
 
-def test_one_criterion_missed_by_far_decides_the_measurement() -> None:
-    """A cache that does not cache: its speedup (1x against 1.6x) never settles, but its
-    cached runs at 5x the reference's against at most 2x do, and the check needs both."""
+def test_one_criterion_missed_decides_the_measurement() -> None:
+    """A cache that does not cache: its cached runs at 5x the reference's against at most
+    2x miss, and the check needs every criterion: the rounds stop there."""
     run, calls = scripted({"plain": [1.0] * 12, "cached": [1.0] * 12})
 
     def judge(timings: dict[str, Timing]) -> list[Criterion]:
         cached = timings["cached"]
-        yardstick = Timing(tuple(Sample(0.2) for _ in cached.samples))
+        yardstick = Timing((Sample(0.2), Sample(0.21)))
         return [
             Criterion("s", "speedup", Ratio.of(timings["plain"], cached), 1.6, True),
-            Criterion("r", "vs reference", Ratio.of(cached, yardstick), 2.0, False),
+            Criterion("r", "vs reference", Ratio.against(cached, yardstick), 2.0, False),
         ]
 
     m = measure(run, ["plain", "cached"], warmup=1, repeats=3, judge=judge, confirm_repeats=6)
-    assert len(calls) == 2 * (1 + MIN_MISS_ROUNDS) and m.extra_rounds == 0
+    assert len(calls) == 2 * (1 + verdict_settings().min_miss_rounds) and m.extra_rounds == 0
     assert [c.passed for c in m.criteria] == [False, False]
-    assert not settled(m.criteria[0], MIN_MISS_ROUNDS) and missed_for_good(m.criteria[1], 3)
-    assert not missed_for_good(m.criteria[1], MIN_MISS_ROUNDS - 1)
+    assert BenchmarkRecord("2.11", "cpu", m.criteria).undecided == []
 
 
 def test_a_check_lost_by_what_its_runs_did_stops_the_rounds() -> None:
     """Runs that lose the check whatever they cost (a cache whose calls feed tokens again)
-    stop after the first timed round, with its timings; without that, a speedup near the
-    line keeps every confirmation round going."""
+    stop after the first timed round, with its timings; without that, a speedup short of
+    the line is timed until it is decided."""
     run, calls = scripted({"plain": [1.0] * 12, "cached": [0.6] * 12})  # 1.67x against 2x
     lost: list[str] = []
 
@@ -191,47 +200,52 @@ def test_a_check_lost_by_what_its_runs_did_stops_the_rounds() -> None:
                 decided_elsewhere=lambda: bool(lost))  # fmt: skip
     assert len(calls) == 2 * 2 and m.cut_short and m.extra_rounds == 0  # warm-up + 1 round
     assert len(m.timings["cached"].samples) == 1 and not m.criteria[0].passed
+    assert m.criteria[0].decision == ""  # judged on its median: the check is lost anyway
     record = BenchmarkRecord(check="2.11", profile="cpu")
     record.add(m)
     assert record.cut_short and record.summary()["cut_short"]
     run, calls = scripted({"plain": [1.0] * 12, "cached": [0.6] * 12})
     m = measure(run, ["plain", "cached"], warmup=1, repeats=3, judge=speedup_at_least(2.0),
                 confirm_repeats=6, decided_elsewhere=lambda: False)  # fmt: skip
-    assert len(calls) == 2 * 10 and not m.cut_short
+    assert not m.cut_short and m.criteria[0].decision == MISSED
 
 
-def test_a_nan_ratio_is_never_settled_and_never_passes() -> None:
-    nan = Criterion("k", "label", Ratio(math.nan, math.nan, math.nan), 2.0, True)
-    assert not settled(nan, 10) and not nan.passed
-    above = Criterion("k", "label", Ratio(3.0, 2.6, 3.5), 2.0, True)
-    assert settled(above, MIN_ROUNDS)
-    within = Criterion("k", "label", Ratio(1.0, 0.9, 1.2), 2.0, False)  # at most 2x
-    assert settled(within, MIN_ROUNDS) and within.passed
+def test_a_nan_ratio_is_never_decided_early_and_never_passes() -> None:
+    s = verdict_settings()
+    nan = Ratio(math.nan, math.nan, math.nan, 3, None)
+    assert early_decision(nan, 2.0, True, 10, None, s)[0] == ""
+    assert final_decision(nan, 2.0, True, 0.05, s)[0] == MISSED
+    assert not Criterion("k", "label", nan, 2.0, True).passed
+    far = Ratio(3.0, 2.9, 3.1, 3, 0.02)
+    assert early_decision(far, 2.0, True, MIN_ROUNDS, None, s)[0] == PASSED
+    within = Ratio(1.0, 0.95, 1.05, 3, 0.02)  # at most 2x
+    assert early_decision(within, 2.0, False, MIN_ROUNDS, None, s)[0] == PASSED
 
 
-def test_measure_confirms_a_miss_caused_by_a_burst_of_stalls() -> None:
-    # The cached runs of two of three rounds stalled by 0.3 s: their median misses 2x.
+def test_measure_outvotes_a_burst_of_stalls_in_the_extra_rounds() -> None:
+    # The cached runs of two of three rounds stalled by 0.3 s: their median misses 2x, the
+    # best run does not, so the rounds go on until the median's bound clears the line.
     stalled = [0.05, 0.31, 0.32, 0.01] + [0.01] * 6  # warm-up, 3 timed, 6 more
     run, calls = scripted({"plain": [0.04] * 10, "cached": stalled})
     m = measure(run, ["plain", "cached"], warmup=1, repeats=3, judge=speedup_at_least(2.0),
                 confirm_repeats=6)  # fmt: skip
-    assert m.extra_rounds == 6 and len(calls) == 2 * 10  # no second warm-up
-    assert calls[-2:] == [("plain", 9), ("cached", 9)]  # every round has its own index
-    assert len(m.timings["cached"].samples) == 9  # verdict on every timed round
-    assert m.criteria[0].passed and m.criteria[0].ratio.median == pytest.approx(4.0)
+    (c,) = m.criteria
+    assert 0 < m.extra_rounds <= 6 and c.passed and c.late and c.decision == PASSED
+    assert calls[-2:] == [("plain", 3 + m.extra_rounds), ("cached", 3 + m.extra_rounds)]
+    assert c.ratio.median == pytest.approx(4.0)  # verdict on every timed round
+    record = BenchmarkRecord("3.11", "cpu", [c])
+    assert record.summary()["decided_late"] == ["speedup"] and not record.undecided
 
 
 def test_measure_keeps_a_real_miss_and_can_be_switched_off() -> None:
-    # A cache that does not cache: about 1x in every round, confirmed or not.
+    # A cache that does not cache: about 1x in every round, decided with or without the
+    # extra rounds.
     times = {"plain": [0.04, 0.041, 0.039, 0.04] * 3, "cached": [0.04] * 12}
-    run, _ = scripted({k: list(v) for k, v in times.items()})
-    m = measure(run, ["plain", "cached"], warmup=1, repeats=3, judge=speedup_at_least(2.0),
-                confirm_repeats=6)  # fmt: skip
-    assert m.extra_rounds == 6 and not m.criteria[0].passed
-    run, calls = scripted({k: list(v) for k, v in times.items()})
-    m = measure(run, ["plain", "cached"], warmup=1, repeats=3, judge=speedup_at_least(2.0),
-                confirm_repeats=0)  # fmt: skip
-    assert m.extra_rounds == 0 and len(calls) == 8 and not m.criteria[0].passed
+    for confirm in (6, 0):
+        run, calls = scripted({k: list(v) for k, v in times.items()})
+        m = measure(run, ["plain", "cached"], warmup=1, repeats=3,
+                    judge=speedup_at_least(2.0), confirm_repeats=confirm)  # fmt: skip
+        assert m.extra_rounds == 0 and len(calls) == 8 and not m.criteria[0].passed
 
 
 def test_record_adds_measurements_and_reports_extra_rounds() -> None:

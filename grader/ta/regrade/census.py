@@ -175,3 +175,20 @@ def census_markdown(causes: list[Cause], submissions: int) -> str:
     ]
     head = "| cause | submissions | % | named by check (how many) |\n| --- | --- | --- | --- |\n"
     return CENSUS_MD + head + "\n".join(rows) + "\n"
+
+
+def timing_doubts(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every timed check of the class its runs decided late or not at all (``undecided``
+    and ``decided_late`` of its benchmark record): which submission, which check, which
+    criteria, and whether it passed. A TA may time these again on a quiet machine."""
+    found = []
+    for sub_id in sorted(results, key=natural_key):
+        benchmarks = (results[sub_id].get("extra_data") or {}).get("benchmarks") or {}
+        for check, record in sorted(benchmarks.items(), key=lambda kv: natural_key(kv[0])):
+            undecided, late = record.get("undecided") or [], record.get("decided_late") or []
+            if undecided or late:
+                found.append(
+                    {"submission": sub_id, "check": check, "passed": record.get("passed"),
+                     "undecided": list(undecided), "decided_late": list(late)}
+                )  # fmt: skip
+    return found

@@ -1,0 +1,35 @@
+"""Timed checks decided late or never are named in the class report and in the student's
+feedback, so that a TA can time them again on a quiet machine."""
+
+from __future__ import annotations
+
+from grader.core.feedback import decision_words
+from grader.ta.regrade.census import timing_doubts
+from grader.ta.regrade.class_report import doubts_table
+
+UNDECIDED = {"label": "vs reference", "decision": "undecided", "passed": True}
+OWN_NOISE = {"label": "speedup", "decision": "own noise", "passed": False}
+
+
+def results(record: dict) -> dict:
+    return {"extra_data": {"benchmarks": {"3.11": record}}, "tests": []}
+
+
+def test_the_class_report_lists_every_undecided_or_late_check() -> None:
+    found = timing_doubts({
+        "sub_10": results({"passed": True, "undecided": ["vs reference"], "decided_late": []}),
+        "sub_2": results({"passed": True, "undecided": [], "decided_late": ["speedup"]}),
+        "sub_3": results({"passed": True, "undecided": [], "decided_late": []}),
+    })  # fmt: skip
+    assert [(d["submission"], d["check"]) for d in found] == [("sub_2", "3.11"), ("sub_10", "3.11")]
+    html = doubts_table(found)
+    assert "sub_10" in html and "vs reference" in html and "quiet machine" in html
+    assert "decided within" in doubts_table([])
+
+
+def test_the_feedback_says_who_made_the_noise_in_plain_words() -> None:
+    words = decision_words({"criteria": [UNDECIDED, OWN_NOISE], "decided_late": ["batch 1"]})
+    assert any("counts as met" in w and "vs reference" in w for w in words)
+    assert any("far noisier" in w and "speedup" in w for w in words)
+    assert any("extra rounds: batch 1" in w for w in words)
+    assert decision_words({"criteria": [{"label": "x", "decision": "passed"}]}) == []
