@@ -316,6 +316,14 @@ def final_verdict(
     return out
 
 
+def decided_once(criterion: Criterion) -> Criterion:
+    """``criterion`` decided on the runs already timed, their count its cap (a probe's,
+    timed in rounds of its own): its bound, or else who made the noise."""
+    settings = verdict_settings()
+    rounds = criterion.ratio.runs
+    return final_verdict([criterion], {}, rounds, False, settings, False)[0]
+
+
 def measure(
     run: Callable[[str, int], Sample],
     variants: Sequence[str],

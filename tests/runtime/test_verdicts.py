@@ -12,7 +12,15 @@ from collections.abc import Callable
 
 import pytest
 
-from grader.runtime.timing import BenchmarkRecord, Criterion, Ratio, Sample, Timing, measure
+from grader.runtime.timing import (
+    BenchmarkRecord,
+    Criterion,
+    Ratio,
+    Sample,
+    Timing,
+    decided_once,
+    measure,
+)
 from grader.runtime.verdicts import (
     MEDIAN_MISSED,
     MISSED,
@@ -157,3 +165,15 @@ def test_the_log_spread_ignores_one_stalled_run() -> None:
     assert log_sigma([1.0]) is None
     assert log_sigma([1.0, 1.0, 1.0, 5.0]) == pytest.approx(0.0)
     assert log_sigma([1.0, 2.0]) == pytest.approx(1.4826 * 0.5 * 0.6931, rel=1e-3)
+
+
+def test_a_probe_of_fixed_rounds_is_decided_on_the_runs_it_has() -> None:
+    """The work probe's cached runs against the reference's (3.7, 2.9): a clear case is
+    decided, one that a noisy reference cannot settle is flagged, by who made the noise."""
+    cached = Timing(tuple(Sample(s) for s in (1.0, 1.02)))
+    steady = Timing(tuple(Sample(s) for s in (0.5, 0.51)))
+    clear = decided_once(Criterion("r", "vs reference", Ratio.against(cached, steady), 2.2, False))
+    assert clear.decision == PASSED and clear.rounds == 2
+    noisy = Timing(tuple(Sample(s) for s in (0.35, 0.65)))
+    flagged = decided_once(Criterion("r", "vs reference", Ratio.against(cached, noisy), 2.2, False))
+    assert flagged.undecided and flagged.passed  # its median, 2.02x, is within the limit
