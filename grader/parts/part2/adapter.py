@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 
 if __package__:  # grader.parts.part2.adapter: regen and the tests, in the grader's process
-    from grader.parts.part2.adapter_cache import held_kv, kv_tensors, scramble, written
+    from grader.parts.part2.adapter_cache import kv_tensors, scramble, snapshot, written
     from grader.parts.part2.adapter_calls import forward_calls
     from grader.parts.part2.adapter_weights import draw_on
 else:  # the worker, where the adapter's modules sit beside its main.py
-    from adapter_part2_cache import held_kv, kv_tensors, scramble, written
+    from adapter_part2_cache import kv_tensors, scramble, snapshot, written
     from adapter_part2_calls import forward_calls
     from adapter_part2_weights import draw_on
 
@@ -256,7 +256,7 @@ def cache_read_effect(model: Any, input_ids: np.ndarray, prefix: int, width: int
         return _to_numpy(logits, "logits")
 
     with torch.no_grad():
-        before = held_kv(model, prefix, width)
+        before = snapshot(model, prefix, width)
         _, past = _logits_of(model(ids[:, :prefix], use_cache=True))
         found = [*kv_tensors(past, prefix, width), *written(model, before, prefix, width)]
         del before

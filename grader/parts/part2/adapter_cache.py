@@ -32,27 +32,31 @@ def kv_tensors(value: Any, prefix: int, width: int) -> list[Any]:
     return [t for t in tensors_in(value) if kv_shaped(t, prefix, width)]
 
 
-def held_kv(model: Any, prefix: int, width: int) -> dict[int, tuple[Any, Any]]:
-    """Every :func:`kv_shaped` tensor the model keeps outside its parameters (on its
-    layers, in a closure, in a module-level container: ``tensor_search.held_tensors``),
-    by id, each with a copy of what it holds now."""
+def held_kv(model: Any, prefix: int, width: int) -> list[Any]:
+    """Every :func:`kv_shaped` tensor the model keeps outside its parameters: on its
+    layers, in a closure, in a module-level container (``tensor_search.held_tensors``)."""
     from tensor_search import held_tensors
 
-    return {id(t): (t, t.clone()) for t in held_tensors(model) if kv_shaped(t, prefix, width)}
+    return [t for t in held_tensors(model) if kv_shaped(t, prefix, width)]
+
+
+def snapshot(model: Any, prefix: int, width: int) -> dict[int, tuple[Any, Any]]:
+    """:func:`held_kv` by id, each tensor with a copy of what it holds now (kept alive, so
+    that no id is reused while the snapshot lives)."""
+    return {id(t): (t, t.clone()) for t in held_kv(model, prefix, width)}
 
 
 def written(model: Any, before: dict[int, tuple[Any, Any]], prefix: int, width: int) -> list[Any]:
-    """The :func:`kv_shaped` tensors the model keeps now that a call wrote: new since
-    ``before`` (:func:`held_kv`, whose tensors it keeps alive, so no id is reused) or
-    holding other values. A table the call only read (a fixed float buffer) is not among
-    them: scrambling it would change every step, cache or no cache."""
+    """The :func:`held_kv` tensors that a call made since ``before`` (:func:`snapshot`)
+    wrote: new ones, or ones holding other values. A table the call only read (a fixed
+    float buffer) is not among them: scrambling it would change every step, cache or no
+    cache."""
     import torch
 
-    now = held_kv(model, prefix, width)
     return [
         t
-        for key, (t, _) in now.items()
-        if key not in before or not torch.equal(t, before[key][1])  # NaN: written
+        for t in held_kv(model, prefix, width)
+        if id(t) not in before or not torch.equal(t, before[id(t)][1])  # NaN: written
     ]
 
 

@@ -254,17 +254,18 @@ class Part2CacheContents(Part2Growth):
         )
 
     def cache_read_problem(self) -> str:
-        """Whether forward reads the cache it is handed at every step: after a prefill of
-        ``CACHE_READ_PREFIX`` tokens on the public model, the worker writes noise over every
-        tensor of the past_kv forward handed back that is shaped like keys or values of the
-        prefix (in place: a cache kept on the layers, of which past_kv holds views, is
-        scrambled too), then feeds ``CACHE_READ_STEPS`` single tokens, each call given the
-        cache the last one returned, and compares the last step's logits with those of the
-        same steps after an unscrambled prefill. A forward that runs the whole prefix
-        again every few calls (its calls one token each, like a cache's) has healed by
-        then. The figure comes from the submission's process: it names an honest design,
-        and the yardstick stops a forger. "" when the cache is read or the probe cannot
-        run."""
+        """Whether forward reads its cache at every step: after a prefill of
+        ``CACHE_READ_PREFIX`` tokens on the public model, the worker writes noise, in place,
+        over every tensor shaped like keys or values of the prefix that the next step may
+        read: in the past_kv forward handed back, and among those the model keeps outside
+        its parameters that the prefill wrote (a cache held on the layers and handed back
+        as views or as a copy; ``adapter_cache``). It then feeds ``CACHE_READ_STEPS`` single
+        tokens, each call given the cache the last one returned, and compares the last
+        step's logits with those of the same steps after an unscrambled prefill. A forward
+        that runs the whole prefix again every few calls (its calls one token each, like a
+        cache's) has healed by then. The figure comes from the submission's process: it
+        names an honest design, and the yardstick stops a forger. "" when the cache is read
+        or the probe cannot run."""
         config = self.model_spec("public")["config"]
         prefix = min(CACHE_READ_PREFIX, config["max_seq_len"] - CACHE_READ_STEPS)
         if prefix < 1:
@@ -289,9 +290,9 @@ class Part2CacheContents(Part2Growth):
 def cache_read_verdict(effect: Any, prefix: int) -> str:
     """Why the cache-read probe's ``effect`` (the largest change of the last step's logits
     with the cache scrambled after a prefill of ``prefix`` tokens) shows a forward that
-    does not read the cache it is handed ("" when it reads it). No figure (None: past_kv
-    held no tensor shaped like keys or values, or none could be written, so the other
-    checks judge alone) names nothing; NaN never passes."""
+    does not read its cache ("" when it reads it). No figure (None: neither past_kv nor
+    the model held a tensor shaped like keys or values, or none could be written, so the
+    other checks judge alone) names nothing; NaN never passes."""
     outcome = cache_read_outcome(effect, CACHE_READ_MIN_EFFECT)
     if outcome in (None, "reads"):
         return ""
@@ -303,11 +304,11 @@ def cache_read_verdict(effect: Any, prefix: int) -> str:
         )
     return (
         f"forward does not read its cache: noise written, right after a prefill of {prefix} "
-        "tokens, over the keys and values in the past_kv forward handed back left the "
-        f"logits unchanged {CACHE_READ_STEPS} single-token steps later, each call given the "
-        f"cache the last one returned (largest change {effect:.2g}). With use_cache, the "
-        "keys and values of earlier positions must come from past_kv at every step, not be "
-        "computed again, at once or every few steps."
+        "tokens, over the keys and values in the past_kv forward handed back and in the "
+        f"tensors the model keeps left the logits unchanged {CACHE_READ_STEPS} single-token "
+        "steps later, each call given the cache the last one returned (largest change "
+        f"{effect:.2g}). With use_cache, the keys and values of earlier positions must come "
+        "from the cache at every step, not be computed again, at once or every few steps."
     )
 
 
