@@ -54,14 +54,16 @@ def _closure_values(value: Any) -> list[Any]:
 def _global_values(model: Any) -> list[Any]:
     """The tensors and containers among the globals of the module that defines
     ``model``'s class (a cache kept in a module-level list or dict), not imported modules,
-    classes or functions."""
+    classes, functions or the module's own dunder entries (its builtins)."""
     import sys
 
     import torch
 
     source = sys.modules.get(type(model).__module__)
     kinds = (torch.Tensor, list, tuple, dict)
-    return [v for v in vars(source).values() if isinstance(v, kinds)] if source else []
+    if source is None:
+        return []
+    return [v for k, v in vars(source).items() if not k.startswith("__") and isinstance(v, kinds)]
 
 
 def _memory(tensor: Any) -> int | None:

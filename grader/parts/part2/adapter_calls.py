@@ -11,6 +11,7 @@ a forward that calls itself (a cache-free path that runs the cached one) is stil
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -50,7 +51,7 @@ def forward_calls(model: Any) -> Iterator[list[int]]:
 
     if "forward" in vars(model):  # an instance attribute shadows the class's forward
         own = vars(model)["forward"]
-        model.forward = lambda *args, **kwargs: counted(own, args, kwargs)
+        model.forward = functools.wraps(own)(lambda *args, **kwargs: counted(own, args, kwargs))
         try:
             yield lengths
         finally:
@@ -59,6 +60,7 @@ def forward_calls(model: Any) -> Iterator[list[int]]:
     owner = next(c for c in type(model).__mro__ if "forward" in vars(c))
     original = vars(owner)["forward"]
 
+    @functools.wraps(original)  # its name, signature and docstring, for code that asks
     def on_class(self: Any, *args: Any, **kwargs: Any) -> Any:
         if self is not model:
             return original(self, *args, **kwargs)
