@@ -83,8 +83,8 @@ def draw_measure(ax: Any, m: Measure) -> None:
                color="tab:red", alpha=0.1)  # fmt: skip
     ax.set_xlim(lo, hi)
     whole_counts(ax)
-    ax.set_title(m.key, fontsize=8)
-    ax.set_xlabel(f"median ratio (threshold {m.limit:g}x dashed, failing side shaded)", fontsize=7)
+    ax.set_title(m.key)  # matplotlib's title size: larger than the tick labels
+    ax.set_xlabel(f"median ratio (threshold {m.limit:g}x dashed)")
     ax.set_ylabel("submissions")
 
 
@@ -219,7 +219,9 @@ def render(rows: list[Row], results: dict[str, dict[str, Any]], title: str) -> s
     histograms = part_histograms(rows)
     plots = measure_plots(measures(results))
     images = f'<img alt="scores per part" src="{histograms}">' if histograms else ""
-    bench = (f'<img alt="benchmark measurements" src="{plots}">' if plots
+    bench = (f'<p>Each criterion\'s median ratio across the class; the side of the dashed '
+             f'threshold that loses the points is shaded.</p><img alt="benchmark measurements" '
+             f'src="{plots}">' if plots
              else "<p>No benchmark check was timed in this regrade.</p>")  # fmt: skip
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title>"

@@ -48,6 +48,16 @@ def test_a_measure_has_no_legend_over_its_bars_and_a_sensible_axis(ax) -> None:
     assert whole(ax)
 
 
+def test_a_measures_title_and_label_are_no_smaller_than_its_tick_labels(ax) -> None:
+    """The chart's title (the criterion) reads before its numbers, and its axis label is
+    not the smallest text on it."""
+    draw_measure(ax, Measure("part3.min_speedup.16", "speedup", 5.05, True, (4.0, 9.0)))
+    ax.figure.canvas.draw()
+    ticks = max(t.get_fontsize() for t in ax.get_xticklabels() + ax.get_yticklabels())
+    assert ax.title.get_fontsize() > ticks
+    assert ax.xaxis.label.get_fontsize() >= ticks
+
+
 def test_the_score_histograms_legend_is_beside_the_bars(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
