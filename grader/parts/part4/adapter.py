@@ -22,24 +22,12 @@ import numpy as np
 
 if __package__:  # grader.parts.part4.adapter: regen and the tests, in the grader's process
     from grader.parts.part4.adapter_device import as_ids, device, model_device, sync
-    from grader.parts.part4.adapter_latency import (
-        CPU_CLOCKS,
-        DRIVEN_CLOCKS,
-        run_latency,
-        run_latency_clock,
-        run_latency_runs,
-    )
+    from grader.parts.part4.adapter_latency import run_latency, run_latency_timed
 else:  # adapter_part4.py, flat among the worker's scripts in the sandbox
     from adapter_part4_device import as_ids, device, model_device, sync
-    from adapter_part4_latency import (
-        CPU_CLOCKS,
-        DRIVEN_CLOCKS,
-        run_latency,
-        run_latency_clock,
-        run_latency_runs,
-    )
+    from adapter_part4_latency import run_latency, run_latency_timed
 
-__all__ = ["CPU_CLOCKS", "DRIVEN_CLOCKS", "as_ids", "device", "model_device", "sync"]
+__all__ = ["as_ids", "device", "model_device", "sync"]
 
 module: Any = None
 MODELS: dict[str, Any] = {}
@@ -84,8 +72,12 @@ def run_generate(
 ) -> dict[str, Any]:
     """The student's greedy generation, with every forward call recorded.
 
-    ``cached_prefix`` > 0 calls ``generate_with_cache_from`` with a cache of the first
-    ``cached_prefix`` tokens (built here, before the recording starts). With ``gaps``,
+    The generation runs as a script of the student's would run it: in the grad mode
+    Python starts with, under no context of the grader's, so that what it costs is its
+    own (a lab that leaves out ``torch.no_grad()`` builds autograd's graph, and
+    ``grad_recorded`` says so). ``cached_prefix`` > 0 calls
+    ``generate_with_cache_from`` with a cache of the first ``cached_prefix`` tokens
+    (built here, under ``no_grad``, before the recording starts). With ``gaps``,
     each step keeps its best-minus-runner-up logit per row, taken on the model's device,
     instead of the whole last-position logits: a batch of long runs over GPT-2's
     vocabulary would otherwise fill the host's memory."""
@@ -100,6 +92,7 @@ def run_generate(
     use_cache: list[bool] = []  # what each call asked for (the call pattern, as a hint)
     past_given: list[bool] = []  # whether each call was given a cache
     last: list[np.ndarray] = []
+    grad_recorded = [False]  # whether a call's logits carry autograd's history
     original = model.forward
 
     def recording(*args: Any, **kwargs: Any) -> Any:
@@ -110,6 +103,7 @@ def run_generate(
         out = original(*args, **kwargs)
         logits = getattr(out, "logits", None)
         if isinstance(logits, torch.Tensor) and logits.ndim == 3:
+            grad_recorded[0] |= bool(logits.requires_grad)
             step = logits[:, -1].detach().float()  # (B, vocab)
             if gaps:
                 top = step.topk(2, dim=-1).values  # (B, 2)
@@ -119,13 +113,12 @@ def run_generate(
 
     model.forward = recording
     try:
-        with torch.no_grad():
-            if cached_prefix:
-                tokens = mod.generate_with_cache_from(model, x, past, n)
-            elif cached:
-                tokens = mod.generate_with_cache(model, x, n)
-            else:
-                tokens = mod.generate_no_cache(model, x, n)
+        if cached_prefix:
+            tokens = mod.generate_with_cache_from(model, x, past, n)
+        elif cached:
+            tokens = mod.generate_with_cache(model, x, n)
+        else:
+            tokens = mod.generate_no_cache(model, x, n)
         sync()
     finally:
         del model.forward
@@ -139,6 +132,7 @@ def run_generate(
         "lengths": lengths,
         "use_cache": use_cache,
         "past_given": past_given,
+        "grad_recorded": grad_recorded[0],
         "step_logits": np.stack(last) if same else np.zeros((0,), np.float32),
     }
 
@@ -292,7 +286,7 @@ def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict
             int(request.get("cached_prefix", 0)),
             gaps=bool(request.get("gaps_only")),
         )
-        header = {k: out[k] for k in ("lengths", "use_cache", "past_given")}
+        header = {k: out[k] for k in ("lengths", "use_cache", "past_given", "grad_recorded")}
         if request.get("tokens_only"):  # a timed run: only its tokens are compared
             return header, {"tokens": out["tokens"]}
         if request.get("gaps_only"):  # a long run's logits outgrow a reply: (steps, B) gaps
@@ -310,10 +304,8 @@ def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict
         return run_int8(module, MODELS[request["model"]], arrays["ids"], request["n"])
     if op == "latency":
         return run_latency(module, MODELS[request["model"]], request), {}
-    if op == "latency_runs":
-        return run_latency_runs(module, MODELS[request["model"]], request), {}
-    if op == "latency_clock":
-        return run_latency_clock(module, MODELS[request["model"]], request), {}
+    if op == "latency_timed":
+        return run_latency_timed(module, MODELS[request["model"]], request), {}
     if op == "int8_cache":
         return run_int8_cache(module, arrays, int(request["layers"]))
     raise ValueError(f"unknown request {op!r}")

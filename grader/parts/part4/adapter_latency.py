@@ -1,8 +1,11 @@
-"""Part 4 adapter: the student's ``measure_latency`` driven (the worker's module
-``adapter_part4_latency``): with a one-off delay in its first model call, with its
-generate functions counted, or with every standard clock replaced by one the parent
-can predict. ``on`` is the grading device (default: the worker's). Everything returned
-is raw data: the parent judges it."""
+"""Part 4 adapter: the student's ``measure_latency`` run and timed (the worker's module
+``adapter_part4_latency``): with a one-off delay in its first model call, and with every
+generation it runs timed on the adapter's own clock. ``on`` is the grading device
+(default: the worker's). Everything returned is raw data: the parent judges it.
+
+No clock of the submission's is replaced: the lab may read any clock, taken in any way.
+The adapter's own clock and sleep are taken here, when the worker imports this module,
+before the submission is imported."""
 
 from __future__ import annotations
 
@@ -13,6 +16,11 @@ if __package__:
     from grader.parts.part4.adapter_device import device, sync
 else:
     from adapter_part4_device import device, sync
+
+_now = time.perf_counter  # the adapter's clock, whatever the lab later does to `time`
+_sleep = time.sleep
+MAX_EVENTS = 20_000  # model calls (and generate calls) recorded, at most
+MODES = {"no_cache": "generate_no_cache", "cache": "generate_with_cache"}
 
 
 def run_latency(
@@ -30,7 +38,7 @@ def run_latency(
     def delayed(*args: Any, **kwargs: Any) -> Any:
         calls[0] += 1
         if calls[0] == 1:
-            time.sleep(delay)
+            _sleep(delay)
         return original(*args, **kwargs)
 
     model.forward = delayed
@@ -49,120 +57,110 @@ def run_latency(
     return {"result": encode_value(result), "forward_calls": calls[0]}
 
 
-def run_latency_runs(
+def _shape_of(value: Any) -> tuple[int, int]:
+    """(rows, tokens) of a (B, T) tensor of ids; -1 for what is not one."""
+    shape = tuple(getattr(value, "shape", ()))
+    if len(shape) != 2:
+        return -1, int(shape[-1]) if shape else -1
+    return int(shape[0]), int(shape[1])
+
+
+class _Recorder:
+    """Records, on the adapter's clock, every model call and every generate call a
+    ``measure_latency`` makes, and makes each generation wait a known time inside it:
+    ``waits[(2 k + cached) % len]`` for the mode's k-th generation (the modes take turns
+    along the list). A generation is a call of the module's generate function (read
+    through its global name) or, where none is made, a run of model calls that starts
+    with exactly ``prompt_len`` tokens: there the wait is in its second call, when its
+    mode shows (one token fed with the cache, the whole sequence without)."""
+
+    def __init__(self, prompt_len: int, waits: list[float]) -> None:
+        self.prompt_len, self.waits = prompt_len, waits
+        self.began = _now()
+        self.calls: list[list[Any]] = []  # [t0, t1, tokens, rows, waited, generate call or -1]
+        self.generations: list[list[Any]] = []  # [mode, L, t0, t1, rows, tokens, waited]
+        self.runs = {"no_cache": 0, "cache": 0}
+        self.inside: int | None = None  # the generate call under way
+        self.run_calls: int | None = None  # model calls so far of a generation found by them
+
+    def wait(self, mode: str) -> float:
+        k = self.runs[mode]
+        self.runs[mode] = k + 1
+        seconds = self.waits[(2 * k + (mode == "cache")) % len(self.waits)]
+        _sleep(seconds)
+        return seconds
+
+    def model_call(self, original: Any, args: tuple, kwargs: dict) -> Any:
+        rows, tokens = _shape_of(args[0] if args else kwargs.get("input_ids"))
+        t0, waited = _now(), 0.0
+        if self.inside is None:
+            if tokens == self.prompt_len:
+                self.run_calls = 0
+            elif self.run_calls is not None:
+                self.run_calls += 1
+            if self.run_calls == 1:
+                waited = self.wait("cache" if tokens == 1 else "no_cache")
+        try:
+            return original(*args, **kwargs)
+        finally:
+            if len(self.calls) < MAX_EVENTS:
+                owner = -1 if self.inside is None else self.inside
+                self.calls.append([t0 - self.began, _now() - self.began, tokens, rows,
+                                   waited, owner])  # fmt: skip
+
+    def generate_call(self, mode: str, original: Any, args: tuple, kwargs: dict) -> Any:
+        if self.inside is not None or len(self.generations) >= MAX_EVENTS:
+            return original(*args, **kwargs)  # one generate function calling the other
+        L = args[2] if len(args) > 2 else kwargs.get("L")
+        L = L if isinstance(L, int) and not isinstance(L, bool) else -1
+        rows, tokens = _shape_of(args[1] if len(args) > 1 else kwargs.get("input_ids"))
+        self.inside = len(self.generations)
+        t0 = _now()
+        waited = self.wait(mode)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            t1 = _now()
+            self.inside = None
+            self.generations.append(
+                [mode, L, t0 - self.began, t1 - self.began, rows, tokens, waited]
+            )
+
+
+def run_latency_timed(
     mod: Any, model: Any, request: dict[str, Any], on: str | None = None
 ) -> dict[str, Any]:
-    """The student's ``measure_latency`` with the module's two generate functions counted:
-    the ``L`` of every call, per mode, in order (-1 where no int ``L`` was passed). How
-    the generate functions work does not matter, only how often they run."""
-    calls: dict[str, list[int]] = {"no_cache": [], "cache": []}
-    originals = {"no_cache": mod.generate_no_cache, "cache": mod.generate_with_cache}
+    """The student's ``measure_latency`` with every model call and generate call it makes
+    recorded on the adapter's clock (see :class:`_Recorder`): what it returned, the
+    calls, and when it returned. The lab's clock is left alone; the parent bounds what
+    each generation's time can be on any clock from the times around it. ``args`` are
+    the keyword arguments passed (none: the defaults); ``waits_s`` the waits by place."""
+    from values import encode_value
 
-    def counting(mode: str) -> Any:
+    rec = _Recorder(int(request["prompt_len"]), [float(x) for x in request["waits_s"]])
+    original = model.forward
+    originals = {mode: getattr(mod, name, None) for mode, name in MODES.items()}
+
+    def wrapped(mode: str) -> Any:
         def call(*args: Any, **kwargs: Any) -> Any:
-            L = args[2] if len(args) > 2 else kwargs.get("L")
-            calls[mode].append(L if isinstance(L, int) and not isinstance(L, bool) else -1)
-            return originals[mode](*args, **kwargs)
+            return rec.generate_call(mode, originals[mode], args, kwargs)
 
         return call
 
+    model.forward = lambda *args, **kwargs: rec.model_call(original, args, kwargs)
     try:
-        mod.generate_no_cache, mod.generate_with_cache = counting("no_cache"), counting("cache")
-        mod.measure_latency(
-            model, tuple(request["L_values"]), prompt_len=request["prompt_len"],
-            warmup=request["warmup"], repeats=request["repeats"], device=on or device(),
-        )  # fmt: skip
-        sync()
-    finally:
-        mod.generate_no_cache, mod.generate_with_cache = originals["no_cache"], originals["cache"]
-    return {"calls": calls}
-
-
-#: The clocks a lab may time with: each is driven while ``measure_latency`` runs.
-DRIVEN_CLOCKS = (
-    "perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "time_ns",
-)  # fmt: skip
-#: The process's CPU-time clocks: driven too, but they miss the time a run spends outside
-#: the process's computing (the driven clock's extra per generation), as CPU time does.
-#: The course's lab asks for latency, so figures read from them are the wrong ones.
-CPU_CLOCKS = ("process_time", "process_time_ns")
-
-
-def _clock_places(mod: Any, state: dict[str, Any]) -> tuple[list, dict[int, Any]]:
-    """Where the lab can reach a standard clock (the ``time`` module, ``timeit``'s default
-    timer, aliases in ``mod``) with the real clock found there, and the driven stand-in
-    of each real clock (by id): ``state["now"]`` in seconds, or in ns for ``*_ns``;
-    ``state["cpu"]`` for the CPU-time clocks (``CPU_CLOCKS``)."""
-    import time as clock_module
-    import timeit
-
-    reals = {name: getattr(clock_module, name) for name in DRIVEN_CLOCKS + CPU_CLOCKS}
-
-    def stand_in(name: str) -> Any:
-        key = "cpu" if name in CPU_CLOCKS else "now"
-        if name.endswith("_ns"):
-            return lambda: round(state[key] * 1e9)
-        return lambda: state[key]
-
-    fakes = {id(real): stand_in(name) for name, real in reals.items()}
-    places = [(clock_module, name) for name in reals] + [(timeit, "default_timer")]
-    places += [(mod, name) for name in list(vars(mod))]
-    saved = [
-        (obj, name, value) for obj, name in places if id(value := getattr(obj, name, None)) in fakes
-    ]
-    return saved, fakes
-
-
-def run_latency_clock(
-    mod: Any, model: Any, request: dict[str, Any], on: str | None = None
-) -> dict[str, Any]:
-    """The student's ``measure_latency`` with every standard wall clock
-    (``time.perf_counter``, ``monotonic``, ``time``, their ``_ns`` forms, ``timeit``'s
-    default timer and any alias the module holds: the lab leaves the clock open) replaced
-    by a clock that moves only inside the model's calls: ``per_token_s`` per token fed,
-    and in the second call of every generation (when its mode shows)
-    ``run_extra_s[(2 k + cached) % len]`` for the mode's k-th generation (the modes take
-    turns along the list). ``process_time`` moves by the tokens fed alone, as CPU time
-    misses what a run waits for: the lab asks for latency, so its figures are told apart.
-    A generation starts with a call of exactly ``prompt_len`` tokens. The parent knows
-    from this rule what every figure must be; the real clocks are back afterwards.
-    ``args`` are the keyword arguments passed (none: the defaults)."""
-    from values import encode_value
-
-    rule = request["clock"]
-    prompt_len, per_token = int(rule["prompt_len"]), float(rule["per_token_s"])
-    extras = [float(x) for x in rule["run_extra_s"]]
-    state: dict[str, Any] = {"now": 1000.0, "cpu": 1.0, "call": None, "runs": {True: 0, False: 0}}
-    original = model.forward
-
-    def ticking(*args: Any, **kwargs: Any) -> Any:
-        given = args[0] if args else kwargs.get("input_ids")
-        length = int(given.shape[-1]) if getattr(given, "ndim", 0) else -1
-        if length == prompt_len:
-            state["call"] = 0
-        elif state["call"] is not None:
-            state["call"] += 1
-        work = per_token * (int(given.numel()) if hasattr(given, "numel") else 0)
-        state["now"] += work
-        state["cpu"] += work  # CPU time: the work alone, never the extras below
-        if state["call"] == 1:
-            cached = length == 1
-            k = state["runs"][cached]
-            state["runs"][cached] = k + 1
-            state["now"] += extras[(2 * k + cached) % len(extras)]
-        return original(*args, **kwargs)
-
-    saved, fakes = _clock_places(mod, state)
-    model.forward = ticking
-    try:
-        for obj, name, value in saved:
-            setattr(obj, name, fakes[id(value)])
+        for mode, name in MODES.items():
+            if callable(originals[mode]):
+                setattr(mod, name, wrapped(mode))
         result = mod.measure_latency(
             model, tuple(request["L_values"]), **request["args"], device=on or device()
         )
         sync()
+        ended = _now() - rec.began
     finally:
-        for obj, name, value in saved:
-            setattr(obj, name, value)
+        for mode, name in MODES.items():
+            if callable(originals[mode]):
+                setattr(mod, name, originals[mode])
         del model.forward
-    return {"result": encode_value(result)}
+    return {"result": encode_value(result), "calls": rec.calls,
+            "generations": rec.generations, "ended": ended}  # fmt: skip

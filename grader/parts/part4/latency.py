@@ -1,12 +1,11 @@
 """Part 4's latency judgements, in trusted code: the figures ``measure_latency``
-returned (check 4.8) against the grader's clock around the call and, exactly,
-against a clock the adapter drives from the model calls (that clock's cases and
-figures in :mod:`grader.parts.part4.latency_clock`); and check 4.6's verdicts
-on the timed generations.
+returned (check 4.8) against the grader's clock around the call (its timed cases,
+against the grader's measurement of every generation it ran, are in
+:mod:`grader.parts.part4.latency_clock`); and check 4.6's verdicts on the timed
+generations.
 
-No figure measured in the worker is trusted as a time: the grader's clock bounds
-what the figures may stand for, and on the driven clock every figure is known in
-advance from the clock's rule. Every pass condition is written so that NaN fails.
+No figure measured in the worker is trusted as a time: the parent's clock bounds
+what the figures may stand for. Every pass condition is written so that NaN fails.
 """
 
 from __future__ import annotations
@@ -158,51 +157,3 @@ def latency_criteria(
             True,
         ),
     ]
-
-
-#: The run-count probe: arguments no hard-coded loop of the handout's defaults meets
-#: (4 runs per L), with or without the warm-up runs.
-RUN_COUNT_CASE = {"L_values": [2, 3], "prompt_len": 4, "warmup": 2, "repeats": 5}
-MODE_FUNCTIONS = {"no_cache": "generate_no_cache", "cache": "generate_with_cache"}
-
-
-def run_count_problem(
-    calls: Any, case: dict[str, Any] = RUN_COUNT_CASE, own_warmup: bool = False
-) -> str | None:
-    """What is wrong with how often ``measure_latency`` ran each generate function on
-    ``case`` ("" if nothing; None when it called neither, so nothing can be told):
-    ``warmup + repeats`` runs per L and mode, plus at most one untimed run per mode before
-    the loop; with ``own_warmup`` (see
-    :func:`grader.parts.part4.latency_clock.accepted_figures`) ``repeats`` runs too."""
-    if not isinstance(calls, dict) or not any(calls.get(mode) for mode in MODE_FUNCTIONS):
-        return None
-    L_values, warmup, repeats = case["L_values"], case["warmup"], case["repeats"]
-    want = {L: warmup + repeats for L in L_values}
-    counts_ok = [want, *([{L: repeats for L in L_values}] if own_warmup else [])]
-    problems = []
-    for mode, fn in MODE_FUNCTIONS.items():
-        seen = [x for x in calls.get(mode) or [] if isinstance(x, int)]
-        if len(seen) in [sum(ok.values()) + 1 for ok in counts_ok]:
-            seen = seen[1:]  # an untimed run of its own before the loop
-        counts = {L: seen.count(L) for L in L_values}
-        if counts not in counts_ok or len(seen) != sum(counts.values()):
-            runs = ", ".join(f"{n} for L = {L}" for L, n in counts.items())
-            problems.append(f"it ran {fn} {runs} ({len(seen)} calls in all)")
-    if not problems:
-        return ""
-    return (
-        f"measure_latency(model, {tuple(L_values)}, prompt_len={case['prompt_len']}, "
-        f"warmup={warmup}, repeats={repeats}): {'; '.join(problems)}. Each generate "
-        f"function must run warmup + repeats = {warmup + repeats} times for every L: "
-        "warmup untimed runs, "
-        "then repeats timed ones, with the values passed, not fixed ones"
-        + (" (or only the repeats timed ones, after a warm-up of its own)." if own_warmup else ".")
-    )
-
-
-def follows_call_pattern(lengths: Any, prompt_len: int, L: int, cached: bool) -> bool:
-    """The model calls of a generation are the handout's: with the cache the prompt then
-    one token per call, without it the whole sequence so far every call (the driven
-    clock finds generations and their mode by this pattern)."""
-    want = [prompt_len] + [1] * (L - 1) if cached else list(range(prompt_len, prompt_len + L))
-    return lengths == want

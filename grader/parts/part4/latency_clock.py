@@ -1,51 +1,64 @@
-"""Check 4.8's exact cases: ``measure_latency`` on a clock the adapter drives from the
-model calls, where every right figure is known in advance (kept apart from
-:mod:`grader.parts.part4.latency`, the judgements against the grader's own clock).
+"""Check 4.8's timed cases: ``measure_latency``'s figures against the grader's own
+measurement of the very generations it ran (kept apart from
+:mod:`grader.parts.part4.latency`, the judgement against the parent's clock around the
+call).
+
+Why this design. The course defines each figure as the milliseconds per generated
+token of a generation of L tokens, with or without the cache, averaged over the timed
+runs. That is a property of the runs, not of a clock: any clock that tells wall time
+(``time.perf_counter`` taken as a default argument or at import, ``perf_counter_ns``,
+``monotonic``, ``time.time``, ``datetime.now()``, ``timeit``'s timer, CUDA events)
+gives the same figure to within its resolution. So no clock of the lab's is replaced:
+the adapter records, on a clock of its own, when every model call and every generate
+call began and ended, and makes each generation wait a known time inside it (its
+place among the runs sets how long), so that runs differ by milliseconds and a figure
+of the wrong runs is another number. Whatever clock the lab reads around a generation,
+the time it reads lies between two measured bounds: at least the generation itself
+(its generate call, or its model calls from the first one's start to the last one's
+end), at most the time from the end of the call before it to the start of the call
+after it. The median or the mean of the timed runs lies between the median or the mean
+of their bounds, since both only grow with each run. The tolerance is the measurement
+itself: a busy machine widens the bounds, it never puts a right figure outside them.
+
+What each probe assumes is in docs/parts.md, beside check 4.8.
 """
 
 from __future__ import annotations
 
-import itertools
+import bisect
 import math
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from grader.parts.part4.latency import LATENCY_KEYS, rounded
 
-# The adapter replaces time.perf_counter, during one measure_latency call, by a clock that
-# only moves inside the model's calls: CLOCK_PER_TOKEN_S per token fed (batch x length),
-# and, in the second call of every generation (when its mode shows: one token fed with
-# the cache, the whole sequence without), ``extras_s[(2 k + cached) % len(extras_s)]``
-# for the mode's k-th generation (the modes take turns along the list). A generation
-# starts with a call of exactly prompt_len tokens. So every run gets the extra of its
-# place, and every figure is known here in advance: a timed warm-up, another number of
-# runs, another prompt, a single timed run or a rounded figure all give other numbers.
-# time.process_time is driven by the tokens alone (CPU time misses the extras, as it
-# misses a GPU's work and waits): the lab asks for latency, so its figures are named.
-CLOCK_PER_TOKEN_S = 0.00037  # not a whole number of ms per token at any L
-CLOCK_RTOL = 1e-6  # float sums of the driven clock's steps; a rounding is far larger
 HANDOUT_DEFAULTS = {"prompt_len": 8, "warmup": 1, "repeats": 3}  # the handout's signature
-# The extras, the odd ms from 11 to 73 in a shuffled order: with them every run count
-# (warmup 0-3, repeats 1-5), a single timed run and a batch of 2 give figures of their
-# own on both cases (tests/test_part4_latency.py checks it), so the feedback can tell
-# which one a submission's figures are.
-CLOCK_EXTRAS_S = tuple(ms / 1000 for ms in (
-    15, 33, 61, 53, 31, 19, 69, 43, 57, 23, 47, 63, 17, 71, 27, 11,
-    49, 35, 51, 37, 25, 21, 45, 39, 65, 55, 29, 67, 59, 13, 41, 73,
+# The waits, the odd ms from 5 to 47 in a shuffled order: two runs of one L and mode
+# always differ by 2 ms at least, far more than the bounds are apart on a quiet machine.
+WAITS_S = tuple(ms / 1000 for ms in (
+    15, 33, 11, 43, 31, 19, 5, 27, 45, 23, 41, 7, 17, 37, 29, 9, 47, 35, 13, 25, 39, 21,
 ))  # fmt: skip
+CLOCK_SLACK_S = 20e-6  # per run: two readings of a clock of 1 us resolution, and float sums
+FIGURE_SLACK_MS = 0.005  # per figure: a figure rounded to 0.01 ms is still right
+CPU_SHARE = 0.2  # naming only: CPU time holds at least this share of the model calls' time
+#: What "ms per token" may average the timed runs with: the kit's handout says the
+#: median, the course lab "average latency" (the mean); both are accepted.
+AVERAGES: tuple[Callable[[list[float]], float], ...] = (statistics.median, statistics.mean)
+MODE_OF_KEY = {"no_cache_ms_per_token": "no_cache", "cache_ms_per_token": "cache"}
+FUNCTION_OF_MODE = {"no_cache": "generate_no_cache", "cache": "generate_with_cache"}
 
 
 @dataclass(frozen=True)
 class ClockedCase:
-    """One measure_latency call on the driven clock: ``args`` are the keyword arguments
-    passed (none: the handout's defaults); every L is at least 2, so that every
-    generation has a second call."""
+    """One ``measure_latency`` call timed by the grader: ``args`` are the keyword
+    arguments passed (none: the handout's defaults); every L is at least 2, so that a
+    generation found by its model calls shows its mode in its second call."""
 
     L_values: tuple[int, ...]
     args: dict[str, int] = field(default_factory=dict)
-    extras_s: tuple[float, ...] = CLOCK_EXTRAS_S
+    waits_s: tuple[float, ...] = WAITS_S
 
     @property
     def settings(self) -> dict[str, int]:
@@ -60,164 +73,254 @@ class ClockedCase:
 
     def request(self) -> dict[str, Any]:
         """The worker's request (the device is the grading one, passed by the adapter)."""
-        return {
-            "op": "latency_clock",
-            "model": "lab",
-            "L_values": list(self.L_values),
-            "args": dict(self.args),
-            "clock": {
-                "prompt_len": self.settings["prompt_len"],
-                "per_token_s": CLOCK_PER_TOKEN_S,
-                "run_extra_s": list(self.extras_s),
-            },
-        }
+        return {"op": "latency_timed", "model": "lab", "L_values": list(self.L_values),
+                "args": dict(self.args), "prompt_len": self.settings["prompt_len"],
+                "waits_s": list(self.waits_s)}  # fmt: skip
 
 
 CLOCKED_CASES = (
-    ClockedCase((2, 5), {"prompt_len": 6, "warmup": 2, "repeats": 3}),
+    # repeats = 5: a loop of the handout's 1 + 3 runs written in is short of runs
+    ClockedCase((2, 5), {"prompt_len": 6, "warmup": 2, "repeats": 5}),
     ClockedCase((3, 4)),  # the handout's defaults
 )
 
 
-#: Untimed generations a measure_latency may run in each mode before its loop over L (one
-#: warm-up pass of its own, outside the timed runs): extra untimed work is allowed, so the
-#: figures of such a start are right too. No known mistake gives the figures of any of
-#: these starts (tests/parts/part4/test_latency.py); two such passes of the cache-free
-#: path would look like two warm-ups of every L.
-UNTIMED_STARTS = tuple(itertools.product(range(2), repeat=2))  # (no cache, cache)
-#: What "ms per token" may average the timed runs with: the kit's handout says the
-#: median, the course's lab "average latency" (the mean); both are accepted.
-AVERAGES = (statistics.median, statistics.mean)
+@dataclass(frozen=True)
+class Generation:
+    """One generation ``measure_latency`` ran, as the grader measured it: any clock's
+    time around it lies in [``low_s``, ``high_s``]; ``waited_s`` is the grader's wait in
+    it; ``first``: no model call came before it (nothing warmed the model up)."""
+
+    mode: str
+    L: int
+    rows: int
+    tokens: int  # the prompt's length (-1 where it was not seen)
+    low_s: float
+    high_s: float
+    waited_s: float
+    first: bool
 
 
-def clocked_figures(
-    case: ClockedCase,
-    batch: int = 1,
-    warmup: int | None = None,
-    repeats: int | None = None,
+def _rows(value: Any, width: int) -> list[list[Any]] | None:
+    """``value`` as rows of ``width`` items whose times are finite numbers, or None."""
+    if not isinstance(value, list) or not all(
+        isinstance(r, list) and len(r) == width for r in value
+    ):
+        return None
+    return value
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _found_by_calls(calls: list[list[Any]], prompt_len: int) -> list[tuple]:
+    """Generations found by their model calls, the handout's: ``prompt_len`` tokens,
+    then one token per call with the cache, one more every call without it."""
+    runs: list[list[list[Any]]] = []
+    for call in calls:
+        if call[5] != -1:
+            continue
+        if call[2] == prompt_len:
+            runs.append([call])
+        elif runs:
+            runs[-1].append(call)
+    found = []
+    for run in runs:
+        lengths, L = [c[2] for c in run], len(run)
+        cached = L > 1 and lengths[1] == 1
+        want = [prompt_len] + [1] * (L - 1) if cached else list(range(prompt_len, prompt_len + L))
+        if L > 1 and lengths == want:
+            t0, t1, waited = run[0][0], run[-1][1], sum(c[4] for c in run)
+            found.append(("cache" if cached else "no_cache", L, t0, t1, run[0][3],
+                          prompt_len, t1 - t0, waited))  # fmt: skip
+    return found
+
+
+def generations_of(reply: dict[str, Any], prompt_len: int) -> tuple[list[Generation], str]:
+    """The generations of a ``latency_timed`` reply with their bounds, or "" and why the
+    reply cannot be read. Generate calls are used where the lab made any through the
+    module's names; else the generations its model calls show."""
+    calls, made, ended = _rows(reply.get("calls"), 6), _rows(reply.get("generations"), 7), None
+    if calls is not None and made is not None and _number(reply.get("ended")):
+        ended = float(reply["ended"])
+        times = [x for row in calls for x in (row[0], row[1], row[4])]
+        times += [x for row in made for x in (row[2], row[3], row[6])]
+        if not all(_number(x) for x in times):
+            ended = None
+    if ended is None:
+        return [], "The worker's record of measure_latency's calls could not be read."
+    if made:
+        spans = [(m, L, t0, t1, rows, tokens, t1 - t0, waited)
+                 for m, L, t0, t1, rows, tokens, waited in made]  # fmt: skip
+    else:
+        spans = _found_by_calls(calls, prompt_len)
+    events = [(row[0], row[1]) for row in calls] + [(row[2], row[3]) for row in made]
+    ends, starts = sorted(e for _, e in events), sorted(s for s, _ in events)
+    first_call = min((row[0] for row in calls), default=math.inf)
+    out = []
+    for mode, L, t0, t1, rows, tokens, low, waited in spans:
+        before = bisect.bisect_right(ends, t0)  # events over by the time it began
+        after = bisect.bisect_left(starts, t1)  # the first event begun once it was over
+        high = (starts[after] if after < len(starts) else ended) - (
+            ends[before - 1] if before else 0.0
+        )
+        out.append(Generation(str(mode), L if isinstance(L, int) else -1, rows, tokens,
+                              low, high, waited, first_call >= t0))  # fmt: skip
+    return out, ""
+
+
+# ------------------------------------------------------------------ the judgement
+
+#: A reading of the figures: whether figure ``x`` fits a group's generations (those of
+#: one L and mode, in the order they ran) at that L.
+Reading = Callable[[float, list[Generation], int], bool]
+
+
+def reading(
+    repeats: int,
+    unit: Callable[[int], float] = lambda L: 1000 / L,
     first_only: bool = False,
-    start: tuple[int, int] = (0, 0),
-    average: Callable[[list[float]], float] = statistics.median,
-) -> dict[str, list[float]]:
-    """The figures ``measure_latency`` returns for ``case`` on the driven clock: the
-    median of the timed runs' clock time over L, in ms. ``start``: the untimed
-    generations each mode ran before its loop (no cache, cache); ``average``: the
-    median (the kit's handout) or the mean (the course lab's "average latency"). The other arguments
-    describe a known mistake (a prompt of ``batch`` rows, other run counts, only the
-    first timed run kept), for the feedback."""
-    s = case.settings
-    w = s["warmup"] if warmup is None else warmup
-    r = s["repeats"] if repeats is None else repeats
-    P, extras = s["prompt_len"], case.extras_s
-    figures: dict[str, list[float]] = {}
-    for key, first_k in zip(LATENCY_KEYS, start, strict=True):
-        k = first_k  # this mode's generations so far, as the adapter counts them
-        figures[key] = []
-        for L in case.L_values:
-            fed = P + L - 1 if key == "cache_ms_per_token" else sum(P + j for j in range(L))
-            times = []
-            for i in range(w + r):
-                cached = key == "cache_ms_per_token"
-                run = CLOCK_PER_TOKEN_S * batch * fed + extras[(2 * k + cached) % len(extras)]
-                k += 1
-                if i >= w:
-                    times.append(run)
-            kept = times[:1] if first_only else times
-            figures[key].append(average(kept) * 1000 / L if kept else math.nan)
-    return figures
+    cpu: bool = False,
+    whole_ms: bool = False,
+) -> Reading:
+    """The figures as the average of the last ``repeats`` runs of each group, times
+    ``unit(L)`` (ms per token: 1000 / L); or of the first of them only; or on a CPU-time
+    clock (``cpu``: the grader's waits left out, as CPU time misses what a run waits
+    for); or rounded down to whole ms."""
+
+    def fits(x: float, group: list[Generation], L: int) -> bool:
+        if len(group) < repeats:
+            return False
+        runs = group[-repeats:][:1] if first_only else group[-repeats:]
+        slack = FIGURE_SLACK_MS * unit(L) * L / 1000  # the rounding, in the reading's unit
+        for average in (statistics.median,) if first_only else AVERAGES:
+            if cpu:  # the model's work without the waits, a fifth of it at least
+                low = average([CPU_SHARE * (g.low_s - g.waited_s) for g in runs])
+                high = average([g.high_s + CLOCK_SLACK_S - g.waited_s for g in runs])
+            else:
+                low = average([g.low_s - CLOCK_SLACK_S for g in runs])
+                high = average([g.high_s + CLOCK_SLACK_S for g in runs])
+            lo, hi = low * unit(L) - slack, high * unit(L) + slack
+            if whole_ms:
+                lo, hi = math.floor(lo), math.floor(hi)
+            if lo <= x <= hi and (not whole_ms or x == math.floor(x)):
+                return True
+        return False
+
+    return fits
 
 
-def same_figures(got: dict[str, list[float]], want: dict[str, list[float]]) -> bool:
-    """Equal within the driven clock's float error (NaN never is)."""
+def groups_of(gens: list[Generation], key: str, L: int) -> list[Generation]:
+    """The generations of ``key``'s mode with ``L`` new tokens, in the order they ran."""
+    return [g for g in gens if g.mode == MODE_OF_KEY[key] and g.L == L]
+
+
+def fits_all(got: dict[str, list[float]], gens: list[Generation], L_values, read: Reading) -> bool:
     return all(
-        len(got.get(key, [])) == len(want[key])
-        and all(abs(g - x) <= CLOCK_RTOL * abs(x) for g, x in zip(got[key], want[key], strict=True))
+        read(x, groups_of(gens, key, L), L)
         for key in LATENCY_KEYS
+        for x, L in zip(got[key], L_values, strict=True)
     )
 
 
-def accepted_figures(case: ClockedCase, own_warmup: bool = False) -> list[dict[str, list[float]]]:
-    """Every right set of figures for ``case``: each untimed start and each average, with
-    ``warmup`` untimed runs per L and mode; with ``own_warmup`` (the lab warmed up in a
-    way of its own, as the course's lab leaves open: the grader's real clock saw the
-    first model call's delay outside the timed runs) also with none, every one of the
-    ``repeats`` runs timed."""
-    warmups = (case.settings["warmup"], 0) if own_warmup else (case.settings["warmup"],)
+def known_readings(repeats: int) -> list[tuple[str, str | None, Reading]]:
+    """Wrong readings a feedback can name: (what, the catalogued mistake or None, how)."""
+    runs = [(f"the average of the last {r} runs of each L and mode, not of repeats = "
+             f"{repeats}", None, reading(r)) for r in range(1, 8) if r != repeats]  # fmt: skip
     return [
-        clocked_figures(case, warmup=w, start=start, average=average)
-        for w in dict.fromkeys(warmups)
-        for start in UNTIMED_STARTS
-        for average in AVERAGES
-    ]
+        *runs,
+        ("keeping only the first timed run instead of the median of `repeats` of them", None,
+         reading(repeats, first_only=True)),
+        ("timing with the process's CPU time (time.process_time, thread_time): the lab asks "
+         "for latency, the wall-clock time a generation takes (time.perf_counter), which a "
+         "GPU's work or a wait adds to", None, reading(repeats, cpu=True)),
+        ("ms per token rounded down to whole milliseconds", None,
+         reading(repeats, whole_ms=True)),
+        ("the time of whole generations, not divided by L", "latency_totals",
+         reading(repeats, unit=lambda L: 1000.0)),
+        ("seconds per token, not milliseconds", None, reading(repeats, unit=lambda L: 1 / L)),
+    ]  # fmt: skip
 
 
-def clocked_problem(
+def shape_problem(timed: list[Generation], prompt_len: int) -> str:
+    """Why the timed runs' prompt is not the handout's single row of ``prompt_len``."""
+    rows = sorted({g.rows for g in timed if g.rows not in (1, -1)})
+    tokens = sorted({g.tokens for g in timed if g.tokens not in (prompt_len, -1)})
+    if rows:
+        return (f"its timed runs generated from a prompt of {rows[0]} rows; the prompt is a "
+                f"single row of prompt_len tokens, shape (1, {prompt_len}).")  # fmt: skip
+    if tokens:
+        return (f"its timed runs generated from a prompt of {tokens[0]} tokens, where "
+                f"prompt_len = {prompt_len}: the prompt is (1, prompt_len).")  # fmt: skip
+    return ""
+
+
+def first_wrong_figure(
+    got: dict[str, list[float]], gens: list[Generation], L_values: tuple[int, ...], repeats: int
+) -> str:
+    """Which figure is wrong first, with the bounds the grader's clock gives for it."""
+    right = reading(repeats)
+    for key in LATENCY_KEYS:
+        for L, x in zip(L_values, got[key], strict=True):
+            group = groups_of(gens, key, L)
+            fn = FUNCTION_OF_MODE[MODE_OF_KEY[key]]
+            if len(group) < repeats:
+                return (f"{key} at L = {L}: {fn} ran {len(group)} times for that L, fewer "
+                        f"than the repeats = {repeats} timed runs.")  # fmt: skip
+            if not right(x, group, L):
+                runs = group[-repeats:]
+                lo = statistics.median(g.low_s for g in runs) * 1000 / L
+                hi = statistics.median(g.high_s for g in runs) * 1000 / L
+                return (f"{key} at L = {L} is {x:.4g}, where the grader's clock puts the median "
+                        f"of its last {repeats} runs between {lo:.4g} and {hi:.4g}.")  # fmt: skip
+    return "every figure is off."
+
+
+def timed_problem(
     case: ClockedCase,
     got: dict[str, list[float]],
+    gens: list[Generation],
     defaults_only: bool = False,
-    own_warmup: bool = False,
 ) -> tuple[str, str | None]:
-    """ "" if ``got`` are figures the driven clock gives for ``case`` (see
-    :func:`accepted_figures`); else what is wrong, and the catalogued mistake they
-    match (or None). ``defaults_only``: the case that passes every argument was right,
-    so the defaults are suspect."""
-    right = accepted_figures(case, own_warmup)
-    if any(same_figures(got, figures) for figures in right):
-        return "", None
-    want = clocked_figures(case)
+    """ "" if ``got`` are the figures of the generations the grader measured: for each L
+    and mode, the median (or the mean) of the last ``repeats`` runs over L, in ms (any
+    number of untimed runs of the lab's own before them), the first generation untimed
+    (see :class:`Generation`); else what is wrong, and the catalogued mistake it
+    matches (or None). ``defaults_only``: the case passing every argument was right, so
+    the defaults are suspect."""
     s = case.settings
-    runs = {(s["warmup"], s["repeats"])} | ({(0, s["repeats"])} if own_warmup else set())
-    known: list[tuple[str, str | None, dict[str, list[float]]]] = [
-        (f"{w} warm-up and {r} timed runs per L and mode", None if w else "latency_no_warmup",
-         clocked_figures(case, warmup=w, repeats=r))
-        for w in range(4)
-        for r in range(1, 6)
-        if (w, r) not in runs
-    ]  # fmt: skip
-    known += [
-        ("timing with time.process_time, the process's CPU time: the lab asks for latency, "
-         "the wall-clock time a generation takes (time.perf_counter), which a GPU's work or "
-         "a wait adds to", None, clocked_figures(replace(case, extras_s=(0.0,)))),
-        ("keeping only the first timed run instead of the median of `repeats` of them", None,
-         clocked_figures(case, first_only=True)),
-        ("a prompt of 2 rows (the prompt is a single row of prompt_len tokens)", None,
-         clocked_figures(case, batch=2)),
-        ("ms per token rounded down to whole milliseconds", None,
-         {k: [float(math.floor(x)) for x in v] for k, v in want.items()}),
-        ("the time of whole generations, not divided by L", "latency_totals",
-         {k: [x * L for x, L in zip(v, case.L_values, strict=True)] for k, v in want.items()}),
-    ]  # fmt: skip
-    problem = (
-        f"{case.what} returned {rounded(got)}. The grader ran it on a clock of its own: "
-        "every standard clock (time.perf_counter, time.monotonic, time.time, ...) moved "
-        "only inside the model's calls, by a fixed time per token fed, plus in every "
-        "generation an amount set by its place among the warmup + repeats runs of its L. "
-        "On that clock each figure must be exactly the median (or the mean) of the timed runs "
-        "divided by "
-        f"L, in ms, and they are not: {first_wrong_figure(got, want, case.L_values)}"
-    )
-    matches = {(text, name) for text, name, figures in known if same_figures(got, figures)}
-    name = None
-    if len(matches) == 1:
-        [(text, name)] = matches
-        problem += f" They match {text}."
+    repeats, L_values = s["repeats"], case.L_values
+    timed = [
+        g for key in LATENCY_KEYS for L in L_values for g in groups_of(gens, key, L)[-repeats:]
+    ]
+    problem, name = shape_problem(timed, s["prompt_len"]), None
+    if not problem and fits_all(got, gens, L_values, reading(repeats)):
+        if not any(g.first for g in timed):
+            return "", None
+        problem, name = (
+            "its timed runs include the first generation it ran, with nothing before it: "
+            "that run holds the model's one-off start-up costs. Run an untimed warm-up "
+            "first (the warmup runs of every L, or a warm-up of your own).",
+            "latency_no_warmup",
+        )
+    if not problem:
+        problem = (
+            "the grader timed every generation it ran on a clock of its own, each made to "
+            "wait a known time by its place among the runs; whatever clock measure_latency "
+            "reads, each figure must then lie between the bounds of the median (or the mean) "
+            f"of the last repeats = {repeats} runs of its L and mode, over L, in ms, and they "
+            f"do not: {first_wrong_figure(got, gens, L_values, repeats)}"
+        )
+        matches = {(text, known) for text, known, read in known_readings(repeats)
+                   if fits_all(got, gens, L_values, read)}  # fmt: skip
+        if len(matches) == 1:
+            [(text, name)] = matches
+            problem += f" They match {text}."
+    problem = f"{case.what} returned {rounded(got)}: {problem}"
     if defaults_only:
         problem += (
             " With every argument passed the figures were right: the defaults must be the "
             "handout's (prompt_len=8, warmup=1, repeats=3)."
         )
     return problem, name
-
-
-def first_wrong_figure(
-    got: dict[str, list[float]], want: dict[str, list[float]], L_values: tuple[int, ...]
-) -> str:
-    """Which figure is wrong first, with the value the driven clock gives for it."""
-    for key in LATENCY_KEYS:
-        values = got.get(key, [])
-        if len(values) != len(want[key]):
-            return f"{key} holds {len(values)} figures for {len(want[key])} values of L."
-        for L, g, x in zip(L_values, values, want[key], strict=True):
-            if not abs(g - x) <= CLOCK_RTOL * abs(x):
-                return f"{key} at L = {L} is {g:.4g}, where that clock gives {x:.4g}."
-    return "every figure is off."

@@ -1,6 +1,7 @@
 """Part 4's latency runs, a base class of the checks: check 4.6's timed generations and
-yardstick, and check 4.8's probes of ``measure_latency`` (its exact cases on the driven
-clock, its run counts), kept apart so that checks.py holds the checks themselves."""
+yardstick, and check 4.8's timed cases of ``measure_latency`` (its figures against the
+grader's own measurement of the generations it ran), kept apart so that checks.py holds
+the checks themselves."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import numpy as np
 from grader.checks.base import Workload
 from grader.checks.calls import fed_once, shown
 from grader.core.thresholds import load_thresholds
-from grader.parts.part4.latency import RUN_COUNT_CASE, latency_figures, run_count_problem
-from grader.parts.part4.latency_clock import CLOCKED_CASES, clocked_problem
+from grader.parts.part4.latency import latency_figures
+from grader.parts.part4.latency_clock import CLOCKED_CASES, generations_of, timed_problem
 from grader.parts.part4.support import Part4Base, plain_value
 from grader.runtime.timing import Sample, round_length
 
@@ -41,6 +42,8 @@ class Part4LatencyRuns(Part4Base):
                 f"did not return the reference's {ids.shape[1] + L} greedy tokens, so its time "
                 f"cannot count. Check 4.2 compares {fn} with the reference on other prompts."
             )
+        if reply.header.get("grad_recorded") is True:
+            self.fail(autograd_problem(cached, L, self.cause(["generation_with_autograd"])))
         return reply.sample(per=L), reply
 
     def yardstick_workloads(self) -> dict[str, Workload]:
@@ -55,45 +58,40 @@ class Part4LatencyRuns(Part4Base):
 
         return {"latency": (run, [f"with the cache, L = {L}"], bench)} if pool else {}
 
-    def run_counts(self) -> None:
-        """warmup + repeats runs of each generate function per L, with the values passed:
-        told from the calls themselves, however the generate functions work. Run after
-        the grader's clock saw the first model call's delay outside the timed runs: the
-        lab warmed up, so ``repeats`` timed runs after a warm-up of its own (model passes,
-        as the course's lab leaves the warm-up open) are accepted too."""
-        case = RUN_COUNT_CASE
-        what = f"measure_latency(model, {tuple(case['L_values'])}, ...)"
-        reply = self.call({"op": "latency_runs", "model": "lab", **case}, {}, what)
-        problem = run_count_problem(reply.header.get("calls"), case, own_warmup=True)
-        if problem:
-            self.fail(problem)
-        if problem is None:
-            print(
-                "measure_latency called neither generate function by its name, so how often "
-                "it runs them is not checked."
-            )
-
     def clocked_cases(self) -> None:
-        """4.8's exact cases: measure_latency on the adapter's driven clock, with every
-        argument passed, then with the handout's defaults. A warm-up of the lab's own in
-        place of the ``warmup`` runs is accepted (see :meth:`run_counts`); at the
-        defaults only from a lab that ignored the ``warmup`` passed to it too (one that
-        ran the runs passed and none at its defaults has a default warmup of 0)."""
+        """4.8's timed cases: measure_latency with every argument passed, then with the
+        handout's defaults, each figure judged against the grader's own measurement of
+        the generations it ran (:mod:`grader.parts.part4.latency_clock`). Where the grader
+        finds no generation (measure_latency reaches neither generate function by its
+        name, and its model calls are not the handout's), nothing can be judged."""
         problems: list[str] = []
-        own = True  # the grader's clock saw a warm-up outside the timed runs
+        unseen: list[str] = []
         for case in CLOCKED_CASES:
-            reply = self.call(case.request(), {}, case.what)
+            timeout = max(self.ctx.limits.request_timeout_s, 60.0)
+            reply = self.call(case.request(), {}, case.what, timeout=timeout)
             result = plain_value(reply.header.get("result"))
             got, problem = latency_figures(result, list(case.L_values))
             name = None
-            if not problem:  # the defaults are suspect once the case passing them all is right
-                suspect = not case.args and problems == [""]
-                problem, name = clocked_problem(case, got, defaults_only=suspect, own_warmup=own)
-                own = own and not problem and bool(clocked_problem(case, got)[0])
+            if not problem:
+                gens, problem = generations_of(reply.header, case.settings["prompt_len"])
+                if not problem and not gens:
+                    unseen.append(case.what)
+                elif not problem:  # the defaults are suspect once the case passing all is right
+                    suspect = not case.args and problems == [""]
+                    problem, name = timed_problem(case, got, gens, defaults_only=suspect)
             problems.append(f"{problem}\n{self.cause([name] if name else [])}".strip())
         if any(problems):
             self.fail("\n".join(p for p in problems if p))
-        print(f"Exact on the grader's own clock: {'; '.join(c.what for c in CLOCKED_CASES)}.")
+        if unseen:
+            print(
+                f"{'; '.join(unseen)}: the grader found none of its generations (it calls "
+                "neither generate function by its name, and its model calls are not the "
+                "handout's: see 4.2 and 4.3), so its figures are judged by the grader's "
+                "clock around the call alone."
+            )
+        judged = [c.what for c in CLOCKED_CASES if c.what not in unseen]
+        if judged:
+            print(f"Timed by the grader, generation by generation: {'; '.join(judged)}.")
 
 
 def calls_problem(runs: list[tuple[int, int, list[int]]]) -> str:
@@ -111,3 +109,21 @@ def calls_problem(runs: list[tuple[int, int, list[int]]]) -> str:
                 "the work."
             )
     return ""
+
+
+def autograd_problem(cached: bool, L: int, cause: str) -> str:
+    """Why a timed run whose model calls built autograd's graph cannot count: the grader
+    calls the generate functions as a script would, so the graph is the lab's own, and
+    what it costs is a behaviour of the lab, not of the grader."""
+    fn = "generate_with_cache" if cached else "generate_no_cache"
+    return (
+        f"The timed generation {'with' if cached else 'without'} the cache, L = {L} ({fn}) "
+        "ran the model with autograd on: the logits it returned carry a gradient history "
+        "(requires_grad). The grader calls your generate functions as your own script would, "
+        "under no context of its own, so this time would include autograd's bookkeeping: with "
+        "the cache every step's graph stays alive through the cached keys and values, so a "
+        "step costs more the longer the sequence (on the CPU profile about 1.9x the "
+        "reference's at L = 256) and memory grows beyond the cache itself. Generate under "
+        "torch.no_grad() (the provided @torch.no_grad() decorators), as the course's lab "
+        f"does.\n{cause}"
+    ).strip()

@@ -1,13 +1,12 @@
 """The Part 4 adapter (grader/parts/part4/adapter.py) runs on the grading device: the
 worker's environment names it (KVGRADER_DEVICE), and models and inputs go there, so
 the cuda profile's benchmark measures the GPU. No GPU here: the meta device stands in.
-The driven clock of measure_latency and the float16 int8 round trip run the reference
-(and slips of it) in-process, as the worker would."""
+measure_latency timed by the grader and the float16 int8 round trip run the reference
+(and slips of it) in-process, as the worker would; no wall-clock limit is asserted."""
 
 from __future__ import annotations
 
 import time
-import timeit
 from types import ModuleType
 
 import numpy as np
@@ -18,7 +17,7 @@ from grader.parts.part4 import adapter as adapter_part4
 from grader.parts.part4.build import LAB_MODEL, int8_cache_case
 from grader.parts.part4.int8 import int8_reply, judge_int8_cache, restored_dtypes
 from grader.parts.part4.latency import latency_figures
-from grader.parts.part4.latency_clock import CLOCKED_CASES, clocked_problem
+from grader.parts.part4.latency_clock import CLOCKED_CASES, generations_of, timed_problem
 from grader.parts.part4.support import plain_value
 from tests.conftest import ROOT
 
@@ -109,89 +108,128 @@ def lab_model():
     return adapter_part4.build(LAB_MODEL["config"], LAB_MODEL["seed"], on="cpu")
 
 
-def clocked(lab: ModuleType, model, case) -> dict[str, list[float]]:
-    out = adapter_part4.run_latency_clock(lab, model, case.request())
+def timed(lab: ModuleType, model, case) -> tuple[str, str | None]:
+    """``case`` run in-process as the worker runs it, and judged as the parent judges it."""
+    out = adapter_part4.run_latency_timed(lab, model, case.request())
     figures, problem = latency_figures(plain_value(out["result"]), list(case.L_values))
     assert not problem, problem
-    return figures
+    gens, unread = generations_of(out, case.settings["prompt_len"])
+    assert not unread and gens
+    return timed_problem(case, figures, gens)
 
 
-def test_the_driven_clock_gives_the_reference_the_figures_foretold(monkeypatch, lab_model):
+def test_the_reference_passes_and_is_left_as_it_was(monkeypatch, lab_model):
     lab = reference_lab(monkeypatch)
-    real = time.perf_counter
+    functions = (lab.generate_no_cache, lab.generate_with_cache)
     for case in CLOCKED_CASES:
-        assert clocked_problem(case, clocked(lab, lab_model, case)) == ("", None)
-    assert time.perf_counter is real and timeit.default_timer is real
-    assert lab.time.perf_counter is real
+        assert timed(lab, lab_model, case) == ("", None)
+    assert (lab.generate_no_cache, lab.generate_with_cache) == functions
+    assert "forward" not in vars(lab_model)
+    assert lab.time.perf_counter is time.perf_counter  # no clock was ever replaced
+
+
+TIMED = "start = time.perf_counter()\n                generate(model, prompt, L)"
+STOPPED = "times.append(time.perf_counter() - start)"
+# Wall clocks reached the ways students reach them, each taken before the grader runs:
+# as a default argument, at import under another name, a module alias, in nanoseconds,
+# datetime (read in C), timeit's timer, time.monotonic and time.time.
+CLOCKS = {
+    "default argument": [
+        ('    device: str = "cpu",\n) -> dict[str, list]:\n    """Milliseconds',
+         '    device: str = "cpu",\n    clock=time.perf_counter,\n) -> dict[str, list]:\n'
+         '    """Milliseconds'),
+        ("start = time.perf_counter()", "start = clock()"),
+        (STOPPED, "times.append(clock() - start)")],
+    "imported by name": [("import time\n", "import time\nfrom time import perf_counter as pc\n"),
+                         ("time.perf_counter()", "pc()")],
+    "module alias": [("import time\n", "import time\nimport time as t\n"),
+                     ("time.perf_counter()", "t.perf_counter()")],
+    "perf_counter_ns": [("time.perf_counter()", "time.perf_counter_ns() / 1e9")],
+    "datetime": [("import time\n", "import time\nfrom datetime import datetime\n"),
+                 ("start = time.perf_counter()", "start = datetime.now()"),
+                 (STOPPED, "times.append((datetime.now() - start).total_seconds())")],
+    "timeit": [("import time\n", "import time\nimport timeit\n"),
+               ("time.perf_counter()", "timeit.default_timer()")],
+    "monotonic": [("time.perf_counter()", "time.monotonic()")],
+    "time.time": [("time.perf_counter()", "time.time()")],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("clock", CLOCKS)
+def test_any_wall_clock_however_reached_passes(monkeypatch, lab_model, clock):
+    lab = reference_lab(monkeypatch, *CLOCKS[clock])
+    assert timed(lab, lab_model, CLOCKED_CASES[0]) == ("", None)
+
+
+WARM_UPS = {
+    "three of its own before the loop": (
+        '    for L in L_values:\n        result["L"].append(int(L))\n',
+        "    for _ in range(3):\n        generate_no_cache(model, prompt, 4)\n"
+        "        generate_with_cache(model, prompt, 4)\n"
+        '    for L in L_values:\n        result["L"].append(int(L))\n'),
+    "one more at every L": ("            times = []\n",
+                            "            generate(model, prompt, L)\n            times = []\n"),
+    "functions taken at import": (
+        '    modes = (\n        ("no_cache_ms_per_token", generate_no_cache),\n'
+        '        ("cache_ms_per_token", generate_with_cache),\n    )\n',
+        "    modes = MODES_AT_IMPORT\n"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("how", WARM_UPS)
+def test_warm_ups_of_its_own_and_functions_taken_early_pass(monkeypatch, lab_model, how):
+    lab = reference_lab(monkeypatch, WARM_UPS[how])
+    if how == "functions taken at import":  # never looked up by name: found by their calls
+        lab.MODES_AT_IMPORT = (("no_cache_ms_per_token", lab.generate_no_cache),
+                               ("cache_ms_per_token", lab.generate_with_cache))  # fmt: skip
+    for case in CLOCKED_CASES:
+        assert timed(lab, lab_model, case) == ("", None)
 
 
 @pytest.mark.parametrize(
     "edit",
     [
         ("prompt_len: int = 8,", "prompt_len: int = 7,"),
-        ("warmup: int = 1,", "warmup: int = 2,"),
         ("repeats: int = 3,", "repeats: int = 2,"),
         ("(1, prompt_len), generator=gen)", "(2, prompt_len), generator=gen)"),
-        ("if i >= warmup:", "if i == warmup:"),
-        ("* 1000 / L)", "* 1000 // L)"),
-        ("* 1000 / L)", "* 1001 / L)"),
+        ("* 1000 / L)", "* 1000 / (L + 1))"),
+        ("* 1000 / L)", "* 1000)"),
+        ("* 1000 / L)", "* 2000 / L)"),
+        ("time.perf_counter()", "time.process_time()"),
+        ("time.perf_counter()", "time.thread_time()"),
     ],
     ids=lambda e: e[1],
 )
-def test_the_driven_clock_tells_a_changed_measure_latency(monkeypatch, lab_model, edit):
+def test_a_changed_measure_latency_fails(monkeypatch, lab_model, edit):
     lab = reference_lab(monkeypatch, edit)
-    problems = [clocked_problem(c, clocked(lab, lab_model, c))[0] for c in CLOCKED_CASES]
+    problems = [timed(lab, lab_model, c)[0] for c in CLOCKED_CASES]
     assert any(problems)
+    if "process_time" in edit[1]:
+        assert all("time.process_time" in p for p in problems), problems
 
 
-@pytest.mark.parametrize(
-    "clock",
-    ["time.monotonic()", "time.time()", "time.monotonic_ns() / 1e9", "timeit.default_timer()"],
-)  # fmt: skip
-def test_every_standard_clock_is_driven(monkeypatch, lab_model, clock):
-    """The lab leaves the clock open: a measure_latency timed with any standard clock gets
-    the figures the driven clock foretells, and every real clock is back afterwards."""
-    import time as time_module
+def test_the_harness_calls_the_generation_as_a_script_would(monkeypatch, lab_model):
+    """No context of the grader's around the student's generation: grad mode is what
+    Python starts with, and a lab that leaves out torch.no_grad() is seen doing so."""
+    import torch
 
-    clocks = adapter_part4.DRIVEN_CLOCKS + adapter_part4.CPU_CLOCKS
-    reals = {name: getattr(time_module, name) for name in clocks}
-    lab = reference_lab(
-        monkeypatch,
-        ("import time\n", "import time\nimport timeit\n"),
-        ("time.perf_counter()", clock),
-    )
-    case = CLOCKED_CASES[0]  # every argument passed: the other case differs only in defaults
-    assert clocked_problem(case, clocked(lab, lab_model, case)) == ("", None)
-    assert {name: getattr(time_module, name) for name in reals} == reals
-    assert timeit.default_timer is time.perf_counter
-
-
-@pytest.mark.parametrize(
-    "clock", ["time.process_time()", "time.process_time_ns() / 1e9", "time.thread_time()"]
-)
-def test_latency_timed_in_cpu_time_is_not_latency(monkeypatch, lab_model, clock):
-    """The lab asks for latency: a measure_latency timed with the process's (or the
-    thread's) CPU time gets figures of its own, and process_time's are named."""
-    import time as time_module
-
-    real = time_module.process_time
-    lab = reference_lab(monkeypatch, ("time.perf_counter()", clock))
-    for case in CLOCKED_CASES:
-        problem, name = clocked_problem(case, clocked(lab, lab_model, case))
-        assert problem and name is None
-        assert ("time.process_time" in problem) is ("process_time" in clock), problem
-    assert time_module.process_time is real
-
-
-def test_a_clock_alias_taken_at_import_is_driven_too(monkeypatch, lab_model):
-    lab = reference_lab(
-        monkeypatch,
-        ("import time\n", "import time\nfrom time import perf_counter\n"),
-        ("time.perf_counter()", "perf_counter()"),
-    )
-    case = CLOCKED_CASES[0]
-    assert clocked_problem(case, clocked(lab, lab_model, case)) == ("", None)
-    assert lab.perf_counter is time.perf_counter
+    seen: list[bool] = []
+    lab = reference_lab(monkeypatch)
+    plain = reference_lab(
+        monkeypatch, ("@torch.no_grad()\ndef generate_with_cache_from(",
+                      "def generate_with_cache_from("),
+        ("@torch.no_grad()\ndef generate_with_cache(", "def generate_with_cache("),
+        ("    past_len = 0 if past_key_values is None",
+         "    seen.append(torch.is_grad_enabled())\n    past_len = 0 if past_key_values is None"),
+    )  # fmt: skip
+    plain.seen = seen
+    ids = np.arange(1, 7, dtype=np.int64)[None, :]
+    assert adapter_part4.run_generate(lab, lab_model, ids, 3, True)["grad_recorded"] is False
+    out = adapter_part4.run_generate(plain, lab_model, ids, 3, True)
+    assert out["grad_recorded"] is True and seen == [True]
+    again = adapter_part4.run_generate(lab, lab_model, ids, 3, True)
+    np.testing.assert_array_equal(out["tokens"], again["tokens"])
+    assert torch.is_grad_enabled()
 
 
 @pytest.mark.parametrize(
