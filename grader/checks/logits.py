@@ -36,7 +36,7 @@ def logits_problem(value: Any, shape: tuple[int, ...]) -> str:
     if not np.isfinite(value).all():
         bad = np.argwhere(~np.isfinite(value))[0]
         return (
-            f"logits contain NaN or inf (first in batch row {bad[0] + 1}, "
+            f"logits contain NaN or inf (first in batch row {bad[0] + 1} of {value.shape[0]}, "
             f"{position(int(bad[1]), value.shape[1])}); "
             "a row of the attention scores may be masked entirely."
         )

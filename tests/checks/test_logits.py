@@ -34,7 +34,7 @@ def test_logits_problem_catches_type_shape_and_nan() -> None:
     assert "tensor of logits" in logits_problem(None, (2, 5, 12))
     bad = good.copy()
     bad[0, 2, 0] = np.nan
-    assert "batch row 1, position 3 of 5" in logits_problem(bad, (2, 5, 12))  # counted from 1
+    assert "batch row 1 of 2, position 3 of 5" in logits_problem(bad, (2, 5, 12))  # counted from 1
 
 
 def test_mistakes_are_matched_by_logits_error_or_nondeterminism() -> None:

@@ -98,8 +98,9 @@ class Part2GenerateChecks(Part2Growth):
             row, col = np.argwhere(cached != plain)[0]
             self.fail(
                 "With the same seed, generate(use_cache=True) and generate(use_cache=False) "
-                f"returned different tokens (first difference: batch row {row + 1}, "
-                f"{position(int(col), cached.shape[1])}, prompt included). "
+                "returned different tokens (first difference: batch row "
+                f"{row + 1} of {len(cached)}, {position(int(col), cached.shape[1])}, prompt "
+                "included). "
                 "Both must compute the same logits and sample them the same way."
             )
 

@@ -108,8 +108,8 @@ class Part2Timed(TimedPools, Part2Base):
                     f"A timed generate({cache_argument(use_cache)}) of {new_tokens} tokens after "
                     f"{rows} prompt(s) of {prompt_len} tokens, at temperature {temperature:g} "
                     "(so the model's top token every step), returned other tokens than the "
-                    f"reference (first difference: row {row + 1}, new token {k + 1}): its "
-                    "time cannot count. Every timed run has prompts of its own; the answer "
+                    f"reference (first difference: row {row + 1} of {rows}, new token {k + 1}): "
+                    "its time cannot count. Every timed run has prompts of its own; the answer "
                     "must be computed for them."
                 )
         return sample
