@@ -139,16 +139,22 @@ class MutantVerdict:
     named: bool  # the diagnosis appears in the feedback of a failed check
 
     @property
-    def caught(self) -> bool:
+    def full_marks(self) -> float:
+        """What the reference scores on the checks graded: their maximum and the part's
+        bonus (Part 4's int8 points, which the solution earns)."""
         from grader.core.points import bonus_total
 
-        return self.score < self.max_score + bonus_total(self.mutant.part)
+        return self.max_score + bonus_total(self.mutant.part)
+
+    @property
+    def caught(self) -> bool:
+        return self.score < self.full_marks
 
     @property
     def ok(self) -> bool:
-        """A mistake caught and named, or a correct variant at full marks."""
+        """A mistake caught and named, or a correct variant at full marks (the bonus too)."""
         if self.mutant.variant:
-            return self.score == self.max_score
+            return self.score == self.full_marks
         return self.caught and self.named
 
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from grader.core.points import bonus_total
 from grader.core.registry import PARTS
-from grader.ta.mutants import load_mutants, run_mutants
+from grader.ta.mutants import Mutant, MutantVerdict, load_mutants, run_mutants
 from tests.conftest import SOLUTION
 
 LIBRARY_PARTS = ["part1", "part2", "part3", "part4"]
@@ -72,3 +73,15 @@ def test_every_correct_variant_keeps_full_marks(variant) -> None:
     kept another way than the reference's), whose benchmark checks look at the cache."""
     (verdict,) = run_mutants([variant.part], names=[variant.name], benchmarks=variant.timed)
     assert verdict.mutant.variant and verdict.ok, (variant.name, verdict.score)
+
+
+def test_a_correct_variant_is_at_full_marks_only_with_the_bonus_the_reference_earns() -> None:
+    """Part 4's reference earns the int8 bonus: a variant scoring the checks' maximum and
+    the bonus keeps full marks; one that lost the bonus did lose points."""
+    assert bonus_total("part4") > 0
+    variant = Mutant("v", "part4", "kv_lab.py", (), variant=True)
+    top = 17.0
+    assert MutantVerdict(variant, top + bonus_total("part4"), top, named=False).ok
+    assert not MutantVerdict(variant, top, top, named=False).ok
+    mistake = Mutant("m", "part4", "kv_lab.py", (), diagnosis="d")
+    assert MutantVerdict(mistake, top, top, named=True).ok  # the bonus lost: caught
