@@ -72,13 +72,16 @@ def test_benchmark_confirms_a_miss_caused_by_stalls(tmp_path: Path) -> None:
     record = graded.data["extra_data"]["benchmarks"]["3.11"]
     confirm = load_thresholds("cpu")["part3"]["confirm_repeats"]
     assert graded.test("3.11")["status"] == "passed", graded.output("3.11")
-    assert record["extra_rounds"] == confirm
+    # More rounds were timed, as many as the bound needed to clear the stalls, at most
+    # confirm_repeats; the verdict is on all of them.
+    extra = record["extra_rounds"]
+    assert 0 < extra <= confirm
     timing = record["timings"]["batch 1, with the cache"]
-    assert len(timing["runs_s"]) == 3 + confirm
+    assert len(timing["runs_s"]) == 3 + extra
     assert sum(r > 0.4 for r in timing["cpu_runs_s"]) == 2
     # No miss there: decided once every run cleared its limits (MIN_ROUNDS up to repeats).
     assert MIN_ROUNDS <= len(record["timings"]["batch 8, with the cache"]["runs_s"]) <= 3
-    assert f"timed {confirm} more times" in graded.output("3.11")
+    assert f"timed {extra} more times" in graded.output("3.11")
 
 
 def test_benchmark_waiting_for_the_cpu_costs_nothing(tmp_path: Path) -> None:
