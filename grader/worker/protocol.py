@@ -92,7 +92,7 @@ def read_message(
         raise ProtocolError(f"message header of {head_len} bytes is too large")
     try:
         header = json.loads(_read_exact(fd, head_len, deadline))
-    except (ValueError, RecursionError) as exc:  # bad UTF-8 or JSON, 1e6-deep, an int past the digit limit
+    except (ValueError, RecursionError) as exc:  # bad UTF-8 or JSON, 1e6-deep, huge ints
         raise ProtocolError(f"message header is not JSON: {str(exc)[:200]}") from None
     if not isinstance(header, dict):
         raise ProtocolError("message header is not a JSON object")
