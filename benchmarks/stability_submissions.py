@@ -39,14 +39,22 @@ def as_entry(value: Entry | Path, name: str) -> Entry:
     return value if isinstance(value, Entry) else Entry(value, expect_pass=name == "reference")
 
 
-def partial_designs() -> dict[str, list[Mutant]]:
-    """The partial caches of ``tests/grading/test_partial_caches.py`` as mutants, by part."""
+#: The mutant library's partial caches (mistakes that keep a cache but do part of the work
+#: again), graded beside the designs of ``tests/grading/test_partial_caches.py``.
+LIBRARY_PARTIALS = {"part3": ("values_reprojected_every_layer", "keys_reprojected_one_layer")}
+
+
+def partial_designs(parts: tuple[str, ...] = BENCHMARK_PARTS) -> dict[str, list[Mutant]]:
+    """The partial caches of ``tests/grading/test_partial_caches.py`` and
+    :data:`LIBRARY_PARTIALS` as mutants, by part (of ``parts``)."""
     from tests.grading.test_partial_caches import DESIGNS
 
     by_part: dict[str, list[Mutant]] = {}
     for name, (file, part, edits, *_) in DESIGNS.items():
         by_part.setdefault(part, []).append(Mutant(name, part, file, tuple(edits)))
-    return by_part
+    for part, names in LIBRARY_PARTIALS.items():
+        by_part.setdefault(part, []).extend(m for m in load_mutants(part) if m.name in names)
+    return {p: found for p, found in by_part.items() if p in parts}
 
 
 def together(by_part: dict[str, list[Mutant]], prefix: str) -> list[tuple[str, Path, tuple]]:
@@ -61,18 +69,18 @@ def together(by_part: dict[str, list[Mutant]], prefix: str) -> list[tuple[str, P
     return found
 
 
-def partial_cache_entries() -> dict[str, Entry]:
+def partial_cache_entries(parts: tuple[str, ...] = BENCHMARK_PARTS) -> dict[str, Entry]:
     """The partial caches, each judged on its own part only (the caller removes them)."""
     return {
-        f"partial: {label}": Entry(path, parts)
-        for label, path, parts in together(partial_designs(), "partial-")
+        f"partial: {label}": Entry(path, found)
+        for label, path, found in together(partial_designs(parts), "partial-")
     }
 
 
-def variant_entries() -> dict[str, Entry]:
-    """The mutant library's correct rewrites of the benchmark parts: each must keep its
-    parts' benchmark points (the caller removes them)."""
-    by_part = {p: load_mutants(p, variants=True) for p in BENCHMARK_PARTS}
+def variant_entries(parts: tuple[str, ...] = BENCHMARK_PARTS) -> dict[str, Entry]:
+    """The mutant library's correct rewrites of the benchmark parts (of ``parts``): each
+    must keep its parts' benchmark points (the caller removes them)."""
+    by_part = {p: load_mutants(p, variants=True) for p in parts}
     return {
         f"variant: {label}": Entry(path, parts, expect_pass=True)
         for label, path, parts in together(by_part, "variant-")
@@ -80,18 +88,20 @@ def variant_entries() -> dict[str, Entry]:
 
 
 def submissions_of(args: argparse.Namespace) -> dict[str, Entry]:
-    """The submissions the command line asks for, the reference first."""
-    parts = list(BENCHMARK_PARTS)
+    """The submissions the command line asks for, the reference first; with ``--parts``,
+    each graded and judged on those parts alone."""
+    chosen = tuple(p for p in BENCHMARK_PARTS if p in (getattr(args, "parts", "") or ""))
+    parts, graded = chosen or tuple(BENCHMARK_PARTS), chosen
     entries = {
-        "reference": Entry(SOLUTION, expect_pass=True),
-        "cache-free (disguised)": Entry(cache_free_submission(parts)),
+        "reference": Entry(SOLUTION, graded, expect_pass=True),
+        "cache-free (disguised)": Entry(cache_free_submission(list(parts)), graded),
     }
     if args.extra_baselines:
         entries["cache-free (closer designs)"] = Entry(
-            cache_free_submission(parts, closer_designs(parts))
+            cache_free_submission(list(parts), closer_designs(list(parts))), graded
         )
     if args.partial_caches:
-        entries |= partial_cache_entries()
+        entries |= partial_cache_entries(parts)
     if args.variants:
-        entries |= variant_entries()
+        entries |= variant_entries(parts)
     return entries

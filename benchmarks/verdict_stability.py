@@ -4,7 +4,7 @@
                                            [--out results/stability.json] [--device cpu|cuda]
                                            [--deadline SECONDS] [--extra-baselines]
                                            [--partial-caches] [--variants] [--jobs 2]
-                                           [--whole]
+                                           [--whole] [--parts part3]
                                            [--executor slurm --partition P --gpus-per-task 1]
 
 Grades only the benchmark checks (2.11, 3.11, 4.6), each run a fresh
@@ -336,6 +336,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--variants", action="store_true", help="also grade the mutant library's correct variants"
     )
     parser.add_argument(
+        "--parts", default="", help="comma-separated benchmark parts to grade (default: all)"
+    )
+    parser.add_argument(
         "--jobs", type=int, default=0, help="paired: gradings at once (0: a whole run at once)"
     )
     parser.add_argument(
@@ -407,6 +410,7 @@ def on_cluster(args: argparse.Namespace, cluster: ClusterOptions) -> int:
         *(["--extra-baselines"] if args.extra_baselines else []),
         *(["--partial-caches"] if args.partial_caches else []),
         *(["--variants"] if args.variants else []),
+        *(["--parts", args.parts] if args.parts else []),
         *(["--whole"] if args.whole else []),
         *(["--jobs", str(args.jobs)] if args.jobs else []),
     ]  # fmt: skip
