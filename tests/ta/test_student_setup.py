@@ -251,8 +251,8 @@ def test_fresh_venv_selfcheck_blank_then_reference(student_home: Path) -> None:
     page = (student_home / "selfcheck_report.html").read_text()
     found = re.findall(r'<img alt="([^"]+)" src="data:image/png;base64,([^"]+)"', page)
     assert [alt for alt, _ in found] == [
-        "Part 4: latency against L", "Part 3: speedup per batch size",
-        "Part 2: per-position logit error",
+        "Part 2: per-position logit error", "Part 3: speedup per batch size",
+        "Part 4: latency against L",
     ]  # fmt: skip
     for _, data in found:
         image = Image.open(io.BytesIO(base64.b64decode(data)))
