@@ -40,7 +40,7 @@ from grader.core.thresholds import resolve_device
 from grader.grading.runner import limits_for, worker_threads
 from grader.sandbox.sandbox import worker_environment
 from grader.sandbox.shared import SharedForkServer, start_shared
-from grader.ta.regrade.census import census
+from grader.ta.regrade.census import census, timing_doubts
 from grader.ta.regrade.class_report import write_class_report
 from grader.ta.regrade.cluster import ClusterOptions, planned_device
 from grader.ta.regrade.export import METADATA, ExportError, find_export, submission_folders
@@ -321,6 +321,7 @@ def summarise(
         elapsed_s=time.monotonic() - started,
         died=died,
         causes=census(results),
+        doubts=timing_doubts(results),
     )
 
 

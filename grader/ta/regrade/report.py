@@ -77,6 +77,8 @@ class BatchSummary:
     elapsed_s: float
     died: dict[str, str] = field(default_factory=dict)  # submission -> why its task died
     causes: list[Cause] = field(default_factory=list)  # the mistake census (most made first)
+    # The timed checks decided late or never (census.timing_doubts), to time again.
+    doubts: list[dict[str, Any]] = field(default_factory=list)
 
 
 def part_scores(data: dict[str, Any]) -> dict[str, float | None]:
@@ -179,6 +181,24 @@ def safe_cell(text: str) -> str:
     return "'" + text if text.startswith(FORMULA_START) else text
 
 
+def doubts_markdown(doubts: list[dict[str, Any]]) -> str:
+    """summary.md's list of the timed checks decided late or never ("" when none was): a TA
+    times these again on a quiet machine (``batch --regrade`` of those submissions)."""
+    if not doubts:
+        return ""
+    lines = [
+        "\n## Timed checks to time again\n",
+        "Decided only in the extra rounds, or never (then judged by who made the noise):\n",
+        "| submission | check | verdict | undecided | decided late |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for d in doubts:
+        cells = [d["submission"], d["check"], "passed" if d["passed"] else "failed",
+                 "; ".join(d["undecided"]), "; ".join(d["decided_late"])]  # fmt: skip
+        lines.append("| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def counts_sentence(rows: list[Row], elapsed_s: float) -> str:
     """How the class's gradings ended, and what this run added: a run over an export graded
     before keeps the earlier results and says so, rather than count them as skipped."""
@@ -254,6 +274,7 @@ def write_outputs(summary: BatchSummary) -> None:
             {**asdict(c), "percent": round(100 * c.passed / c.total, 1)} for c in summary.rates
         ],
         "census": census_records(summary.causes, len(rows)),
+        "timing_doubts": summary.doubts,
         "died": summary.died,
     }
     (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
@@ -273,6 +294,7 @@ def write_outputs(summary: BatchSummary) -> None:
         )
         + table
         + census_markdown(summary.causes, len(rows))
+        + doubts_markdown(summary.doubts)
         + (DIED_MD + died if died else "")
     )
     save_histogram(bins, out / "score_histogram.png", max_score=top)

@@ -33,3 +33,26 @@ def test_the_feedback_says_who_made_the_noise_in_plain_words() -> None:
     assert any("far noisier" in w and "speedup" in w for w in words)
     assert any("extra rounds: batch 1" in w for w in words)
     assert decision_words({"criteria": [{"label": "x", "decision": "passed"}]}) == []
+
+
+def test_the_summary_files_list_the_checks_to_time_again(tmp_path) -> None:
+    """summary.md and summary.json carry the same list as the class report, and say nothing
+    of it when every timed check was decided in its ordinary rounds."""
+    import json
+
+    from grader.ta.regrade.report import BatchSummary, Row, write_outputs
+
+    doubts = timing_doubts(
+        {"sub_7": results({"passed": True, "undecided": ["vs reference"], "decided_late": []})}
+    )
+    from grader.core.registry import PARTS
+
+    row = Row("sub_7", [], "graded", {**dict.fromkeys(PARTS), "part3": 30.0}, 30.0, 30.0)
+    stats = {"mean": 30.0, "median": 30.0, "min": 30.0, "max": 30.0}
+    write_outputs(BatchSummary(tmp_path, [row], {"graded": 1}, stats, [], 1.0, doubts=doubts))
+    md = (tmp_path / "summary.md").read_text()
+    assert "## Timed checks to time again" in md
+    assert "| sub_7 | 3.11 | passed | vs reference |  |" in md
+    assert json.loads((tmp_path / "summary.json").read_text())["timing_doubts"] == doubts
+    write_outputs(BatchSummary(tmp_path, [row], {"graded": 1}, stats, [], 1.0))
+    assert "time again" not in (tmp_path / "summary.md").read_text()
