@@ -62,15 +62,41 @@ class Part2Timed(TimedPools, Part2Base):
     work_shape = (WORK_NEW, WORK_BATCH, WORK_PROMPT)
 
     def take(
-        self, key: str, rows: int, prompt_len: int, vocab: int
+        self, key: str, rows: int, prompt_len: int, vocab: int, seed: int
     ) -> tuple[list[list[int]], list[list[int]] | None]:
         """The next ``rows`` unused prompts of pool ``key`` and the reference's new tokens
-        for each; without the pool, seeded random prompts and None."""
+        for each; without the pool (the self-check), prompts drawn from ``seed`` and None:
+        a round's cached and cache-free runs share their seed, so they share prompts too,
+        and :meth:`same_as_cache_free` compares their answers."""
         pool, picked = self.reserve(key, rows)
         if pool is None:
-            rng = np.random.default_rng([11, picked.start, len(key)])
+            rng = np.random.default_rng([11, seed, rows, prompt_len, len(key)])
             return rng.integers(0, vocab, size=(rows, prompt_len)).tolist(), None
         return pool["prompts"][picked], pool["expected"][picked]
+
+    def same_as_cache_free(
+        self, key: str, seed: int, use_cache: bool | None, prompt_len: int, tokens: np.ndarray
+    ) -> None:
+        """Without the hidden answers, a timed run's new tokens against those of the same
+        round's run in the other mode (same prompts, same seed): the cached path must give
+        the cache-free path's tokens, as 2.8 asks, or its time cannot count. On Gradescope
+        each run is compared with the reference's answer instead."""
+        runs = self.ctx.scratch.setdefault("part2.selfcheck_answers", {})
+        mine = runs.setdefault((key, seed, prompt_len), {})
+        mine[use_cache is not False] = tokens[:, prompt_len:]
+        if len(mine) < 2:
+            return
+        cached, plain = mine[True], mine[False]
+        n = min(cached.shape[1], plain.shape[1])
+        if cached.shape[0] == plain.shape[0] and not np.array_equal(cached[:, :n], plain[:, :n]):
+            row, k = (int(x) for x in np.argwhere(cached[:, :n] != plain[:, :n])[0])
+            self.fail(
+                "A timed generate with the cache returned other tokens than the same round's "
+                "generate(use_cache=False) on the same prompts and seed (first difference: "
+                f"row {row + 1} of {len(cached)}, new token {k + 1}): the cached answer is "
+                "wrong, so its time cannot count (compare checks 2.4 and 2.5). Gradescope "
+                "compares every timed run with the reference's answer on hidden prompts."
+            )
 
     def timed_generate(
         self,
@@ -86,7 +112,7 @@ class Part2Timed(TimedPools, Part2Base):
         generate's default."""
         rows, prompt_len, new_tokens = shape
         vocab = self.model_spec(model)["config"]["vocab_size"]
-        prompts, expected = self.take(key, rows, prompt_len, vocab)
+        prompts, expected = self.take(key, rows, prompt_len, vocab, seed)
         pool = self.pool(key)
         temperature = pool["temperature"] if pool else 1.0
         tokens, self.last_lengths, sample = self.generate_or_fail(
@@ -112,6 +138,8 @@ class Part2Timed(TimedPools, Part2Base):
                     "its time cannot count. Every timed run has prompts of its own; the answer "
                     "must be computed for them."
                 )
+        if expected is None:
+            self.same_as_cache_free(key, seed, use_cache, prompt_len, tokens)
         return sample
 
     def work_probe(self) -> tuple[Ratio, dict[str, Timing]]:
