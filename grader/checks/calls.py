@@ -7,6 +7,8 @@ apart."""
 
 from __future__ import annotations
 
+from typing import Any
+
 
 def fed_once(lengths: list[int], prompt_len: int) -> bool:
     """Whether forward calls that received ``lengths`` tokens fed a ``prompt_len``-token
@@ -18,6 +20,9 @@ def fed_once(lengths: list[int], prompt_len: int) -> bool:
     return fed == prompt_len and all(x == 1 for x in lengths[prefill:])
 
 
-def shown(lengths: list[int], most: int = 12) -> str:
-    """``lengths`` for a message, cut after ``most`` entries."""
-    return str(lengths if len(lengths) <= most else [*lengths[:most], "..."])
+def shown(lengths: list[Any], most: int = 12) -> str:
+    """``lengths`` (numbers, or already worded items such as ``"(0, 128)"``) for a message,
+    as a bracketed list cut after ``most`` entries; items are written as they are, never
+    as Python's repr (no quotes around a worded item)."""
+    items = [str(x) for x in lengths[:most]] + (["..."] if len(lengths) > most else [])
+    return "[" + ", ".join(items) + "]"

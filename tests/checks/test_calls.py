@@ -27,4 +27,7 @@ def test_fed_once(lengths: list[int], prompt: int, fine: bool) -> None:
 
 def test_long_records_are_cut_for_messages() -> None:
     assert shown([1, 2, 3]) == "[1, 2, 3]"
-    assert shown(list(range(20)), most=3) == "[0, 1, 2, '...']"
+    assert shown(list(range(20)), most=3) == "[0, 1, 2, ...]"
+    assert shown([1, 1]) == str([1, 1])  # numbers as Python writes them
+    # Worded items are written as they are: no repr's quotes on a student's page.
+    assert shown(["(0, 128)", "(128, 1)"]) == "[(0, 128), (128, 1)]"
