@@ -207,11 +207,14 @@ def test_forged_cache_shapes_do_not_earn_check_3_1(tmp_path: Path) -> None:
 
 # Every cache-free step runs the model 5 times (4 of them out of the worker's count), so
 # the cache-free path costs 5 times what it should: both paths' ratios are inflated.
+# The cache-free path runs forward four more times per step, past the grader's record of
+# forward calls (the function under the grader's counting wrapper, where there is one).
 BURNS_WITHOUT_CACHE = (
     "                logits = self.forward(tokens)[0][:, -1, :]  # whole sequence, every step\n",
     "                logits = self.forward(tokens)[0][:, -1, :]  # whole sequence, every step\n"
     "                for _ in range(0 if use_cache else 4):\n"
-    "                    type(self).forward(self, tokens)\n",
+    "                    unrecorded = type(self).forward\n"
+    "                    getattr(unrecorded, '__wrapped__', unrecorded)(self, tokens)\n",
 )
 
 
