@@ -288,10 +288,11 @@ def run_generate(
     ids = torch.as_tensor(input_ids, dtype=torch.long, device=_device_of(model))
     with forward_calls(model) as lengths:
         torch.manual_seed(seed)
-        with torch.no_grad():
-            given = {"temperature": temperature, "use_cache": use_cache}
-            options = {k: v for k, v in given.items() if v is not None}
-            tokens = model.generate(ids, max_new_tokens, **options)
+        # Called as the student's own script calls it, outside no_grad: the timed runs
+        # measure what their generate costs (the skeleton's decorator turns autograd off).
+        given = {"temperature": temperature, "use_cache": use_cache}
+        options = {k: v for k, v in given.items() if v is not None}
+        tokens = model.generate(ids, max_new_tokens, **options)
         _sync()
     if not isinstance(tokens, torch.Tensor):
         raise TypeError(f"generate must return a torch.Tensor, got {type(tokens).__name__}")

@@ -124,3 +124,23 @@ def test_forward_is_put_back_when_generate_raises() -> None:
 )
 def test_the_tokens_a_call_received(args: tuple, kwargs: dict, tokens: int) -> None:
     assert tokens_given(args, kwargs) == tokens
+
+
+def test_generate_runs_as_the_students_own_script_runs_it() -> None:
+    """The harness adds no context of its own around generate: autograd is on inside it
+    unless the submission turns it off, so the timed runs cost what the student's code
+    costs (a generate without the skeleton's no_grad pays for autograd)."""
+    seen: list[bool] = []
+
+    class Model(nn.Module):
+        def forward(self, input_ids: Any, past_kv: Any = None, use_cache: bool = False) -> Any:
+            return torch.zeros(*input_ids.shape, 3), past_kv
+
+        def generate(self, input_ids: Any, max_new_tokens: int, **kw: Any) -> Any:
+            seen.append(torch.is_grad_enabled())
+            self(input_ids)
+            return torch.cat([input_ids, input_ids[:, :max_new_tokens]], dim=1)
+
+    with torch.enable_grad():
+        adapter.run_generate(Model(), np.zeros((1, 4), np.int64), 2, None, None, 0)
+    assert seen == [True]
