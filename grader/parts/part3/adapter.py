@@ -16,7 +16,7 @@ if __package__:  # grader.parts.part3.adapter: regen and the tests, in the grade
     from grader.parts.part3.adapter_cache import (
         cache_dtypes,
         cache_shapes,
-        cache_tensors,
+        cache_tensors_by_owner,
         held_arrays,
     )
     from grader.parts.part3.adapter_load import (
@@ -28,7 +28,12 @@ if __package__:  # grader.parts.part3.adapter: regen and the tests, in the grade
     )
     from grader.parts.part3.adapter_weights import draw_on
 else:  # adapter_part3.py, flat among the worker's scripts in the sandbox
-    from adapter_part3_cache import cache_dtypes, cache_shapes, cache_tensors, held_arrays
+    from adapter_part3_cache import (
+        cache_dtypes,
+        cache_shapes,
+        cache_tensors_by_owner,
+        held_arrays,
+    )
     from adapter_part3_load import (
         NOTES,
         _device,
@@ -186,7 +191,8 @@ def cache_read_effect(
     heads: tuple[int, ...] = (),
     head_dim: int | None = None,
     steps: int = 1,
-) -> float | None:
+    per_owner: bool = False,
+) -> float | dict[str | None, float] | None:
     """The largest change of the logits ``steps`` single-token steps after a prefill of
     ``prefix`` tokens when every tensor that may hold the cache (:func:`cache_tensors`) is
     overwritten with noise, in place, right after that prefill: far from zero for an
@@ -195,7 +201,10 @@ def cache_read_effect(
     the last (a cache refreshed every few steps). Found after the prefill, the cache is the
     one the next step reads, however it was allocated or rebound; the unscrambled steps
     follow the same prefill again. Infinite where only the scrambled run is NaN; None
-    where no cache tensor is found or one cannot be written (the other probes judge)."""
+    where no cache tensor is found or one cannot be written (the other probes judge).
+    ``per_owner``: the same figure (under None) and one for each module's own cache tensors
+    scrambled alone, by the module's name (an attention layer that projects its keys and
+    values again, while the others read theirs, shows no change of its own)."""
     import torch
 
     ids = torch.as_tensor(tokens, dtype=torch.long, device=_device())
@@ -208,19 +217,38 @@ def cache_read_effect(
             out = model(later[:, j : j + 1], prefix + j)
         return _numpy(out)
 
-    with torch.inference_mode():
+    def scrambled(owner: str | None) -> np.ndarray | None:
+        """The steps after a prefill whose cache tensors (of ``owner`` alone, or all) were
+        overwritten with noise; None where there are none or one cannot be written."""
         model(ids[:, :prefix], 0)
-        found = cache_tensors(model, prefix, heads, head_dim)
+        by_owner = cache_tensors_by_owner(model, prefix, heads, head_dim)
+        found = [t for name, ts in by_owner.items() if owner in (None, name) for t in ts]
         try:
             for t in found:
                 t.copy_((torch.randn(t.shape, generator=gen) * 3).to(t.device, t.dtype))
         except RuntimeError:  # an expanded view, say: not writable in place
             return None
-        if not found:
-            return None
-        scrambled = decode()
+        return decode() if found else None
+
+    with torch.inference_mode():
+        model(ids[:, :prefix], 0)
+        # Only what the prefill wrote: a buffer left unused (Meta's cache_k kept beside a
+        # cache of the student's own elsewhere) is all zeros, and reads nothing.
+        by_owner = cache_tensors_by_owner(model, prefix, heads, head_dim)
+        owners = [name for name, ts in by_owner.items() if any(bool(t.any()) for t in ts)]
+        alone = owners if per_owner and len(owners) > 1 else []  # one owner: all at once
+        runs = {owner: scrambled(owner) for owner in [None, *alone]}
         model(ids[:, :prefix], 0)
         plain = decode()
+    if runs[None] is None:
+        return None
+    effects = {owner: change_of(plain, got) for owner, got in runs.items() if got is not None}
+    return effects if per_owner else effects[None]
+
+
+def change_of(plain: np.ndarray, scrambled: np.ndarray) -> float:
+    """The largest change of the logits with the cache scrambled: infinite where only the
+    scrambled run is NaN."""
     change = np.abs(plain.astype(np.float64) - scrambled)
     change[np.isnan(scrambled) & ~np.isnan(plain)] = np.inf
     return float(change.max())
@@ -323,15 +351,19 @@ def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict
         return header, {"step_logits": out["step_logits"]}
     if op == "cache_read":  # does attention read its cache? (see cache_read_effect)
         heads = tuple(int(h) for h in request.get("heads", ()))
-        effect = cache_read_effect(
+        effects = cache_read_effect(
             MODELS[_key(request)],
             arrays["tokens"],
             request["prefix"],
             heads,
             request.get("head_dim"),
             int(request.get("steps", 1)),
+            per_owner=True,
         )
-        return {"effect": effect}, {}
+        if effects is None:
+            return {"effect": None}, {}
+        layers = {name: e for name, e in effects.items() if name is not None}
+        return {"effect": effects[None], "layer_effects": layers}, {}
     if op == "cache_contents":  # what may hold the cache after a prefill and a step
         heads = tuple(int(h) for h in request.get("heads", ()))
         model = MODELS[_key(request)]

@@ -56,26 +56,37 @@ def cache_like(
     return (cols in heads and rows >= prefix) or (rows in heads and cols >= prefix)
 
 
-def cache_tensors(
+def cache_tensors_by_owner(
     model: Any, prefix: int, heads: tuple[int, ...] = (), head_dim: int | None = None
-) -> list[Any]:
-    """The tensors that may be ``model``'s cache (:func:`cache_like`), each once, wherever an
-    honest design keeps them: every module's own attributes and buffers (Meta's cache_k /
-    cache_v preallocated or allocated on first use, grown with torch.cat or copied at every
-    step), and per-layer pairs in the lists, tuples, dicts or objects of any module (a model
-    that hands each layer its cache). Without ``head_dim`` only Meta's names count."""
+) -> dict[str, list[Any]]:
+    """The tensors that may be ``model``'s cache (:func:`cache_like`), each once, by the
+    name of the module that holds them ("" for the model itself), wherever an honest
+    design keeps them: every module's own attributes and buffers (Meta's cache_k / cache_v
+    preallocated or allocated on first use, grown with torch.cat or copied at every step),
+    and per-layer pairs in the lists, tuples, dicts or objects of any module (a model that
+    hands each layer its cache). Without ``head_dim`` only Meta's names count."""
     import torch
     from tensor_search import tensors_in  # the worker's module, flat beside the adapter
 
     internal = set(vars(torch.nn.Module()))  # bookkeeping, parameters, submodules
-    found: dict[int, Any] = {}
-    for module in model.modules():
+    seen: set[int] = set()
+    owners: dict[str, list[Any]] = {}
+    for name, module in model.named_modules():
         own = {k: v for k, v in vars(module).items() if k not in internal}
         for key, value in {**own, **module._buffers}.items():
             for t in tensors_in(value):
-                if cache_like(t, key in CACHE_NAMES, heads, head_dim, prefix):
-                    found[id(t)] = t
-    return list(found.values())
+                if id(t) not in seen and cache_like(t, key in CACHE_NAMES, heads, head_dim, prefix):
+                    seen.add(id(t))
+                    owners.setdefault(name, []).append(t)
+    return owners
+
+
+def cache_tensors(
+    model: Any, prefix: int, heads: tuple[int, ...] = (), head_dim: int | None = None
+) -> list[Any]:
+    """Every tensor of :func:`cache_tensors_by_owner`, each once."""
+    return [t for found in cache_tensors_by_owner(model, prefix, heads, head_dim).values()
+            for t in found]  # fmt: skip
 
 
 #: At most this many tensors, of at most this many rows each, go back to the grader

@@ -180,7 +180,8 @@ class Part3Timed(TimedPools, Part3Base):
             reply = self.call(header, {"tokens": tokens}, "scrambling the cache after a prefill")
         except SubmissionError:
             return ""  # the checks of forward name why it cannot run
-        return cache_read_verdict(reply.header.get("effect"), prefix)
+        effect, layers = reply.header.get("effect"), reply.header.get("layer_effects")
+        return cache_read_verdict(effect, prefix) or layer_read_verdict(layers, prefix)
 
     def yardstick_workloads(self) -> dict[str, Workload]:
         """The reference's cached runs of the work probe (3.7) and of check 3.11."""
@@ -248,6 +249,29 @@ class Part3Timed(TimedPools, Part3Base):
 def bench_key(bench: dict[str, Any]) -> str:
     """The pool of check 3.11's timed runs under the thresholds profile ``bench``."""
     return pool_key(bench["input_len"], bench["output_len"], bench.get("model"))
+
+
+def layer_read_verdict(effects: Any, prefix: int) -> str:
+    """Why the cache-read probe's per-module figures (``effects``: module name -> the
+    largest change of the logits with that module's cache tensors alone scrambled) show a
+    module whose cache is not read, while the others' are ("" when each is read, or with
+    fewer than two modules holding a cache: the figure of all at once judged them)."""
+    if not isinstance(effects, dict) or len(effects) < 2:
+        return ""
+    unread = [
+        str(name)[:80] or "the model itself"
+        for name, effect in sorted(effects.items())
+        if cache_read_outcome(effect, CACHE_READ_MIN_EFFECT) == "ignores"
+    ]
+    if not unread:
+        return ""
+    return (
+        f"the cache held by {', '.join(unread)} is not read: noise written over it alone, "
+        f"right after a prefill of {prefix} tokens, left the logits unchanged "
+        f"{CACHE_READ_STEPS} single-token steps later, while the other layers' caches do "
+        "change them. That attention computes its keys or values again instead of reading "
+        "the ones it stored."
+    )
 
 
 def cache_read_verdict(effect: Any, prefix: int) -> str:

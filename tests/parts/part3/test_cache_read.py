@@ -31,11 +31,16 @@ from grader.parts.part3.timed import (
     CACHE_READ_MIN_EFFECT,
     CACHE_READ_STEPS,
     cache_read_verdict,
+    layer_read_verdict,
 )
 from grader.ta.mutants import load_mutants
 from grader.ta.regen import one_thread
-from tests.conftest import SOLUTION, patched_solution
-from tests.grading.test_partial_caches import LLAMA_LAYER_INPUTS, llama_refreshed_in_forward
+from tests.conftest import SOLUTION, grade_checks, patched_solution
+from tests.grading.test_partial_caches import (
+    LLAMA_LAYER_INPUTS,
+    PART3_LIMITS,
+    llama_refreshed_in_forward,
+)
 
 # The adapters import the worker's modules flat, as in the sandbox.
 pytestmark = pytest.mark.usefixtures("worker_modules_importable")
@@ -253,3 +258,115 @@ def test_a_cache_that_cannot_be_written_gives_no_figure(tmp_path: Path, tokens: 
     )
     root = patched_solution(tmp_path / "sub", "llama/model.py", [edit])
     assert effect_of(root, tokens) is None
+
+
+# Every layer writes its keys and values into its cache, but the last layer then attends
+# over keys and values projected again from the inputs it kept: the cache holds the right
+# entries (what 3.7 and 3.11 look at first) and, scrambled all at once, still moves the
+# logits through the other layer; scrambled layer by layer, the last one's moves nothing.
+LAYERS_LINE = (
+    "        self.layers = nn.ModuleList("
+    "TransformerBlock(i, params) for i in range(params.n_layers))\n"
+)
+LAST_LAYER_REPROJECTS = [
+    (
+        """            keys = self.cache_k[:bsz, : start_pos + seqlen]  # (B, T_total, Hkv, D)
+            values = self.cache_v[:bsz, : start_pos + seqlen]
+""",
+        """            keys = self.cache_k[:bsz, : start_pos + seqlen]  # (B, T_total, Hkv, D)
+            values = self.cache_v[:bsz, : start_pos + seqlen]
+            if getattr(self, "reprojects", False):
+                if start_pos == 0:
+                    self.seen_x, self.seen_f = x, freqs_cis
+                else:
+                    self.seen_x = torch.cat([self.seen_x[:bsz, :start_pos], x], dim=1)
+                    self.seen_f = torch.cat([self.seen_f[:start_pos], freqs_cis], dim=0)
+                shape = (bsz, start_pos + seqlen, self.n_kv_heads, self.head_dim)
+                every = self.wk(self.seen_x).view(shape)
+                _, keys = apply_rotary_emb(every, every, freqs_cis=self.seen_f)
+                values = self.wv(self.seen_x).view(shape)
+""",
+    ),
+    (LAYERS_LINE, LAYERS_LINE + "        self.layers[-1].attention.reprojects = True\n"),
+]
+
+
+def effects_of(root: Path, tokens: np.ndarray) -> dict[str | None, float] | None:
+    """The probe's figures for ``root`` with every module's cache also scrambled alone."""
+    settings = {
+        "ckpt_dir": str(CKPT), "tokenizer_path": str(CKPT / "tokenizer.model"),
+        "max_seq_len": 128, "max_batch_size": 2, "kv_caching": True, "device": "cpu",
+    }  # fmt: skip
+    model, _ = adapter_load.build_from_checkpoint(import_llama(root), settings)
+    return adapter.cache_read_effect(
+        model, tokens, PREFIX, HEADS, HEAD_DIM, CACHE_READ_STEPS, per_owner=True
+    )
+
+
+@pytest.mark.usefixtures("torch_one_thread")
+@pytest.mark.parametrize("layout", ["reference", *LAYOUTS])
+def test_every_layer_of_every_honest_layout_reads_its_own_cache(
+    layout: str, tokens: np.ndarray
+) -> None:
+    root = SOLUTION if layout == "reference" else VARIANTS[layout].materialise()
+    try:
+        effects = effects_of(root, tokens)
+    finally:
+        if root != SOLUTION:
+            shutil.rmtree(root, ignore_errors=True)
+    assert effects is not None
+    assert layer_read_verdict({k: v for k, v in effects.items() if k is not None}, PREFIX) == ""
+
+
+@pytest.mark.usefixtures("torch_one_thread")
+def test_a_layer_that_writes_its_cache_but_reads_keys_projected_again_is_named(
+    tmp_path: Path, tokens: np.ndarray
+) -> None:
+    root = patched_solution(tmp_path / "sub", "llama/model.py", LAST_LAYER_REPROJECTS)
+    effects = effects_of(root, tokens)
+    assert effects is not None and effects[None] > CACHE_READ_MIN_EFFECT  # all at once: read
+    layers = {k: v for k, v in effects.items() if k is not None}
+    assert len(layers) == 2, layers
+    verdict = layer_read_verdict(layers, PREFIX)
+    assert "the cache held by layers.1.attention is not read" in verdict
+    assert "layers.0" not in verdict
+
+
+def test_an_unused_buffer_beside_the_cache_is_not_judged(tokens: np.ndarray) -> None:
+    """Meta's cache_k kept in __init__ but never written (the student's cache lives
+    elsewhere) is all zeros after the prefill: it is not a layer whose cache goes unread."""
+
+    class Layer(nn.Module):
+        def __init__(self, unused: bool) -> None:
+            super().__init__()
+            self.cache_k = torch.zeros(1, 128, 2, HEAD_DIM)
+            self.used = not unused
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = nn.ModuleList([Layer(False), Layer(True)])
+
+        def forward(self, ids: Any, start: int) -> Any:
+            cache = self.layers[0].cache_k
+            if start == 0:
+                cache[:, : ids.shape[1]] = torch.randn(1, ids.shape[1], 2, HEAD_DIM)
+            return (
+                cache[:, : start + ids.shape[1]]
+                .sum(dim=(1, 2, 3))[:, None, None]
+                .expand(1, ids.shape[1], 8)
+            )
+
+    effects = adapter.cache_read_effect(
+        Model(), tokens[:, : PREFIX + 3], PREFIX, HEADS, HEAD_DIM, 3, per_owner=True
+    )
+    assert effects is not None and set(effects) == {None}  # one module wrote: judged at once
+
+
+def test_the_layer_that_reads_keys_projected_again_loses_3_11(tmp_path: Path) -> None:
+    """Graded: its logits, cache contents and calls are right; 3.11 names the layer."""
+    root = patched_solution(tmp_path / "sub", "llama/model.py", LAST_LAYER_REPROJECTS)
+    graded = grade_checks(root, tmp_path / "out", "part3", {"3.3", "3.11"}, PART3_LIMITS)
+    assert graded.score("3.3") == graded.test("3.3")["max_score"]  # right logits
+    assert graded.score("3.11") == 0
+    assert "the cache held by layers.1.attention is not read" in graded.output("3.11")
