@@ -217,11 +217,17 @@ def cache_read_effect(
             out = model(later[:, j : j + 1], prefix + j)
         return _numpy(out)
 
+    written: list[str] = []  # the modules whose cache tensors the prefill wrote
+
     def scrambled(owner: str | None) -> np.ndarray | None:
         """The steps after a prefill whose cache tensors (of ``owner`` alone, or all) were
-        overwritten with noise; None where there are none or one cannot be written."""
+        overwritten with noise; None where there are none or one cannot be written. Only
+        what the prefill wrote has an owner of its own: a buffer left unused (Meta's
+        cache_k kept beside a cache of the student's own elsewhere) is all zeros."""
         model(ids[:, :prefix], 0)
         by_owner = cache_tensors_by_owner(model, prefix, heads, head_dim)
+        if owner is None:
+            written[:] = [n for n, ts in by_owner.items() if any(bool(t.any()) for t in ts)]
         found = [t for name, ts in by_owner.items() if owner in (None, name) for t in ts]
         try:
             for t in found:
@@ -231,17 +237,13 @@ def cache_read_effect(
         return decode() if found else None
 
     with torch.inference_mode():
-        model(ids[:, :prefix], 0)
-        # Only what the prefill wrote: a buffer left unused (Meta's cache_k kept beside a
-        # cache of the student's own elsewhere) is all zeros, and reads nothing.
-        by_owner = cache_tensors_by_owner(model, prefix, heads, head_dim)
-        owners = [name for name, ts in by_owner.items() if any(bool(t.any()) for t in ts)]
-        alone = owners if per_owner and len(owners) > 1 else []  # one owner: all at once
-        runs = {owner: scrambled(owner) for owner in [None, *alone]}
+        runs = {None: scrambled(None)}
+        if runs[None] is None:
+            return None
+        if per_owner and len(written) > 1:  # one module: the figure of all at once
+            runs |= {owner: scrambled(owner) for owner in list(written)}
         model(ids[:, :prefix], 0)
         plain = decode()
-    if runs[None] is None:
-        return None
     effects = {owner: change_of(plain, got) for owner, got in runs.items() if got is not None}
     return effects if per_owner else effects[None]
 

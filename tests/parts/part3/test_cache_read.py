@@ -95,9 +95,9 @@ def torch_one_thread() -> Iterator[None]:
         yield
 
 
-def effect_of(root: Path, tokens: np.ndarray, sizes: bool = True) -> float | None:
-    """The probe's figure for the ``llama`` package under ``root``, built with the cache on
-    from the tiny checkpoint; ``sizes``: the grader sends the head sizes, as it does."""
+def built(root: Path) -> Any:
+    """The ``llama`` package under ``root``, built with the cache on from the tiny
+    checkpoint as the grader builds the public model."""
     settings = {
         "ckpt_dir": str(CKPT),
         "tokenizer_path": str(CKPT / "tokenizer.model"),
@@ -107,6 +107,13 @@ def effect_of(root: Path, tokens: np.ndarray, sizes: bool = True) -> float | Non
         "device": "cpu",
     }
     model, _ = adapter_load.build_from_checkpoint(import_llama(root), settings)
+    return model
+
+
+def effect_of(root: Path, tokens: np.ndarray, sizes: bool = True) -> float | None:
+    """The probe's figure for the ``llama`` package under ``root`` (:func:`built`);
+    ``sizes``: the grader sends the head sizes, as it does."""
+    model = built(root)
     if not sizes:
         return adapter.cache_read_effect(model, tokens, PREFIX, steps=CACHE_READ_STEPS)
     return adapter.cache_read_effect(model, tokens, PREFIX, HEADS, HEAD_DIM, CACHE_READ_STEPS)
@@ -293,13 +300,8 @@ LAST_LAYER_REPROJECTS = [
 
 def effects_of(root: Path, tokens: np.ndarray) -> dict[str | None, float] | None:
     """The probe's figures for ``root`` with every module's cache also scrambled alone."""
-    settings = {
-        "ckpt_dir": str(CKPT), "tokenizer_path": str(CKPT / "tokenizer.model"),
-        "max_seq_len": 128, "max_batch_size": 2, "kv_caching": True, "device": "cpu",
-    }  # fmt: skip
-    model, _ = adapter_load.build_from_checkpoint(import_llama(root), settings)
     return adapter.cache_read_effect(
-        model, tokens, PREFIX, HEADS, HEAD_DIM, CACHE_READ_STEPS, per_owner=True
+        built(root), tokens, PREFIX, HEADS, HEAD_DIM, CACHE_READ_STEPS, per_owner=True
     )
 
 
