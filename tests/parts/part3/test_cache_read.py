@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,20 @@ PREFIX = 9
 LAYOUTS = ["eager_cache", "cat_grown_cache", "cloned_cache_per_step", "cache_passed_through_layers"]
 VARIANTS = {v.name: v for v in load_mutants("part3", variants=True)}
 
+#: Keys and values projected again, at every step, from the layer inputs the layer keeps
+#: (unindented: each design places it).
+REPROJECTED = """\
+if start_pos == 0:
+    self.seen_x, self.seen_f = x, freqs_cis
+else:
+    self.seen_x = torch.cat([self.seen_x[:bsz, :start_pos], x], dim=1)
+    self.seen_f = torch.cat([self.seen_f[:start_pos], freqs_cis], dim=0)
+shape = (bsz, start_pos + seqlen, self.n_kv_heads, self.head_dim)
+every = self.wk(self.seen_x).view(shape)
+_, keys = apply_rotary_emb(every, every, freqs_cis=self.seen_f)
+values = self.wv(self.seen_x).view(shape)
+"""
+
 # Keys and values projected again at every step from the layer inputs kept on the layer:
 # no tensor shaped like a cache anywhere, so the probe has nothing to scramble.
 NO_CACHE_TENSOR = [
@@ -69,16 +84,7 @@ NO_CACHE_TENSOR = [
             keys = self.cache_k[:bsz, : start_pos + seqlen]  # (B, T_total, Hkv, D)
             values = self.cache_v[:bsz, : start_pos + seqlen]
 """,
-        """            if start_pos == 0:
-                self.seen_x, self.seen_f = x, freqs_cis
-            else:
-                self.seen_x = torch.cat([self.seen_x[:bsz, :start_pos], x], dim=1)
-                self.seen_f = torch.cat([self.seen_f[:start_pos], freqs_cis], dim=0)
-            shape = (bsz, start_pos + seqlen, self.n_kv_heads, self.head_dim)
-            every = self.wk(self.seen_x).view(shape)
-            _, keys = apply_rotary_emb(every, every, freqs_cis=self.seen_f)
-            values = self.wv(self.seen_x).view(shape)
-""",
+        textwrap.indent(REPROJECTED, " " * 12),
     )
 ]
 
@@ -283,16 +289,8 @@ LAST_LAYER_REPROJECTS = [
         """            keys = self.cache_k[:bsz, : start_pos + seqlen]  # (B, T_total, Hkv, D)
             values = self.cache_v[:bsz, : start_pos + seqlen]
             if getattr(self, "reprojects", False):
-                if start_pos == 0:
-                    self.seen_x, self.seen_f = x, freqs_cis
-                else:
-                    self.seen_x = torch.cat([self.seen_x[:bsz, :start_pos], x], dim=1)
-                    self.seen_f = torch.cat([self.seen_f[:start_pos], freqs_cis], dim=0)
-                shape = (bsz, start_pos + seqlen, self.n_kv_heads, self.head_dim)
-                every = self.wk(self.seen_x).view(shape)
-                _, keys = apply_rotary_emb(every, every, freqs_cis=self.seen_f)
-                values = self.wv(self.seen_x).view(shape)
-""",
+"""
+        + textwrap.indent(REPROJECTED, " " * 16),
     ),
     (LAYERS_LINE, LAYERS_LINE + "        self.layers[-1].attention.reprojects = True\n"),
 ]
