@@ -279,7 +279,8 @@ def test_run_local_grades_like_gradescope(autograder_zip: Path, image_venv: Path
     there, the image's own virtual environment): full marks, and zero for the blank."""
     results, tree = run_local(submission=SOLUTION, zip_path=autograder_zip, keep=True)
     try:
-        assert results.score == TOTAL
+        lost = [(t.number, t.score, t.output[:600]) for t in results.tests if t.score < t.max_score]
+        assert results.score == TOTAL, lost
         assert (tree / "run_autograder").is_file()  # Gradescope's copy was the one run
         warnings = results.extra_data["sandbox_warnings"]
         assert not [w for w in warnings if "fork server" in w]  # its workers were forked
