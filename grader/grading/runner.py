@@ -178,7 +178,9 @@ class Grading:
         assert self.sandbox is not None
         self.copied = copy_submission(self.submission, self.sandbox.submission_dir)
         # The upload laid over the assignment's given files, before the worker owns it.
-        self.layouts = lay_out(self.sandbox.submission_dir, self.parts, ASSIGNMENT)
+        self.layouts = lay_out(
+            self.sandbox.submission_dir, self.parts, ASSIGNMENT, self.sandbox.identity
+        )
         self.sandbox.hand_over()
         self.ctx = GradingContext(
             sandbox=self.sandbox,

@@ -24,12 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from grader.core.registry import PARTS, Part
-from grader.sandbox.notebook import (
-    MAX_NOTEBOOK_BYTES,
-    TOO_LARGE,
-    NotebookError,
-    script_from_notebook,
-)
+from grader.sandbox.identity import WorkerIdentity
+from grader.sandbox.notebook import NotebookError
+from grader.sandbox.notebook_child import NotConverted, convert_notebook
 from grader.sandbox.submission import locate
 
 
@@ -87,20 +84,23 @@ def part_files(root: Path, part: Part) -> tuple[Path | None, dict[str, Path]]:
     return base, found
 
 
-def _script_from_notebook(root: Path, part: Part) -> tuple[list[str], str]:
+def _script_from_notebook(
+    root: Path, part: Part, identity: WorkerIdentity | None
+) -> tuple[list[str], str]:
     """For a part whose main file was not uploaded: where it takes a notebook, write the
-    script that ``<main>.ipynb`` defines beside it. Returns what was converted (for the
-    results) and, for a notebook that cannot be read, why."""
+    script that ``<main>.ipynb`` defines beside it (read by a limited child, as
+    ``identity``'s worker account). Returns what was converted (for the results) and, for
+    a notebook that cannot be read, why."""
     notebook = PurePosixPath(part.main_file).with_suffix(".ipynb").as_posix()
     if not part.notebook or not (base := locate(root, notebook)):
         return [], ""
     path, script = base / notebook, base / part.main_file
     shown = path.relative_to(root).as_posix()
     try:
-        if path.stat().st_size > MAX_NOTEBOOK_BYTES:  # refused unread
-            raise NotebookError(TOO_LARGE)
-        converted = script_from_notebook(path.read_text(encoding="utf-8-sig"), path.name)
-    except (NotebookError, UnicodeDecodeError) as exc:
+        converted = convert_notebook(path, identity)
+    except NotConverted as exc:
+        return [], f"{shown} could not be turned into a script: {exc}"
+    except NotebookError as exc:
         return [], f"{shown} could not be read as a notebook: {exc}"
     try:
         script.write_text(converted.script, encoding="utf-8")
@@ -109,12 +109,15 @@ def _script_from_notebook(root: Path, part: Part) -> tuple[list[str], str]:
     return [f"{shown} (as {part.main_file}: {converted.summary()})"], ""
 
 
-def lay_out_part(root: Path, part: Part, given_root: Path) -> PartLayout:
-    """Find ``part``'s files under ``root`` and complete them from ``given_root``."""
+def lay_out_part(
+    root: Path, part: Part, given_root: Path, identity: WorkerIdentity | None = None
+) -> PartLayout:
+    """Find ``part``'s files under ``root`` and complete them from ``given_root``; a
+    notebook standing for the main file is read as ``identity``'s worker account."""
     converted, unreadable = [], ""
     base, found = part_files(root, part)
     if base is None:
-        converted, unreadable = _script_from_notebook(root, part)
+        converted, unreadable = _script_from_notebook(root, part, identity)
         base, found = part_files(root, part) if converted else (None, {})
     if base is None:
         return PartLayout(None, missing=[part.main_file], unreadable=unreadable)
@@ -141,6 +144,8 @@ def lay_out_part(root: Path, part: Part, given_root: Path) -> PartLayout:
     return layout
 
 
-def lay_out(root: Path, tags: Iterable[str], given_root: Path) -> dict[str, PartLayout]:
+def lay_out(
+    root: Path, tags: Iterable[str], given_root: Path, identity: WorkerIdentity | None = None
+) -> dict[str, PartLayout]:
     """:func:`lay_out_part` for each part of ``tags``, in order (each sees earlier moves)."""
-    return {tag: lay_out_part(root, PARTS[tag], given_root) for tag in tags}
+    return {tag: lay_out_part(root, PARTS[tag], given_root, identity) for tag in tags}

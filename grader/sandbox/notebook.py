@@ -9,15 +9,26 @@ the other top-level statements are not run, as ``if __name__ == "__main__":`` le
 script's. IPython's magics and shell lines (``%timeit``, ``!pip install``) are not Python
 and are left out.
 
-The notebook is parsed here, in the grader, and never run: its code runs only in the
-worker, as the written script.
+Each kept statement is written as its exact span in the cell (the syntax tree's start and
+end, to the column), never as the whole lines it is on: ``import os; os.remove(...)``
+keeps ``import os`` only, and a statement left out that shares a line with a kept one is
+named on the page.
+
+The notebook is read and parsed in a child process with limits of its own, never in the
+grader (:mod:`grader.sandbox.notebook_child` starts it, as the worker account when the
+grader is root): this module is that child's whole program, the standard library only,
+sent to a bare interpreter as its source (:func:`serve`). Its code is never run: it runs
+only in the worker, as the written script.
 """
 
 from __future__ import annotations
 
 import ast
 import json
-from dataclasses import dataclass
+import os
+import resource
+import sys
+from dataclasses import asdict, dataclass, field
 
 MAX_NOTEBOOK_BYTES = 20 * 2**20  # outputs included (plots are stored in the notebook)
 TOO_LARGE = f"it is larger than {MAX_NOTEBOOK_BYTES // 2**20} MiB"
@@ -25,6 +36,13 @@ TOO_LARGE = f"it is larger than {MAX_NOTEBOOK_BYTES // 2**20} MiB"
 #: syntax trees of 0.9 MiB of one-line assignments peaked at 160 MiB, and those of 18 MiB
 #: at 2.7 GB, past Gradescope's memory: the grading would have died unreported.
 MAX_CODE_BYTES = 2**20
+#: The script written: the kept statements (at most the code above) and a line naming each
+#: cell they came from, so a few MiB at most; the child's output file is limited to it.
+MAX_SCRIPT_BYTES = 8 * 2**20
+#: The statements left out that shared a line with a kept one, named on the page.
+NAMED_SHARED = 5
+#: The child's exit status when it ran out of memory (its address space is limited).
+EXIT_MEMORY = 86
 DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 ASSIGNMENTS = (ast.Assign, ast.AnnAssign, ast.AugAssign)
 
@@ -42,12 +60,24 @@ class Converted:
     not_run: int  # top-level statements left out
     magics: int  # IPython lines (magics, shell commands) left out
     broken_cells: list[int]  # code cells (numbered from 1) that are not valid Python
+    #: Left-out statements on a line with a kept one (``import os; os.remove(...)``), each
+    #: as ``'its source' (code cell N, line L)``: a student reading the line would think
+    #: it ran.
+    shared_line: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         """One clause for the results page."""
         parts = [f"kept {self.kept} imports, definitions and the values they read"]
         if self.not_run:
             parts.append(f"not run: {_count(self.not_run, 'other top-level statement')}")
+        if self.shared_line:
+            named = ", ".join(self.shared_line[:NAMED_SHARED])
+            more = len(self.shared_line) - NAMED_SHARED
+            named += f" and {more} more" if more > 0 else ""
+            parts[-1] += (
+                f", among them {len(self.shared_line)} on a line with a kept statement "
+                f"(only whole statements are kept): {named}"
+            )
         if self.magics:
             parts.append(f"left out: {_count(self.magics, 'IPython line')}")
         if self.broken_cells:
@@ -140,14 +170,69 @@ def _is_future(node: ast.stmt) -> bool:
     return isinstance(node, ast.ImportFrom) and node.module == "__future__"
 
 
-def script_from_notebook(text: str, name: str) -> Converted:
-    """The script a notebook defines (see the module's docstring); ``name`` is the
-    notebook's file name, for the script's header."""
-    if len(text.encode()) > MAX_NOTEBOOK_BYTES:
-        raise NotebookError(TOO_LARGE)
-    cells: list[tuple[int, list[str], list[ast.stmt]]] = []
-    magics, broken = 0, []
-    sources = code_cells(text)
+@dataclass
+class _Cell:
+    """A code cell that parsed: its number, its lines (UTF-8, as the syntax tree's
+    columns count) and its top-level statements."""
+
+    number: int
+    lines: list[bytes]
+    body: list[ast.stmt]
+
+    def start(self, node: ast.stmt) -> tuple[int, int]:
+        """Where ``node``'s source begins (line from 1, byte column): its first
+        decorator's ``@`` for a decorated definition. A decorated definition is a compound
+        statement, so its ``@`` begins a line of its own: the nearest line above the
+        first decorator that starts with one (a ``@`` alone on a line ends with ``\\``)."""
+        decorators = getattr(node, "decorator_list", [])
+        if not decorators:
+            return node.lineno, node.col_offset
+        line = decorators[0].lineno
+        while line > 1 and not self.lines[line - 1].lstrip(b" \t\f").startswith(b"@"):
+            line -= 1
+        text = self.lines[line - 1]
+        return line, len(text) - len(text.lstrip(b" \t\f"))
+
+    def span(self, node: ast.stmt) -> str:
+        """``node``'s exact source: from its start to its end column, so nothing else on
+        its first or last line (a statement after a ``;``) comes with it."""
+        (first, col), last = self.start(node), node.end_lineno or node.lineno
+        end_col = node.end_col_offset if node.end_col_offset is not None else None
+        if first == last:
+            return self.lines[first - 1][col:end_col].decode()
+        middle = self.lines[first : last - 1]
+        text = [self.lines[first - 1][col:], *middle, self.lines[last - 1][:end_col]]
+        return b"\n".join(text).decode()
+
+    def rows(self, node: ast.stmt) -> range:
+        """The lines ``node`` is on."""
+        return range(self.start(node)[0], (node.end_lineno or node.lineno) + 1)
+
+
+def _parsed_cells(sources: list[str]) -> tuple[list[_Cell], int, list[int]]:
+    """Each code cell's statements, less its IPython lines; how many of those there were,
+    and which cells are not valid Python. Line ends are made ``\\n`` first, as Python's
+    own reading of source makes them, so that lines here are the syntax tree's lines."""
+    cells, magics, broken = [], 0, []
+    for number, source in enumerate(sources, start=1):
+        source, found = _without_magics(source.replace("\r\n", "\n").replace("\r", "\n"))
+        magics += found
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError, RecursionError):
+            broken.append(number)
+            continue
+        cells.append(_Cell(number, source.encode().split(b"\n"), tree.body))
+    return cells, magics, broken
+
+
+def _shown(text: str) -> str:
+    """A statement's source as the page names it: its first line, cut short, quoted."""
+    line = text.split("\n", 1)[0]
+    return repr(line if len(line) <= 60 and "\n" not in text else line[:57] + "...")
+
+
+def _refuse_large_code(sources: list[str]) -> None:
     code_bytes = sum(len(source.encode()) for source in sources)
     if code_bytes > MAX_CODE_BYTES:
         raise NotebookError(
@@ -155,31 +240,82 @@ def script_from_notebook(text: str, name: str) -> Converted:
             f"{MAX_CODE_BYTES // 2**20} MiB a lab's notebook may have: keep data in files, "
             "not in cells, or hand in the script"
         )
-    for number, source in enumerate(sources, start=1):
-        source, found = _without_magics(source)
-        magics += found
-        try:
-            tree = ast.parse(source)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            broken.append(number)
-            continue
-        cells.append((number, source.split("\n"), tree.body))
-    nodes = [node for _, _, body in cells for node in body]
+
+
+def script_from_notebook(text: str, name: str) -> Converted:
+    """The script a notebook defines (see the module's docstring); ``name`` is the
+    notebook's file name, for the script's header."""
+    if len(text.encode()) > MAX_NOTEBOOK_BYTES:
+        raise NotebookError(TOO_LARGE)
+    sources = code_cells(text)
+    _refuse_large_code(sources)
+    cells, magics, broken = _parsed_cells(sources)
+    nodes = [node for cell in cells for node in cell.body]
     kept = _kept(nodes)
-    future = [n for n in nodes if _is_future(n)]
     out = [
         f"# Written by the grader from {name}: the notebook's imports, definitions and the",
         "# assignments they use, cell by cell. Its other top-level statements were not run.",
-        *sorted({ast.unparse(n) for n in future}),
+        *sorted({ast.unparse(n) for n in nodes if _is_future(n)}),
     ]
+    shared: list[str] = []
     index = 0
-    for number, lines, body in cells:
-        segments = []
-        for node in body:
-            if index in kept and not _is_future(node):
-                first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
-                segments.append("\n".join(lines[first - 1 : node.end_lineno]))
-            index += 1
+    for cell in cells:
+        chosen = [(n, index + i in kept) for i, n in enumerate(cell.body)]
+        index += len(cell.body)
+        kept_rows = {row for n, keep in chosen if keep for row in cell.rows(n)}
+        for node, keep in chosen:
+            if not keep and kept_rows.intersection(cell.rows(node)):
+                where = f"code cell {cell.number}, line {cell.start(node)[0]}"
+                shared.append(f"{_shown(cell.span(node))} ({where})")
+        segments = [cell.span(n) for n, keep in chosen if keep and not _is_future(n)]
         if segments:
-            out += ["", f"# --- code cell {number}", *segments]
-    return Converted("\n".join(out) + "\n", len(kept), len(nodes) - len(kept), magics, broken)
+            out += ["", f"# --- code cell {cell.number}", *segments]
+    script = "\n".join(out) + "\n"
+    if len(script.encode()) > MAX_SCRIPT_BYTES:
+        raise NotebookError(
+            f"the script it defines is larger than {MAX_SCRIPT_BYTES // 2**20} MiB: "
+            "hand in the script"
+        )
+    return Converted(script, len(kept), len(nodes) - len(kept), magics, broken, shared)
+
+
+# ----------------------------------------------------------------------- the child
+
+
+def _limit(kind: int, value: int) -> None:
+    resource.setrlimit(kind, (value, value))
+
+
+def serve(argv: list[str]) -> int:
+    """The child's program (``argv``: its memory in bytes, CPU seconds, largest output and
+    the notebook's name). Its limits are set before anything of the notebook is read;
+    the notebook comes on stdin, and stdout gets one line of JSON, ``{"converted": ...}``
+    without the script or ``{"error": why}``, then the script. Out of memory it exits
+    with :data:`EXIT_MEMORY`, whatever it had written."""
+    memory, cpu, output = (int(a) for a in argv[:3])
+    _limit(resource.RLIMIT_AS, memory)
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    _limit(resource.RLIMIT_FSIZE, output)
+    _limit(resource.RLIMIT_CORE, 0)
+    script = b""
+    try:
+        data = sys.stdin.buffer.read(MAX_NOTEBOOK_BYTES + 1)
+        if len(data) > MAX_NOTEBOOK_BYTES:
+            raise NotebookError(TOO_LARGE)
+        text = data.decode("utf-8-sig")
+        del data
+        converted = script_from_notebook(text, argv[3])
+        del text
+        script = converted.script.encode()
+        header = {"converted": {**asdict(converted), "script": None}}
+    except (NotebookError, UnicodeDecodeError) as exc:
+        header = {"error": str(exc)}
+    except MemoryError:
+        os._exit(EXIT_MEMORY)
+    sys.stdout.buffer.write(json.dumps(header).encode() + b"\n" + script)
+    sys.stdout.buffer.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(serve(sys.argv[1:]))
