@@ -31,6 +31,12 @@ from dataclasses import dataclass, field
 DEFAULT_WHERE = {"tp": 1, "N": 1024, "d": 128, "batch": 1}
 #: The keys whose figures depend on N and d (and, for intensities, the batch).
 PHASE_KEYS = ("ai", "flops", "bytes")
+#: The most digits an input in a label (TP degree, N, d, batch) or an exponent may have;
+#: one with more stands for no input (``TOO_LONG``) and its line is not read.
+MAX_INPUT_DIGITS = 12
+MAX_EXPONENT_DIGITS = 4
+TOO_LONG = -1
+UNREADABLE = "is not a number we can read"
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _NUMBER = re.compile(
@@ -38,6 +44,9 @@ _NUMBER = re.compile(
     r"(?:[eE](?P<exp>[-+]?\d+)|\s*[x×*]\s*10\s*(?:\^|\*\*)\s*(?P<exp2>[-+]?\d+))?"
     r"(?:\s*(?P<unit>[A-Za-z]+(?:/[A-Za-z]+)?))?"
 )
+#: What Python and NumPy print for a value that is no finite number: a labelled answer,
+#: not a heading, that cannot be read.
+_NON_FINITE = re.compile(r"[-+]?(?:nan|inf(?:inity)?)\b", re.IGNORECASE)
 _HEADING = re.compile(r"^\s*(?:[-=#*~_]{3,}|#+\s)")
 _INTENSITY = re.compile(r"intensity|\bai\b|flops?\s*/\s*byte|flops? per byte")
 _TP = re.compile(r"(?:\btp\b|tensor[\s-]*parallel\w*|\bx\b)[^\d\n]{0,24}?(\d+)")
@@ -160,18 +169,26 @@ def _phase(text: str) -> str | None:
     return None
 
 
+def _whole(digits: str) -> int:
+    """An input a label states (a TP degree, N, d, a batch), as an int; :data:`TOO_LONG`
+    past :data:`MAX_INPUT_DIGITS` digits (Python refuses to read an int of thousands of
+    digits, and no input of the write-up has more than a few)."""
+    digits = digits.replace(",", "")
+    return int(digits) if len(digits) <= MAX_INPUT_DIGITS else TOO_LONG
+
+
 def _tp(text: str) -> int | None:
     """The TP degree a text states (1 for "one GPU", "no TP"), None if it states none."""
     low = text.lower()
     if _SINGLE.search(low):
         return 1
     found = _TP.search(low)
-    return int(found.group(1)) if found else None
+    return _whole(found.group(1)) if found else None
 
 
 def _int(pattern: re.Pattern[str], text: str) -> int | None:
     found = pattern.search(text.lower())
-    return int(found.group(1).replace(",", "")) if found else None
+    return _whole(found.group(1)) if found else None
 
 
 def _where(key: str, label: str, context: dict[str, int | str]) -> dict[str, int] | str:
@@ -179,6 +196,8 @@ def _where(key: str, label: str, context: dict[str, int | str]) -> dict[str, int
     write-up's. A string says why it cannot be told (a TP batch size without a degree)."""
     if key == "max_batch":
         tp = _tp(label)
+        if tp == TOO_LONG:
+            return f"its TP degree {UNREADABLE}"
         if tp is None and _TP_WORD.search(label.lower()):
             tp = context.get("tp") or None  # "with TP": the heading's degree, if any
             if tp is None:
@@ -192,6 +211,9 @@ def _where(key: str, label: str, context: dict[str, int | str]) -> dict[str, int
     }
     if key == "ai":
         where["batch"] = _int(_BATCH, label) or context.get("batch") or 1
+    long = [name for name, value in where.items() if value == TOO_LONG]
+    if long:
+        return f"its {long[0]} {UNREADABLE}"
     return {k: int(v) for k, v in where.items()}
 
 
@@ -205,7 +227,7 @@ def _context(heading: str) -> dict[str, int | str]:
         ("d", _int(_D, heading)),
         ("batch", _int(_BATCH, heading)),
     ):
-        if value is not None:
+        if value is not None and value != TOO_LONG:
             out[name] = value
     return out
 
@@ -267,19 +289,43 @@ def _numbers(value: str, label: str, key: str) -> list[tuple[Number, ...]] | str
         if factors is None or factors == ():
             factors = _label_unit(label, family)
         digits = re.sub(r"[,_\u2009\u202f]", "", raw)
-        exp = int(match.group("exp") or match.group("exp2") or 0)
-        decimals = len(digits.split(".")[1]) if "." in digits else 0
-        number = float(digits) * 10.0**exp
-        if factors is None:
-            if family == "bytes" and (decimals or exp < 0 or number != int(number)):
-                return f"{match.group(0).strip()!r} has no unit (bytes, GiB, GB, ...)"
-            factors = (1.0,)
-        step = 10.0 ** (exp - decimals)
+        exp = match.group("exp") or match.group("exp2") or "0"
         text = match.group(0).strip()
-        found.append(tuple(Number(number * f, step * f, text) for f in factors))
+        read = _value(digits, exp)
+        if read is None:
+            return f"{text[:40]!r} {UNREADABLE} (too large, or too many digits)"
+        number, step = read
+        if factors is None:
+            decimals = len(digits.split(".")[1]) if "." in digits else 0
+            if family == "bytes" and (decimals or int(exp) < 0):  # read: 4 digits at most
+                return f"{text!r} has no unit (bytes, GiB, GB, ...)"
+            factors = (1.0,)
+        options = tuple(Number(number * f, step * f, text) for f in factors)
+        if not all(math.isfinite(n.value) and math.isfinite(n.step) for n in options):
+            return f"{text[:40]!r} {UNREADABLE} (too large in its unit)"
+        found.append(options)
     if not found:
+        infinite = _NON_FINITE.match(value)
+        if infinite:
+            return f"{infinite.group(0)!r} {UNREADABLE} (not a finite number)"
         return "no number could be read from it"
     return found
+
+
+def _value(digits: str, exp: str) -> tuple[float, float] | None:
+    """A printed number and its resolution (the value of its last digit), both finite;
+    None for one that is not (``1e400``, 400 digits, an exponent of 5,000 digits: Python
+    would overflow, or refuse to read such an int)."""
+    if len(exp.lstrip("+-")) > MAX_EXPONENT_DIGITS:
+        return None
+    power = int(exp) - (len(digits.split(".")[1]) if "." in digits else 0)
+    try:
+        number, step = float(digits) * 10.0 ** int(exp), 10.0**power
+    except OverflowError:
+        return None
+    if not (math.isfinite(number) and math.isfinite(step)):
+        return None
+    return number, step
 
 
 def _agree(x: Number, y: Number) -> bool:
@@ -339,7 +385,7 @@ def _is_heading(line: str, split: tuple[str, str] | None) -> bool:
         return True
     if split is None:
         return bool(re.search(r"[A-Za-z]", line)) and not _NUMBER.search(line)
-    return not _NUMBER.search(split[1])
+    return not _NUMBER.search(split[1]) and not _NON_FINITE.match(split[1])
 
 
 def _read_line(
