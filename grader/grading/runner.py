@@ -48,7 +48,6 @@ from grader.runtime.context import GradingContext
 from grader.runtime.launch import STARTS
 from grader.sandbox.identity import RUN_RECORD_ENV
 from grader.sandbox.layout import PartLayout, lay_out
-from grader.sandbox.mounts import mount_isolation
 from grader.sandbox.sandbox import (
     Limits,
     Sandbox,
@@ -58,6 +57,7 @@ from grader.sandbox.sandbox import (
     protect_hidden,
 )
 from grader.sandbox.submission import CopyReport, copy_submission
+from grader.sandbox.view import NONE, WorkerView, worker_view
 
 __all__ = ["build_suite", "check_classes", "grade", "run_suite", "summary"]
 
@@ -130,6 +130,7 @@ class Grading:
     copied: CopyReport | None = None
     layouts: dict[str, PartLayout] = field(default_factory=dict)
     results: GradingResults | None = None
+    file_view: WorkerView | None = None  # the worker's view of the files
     crash: str = ""
     #: Print the sandbox's security warnings: where they matter (a TA's or Gradescope's
     #: grading), not in a student's self-check, who can do nothing about them (they stay
@@ -161,8 +162,9 @@ class Grading:
         # The grader's own files (a checkout's .git holds the solution) and whatever the
         # caller names (a batch's export) are covered in the worker's view.
         sandbox.hidden = [PROJECT_ROOT, *(Path(h) for h in hide)]
-        if sandbox.identity.dropped and mount_isolation():
-            sandbox.warnings.append(f"the worker sees the grader's files: {mount_isolation()}")
+        self.file_view = worker_view(sandbox.identity.dropped)  # results: "file_view"
+        if self.file_view.warning:
+            sandbox.warnings.append(self.file_view.warning)
 
     def stop_workers(self) -> None:
         """The deadline passed: nothing more of the submission runs."""
@@ -250,6 +252,8 @@ class Grading:
                 for p, lo in self.layouts.items()
             },
             "sandbox_warnings": sandbox.warnings,
+            # The worker's view of the files: mount-namespace, landlock or none.
+            "file_view": self.file_view.kind if self.file_view else NONE,
             "notes": notes,  # the page's lines under the scores, for the terminal's views
             # How its workers started (a class regrade forks them from a shared server).
             "worker_starts": dict(STARTS - self.starts_before),

@@ -10,17 +10,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import subprocess
-import sys
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 
 from grader.core.registry import PARTS
 from grader.sandbox.cgroups import CpuGroup
 from grader.sandbox.confine import Confinement
 from grader.sandbox.forkserver import ForkedWorker, ForkServerError, server_for
 from grader.sandbox.forkserver import start_interpreter as started
-from grader.sandbox.mounts import mount_isolation, plan_for
 from grader.sandbox.sandbox import (
     Limits,
     Sandbox,
@@ -28,6 +25,7 @@ from grader.sandbox.sandbox import (
     network_isolation,
     worker_environment,
 )
+from grader.sandbox.view import with_view
 
 
 @dataclass(frozen=True)
@@ -60,12 +58,10 @@ class Launch:
         if self.trusted:  # the reference reads a copy the worker account cannot
             identity = dataclasses.replace(identity, dropped=False)
         isolate = self.limits.isolate_network and not network_isolation()
-        mounts = None
-        if identity.dropped and self.sandbox.hidden and not mount_isolation():
-            interpreter = [Path(sys.prefix), Path(sys.base_prefix)]
-            mounts = plan_for(self.sandbox.root, self.sandbox.hidden, interpreter)
         procs = self.cpu_group.procs_file if self.cpu_group is not None else None
-        return confinement(self.limits, identity, isolate, mounts, self.device, procs)
+        spec = confinement(self.limits, identity, isolate, None, self.device, procs)
+        # The worker account's view of the files (grader/sandbox/view.py).
+        return with_view(spec, self.sandbox.root, self.sandbox.hidden)
 
 
 #: ``KVGRADER_FORK_ON_GPU=1``: fork GPU workers too, from a server that imported the

@@ -1,6 +1,7 @@
 """What a worker's process does to itself before any student code runs: its cgroup (the
-CPU clock), resource limits, network and IPC namespaces and a private view of the files
-(as root, when asked), no new privileges, then the drop to the worker account.
+CPU clock), resource limits, network and IPC namespaces and a tree of files of its own
+(as root, when asked), no new privileges, Landlock's rules where no tree of its own could
+be made (:mod:`grader.sandbox.view`), then the drop to the worker account.
 
 Plain data and the standard library only: the same steps run in ``subprocess``'s child
 before ``exec`` (:func:`grader.sandbox.forkserver.start_interpreter`) and in a child of the fork
@@ -17,6 +18,7 @@ import resource
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from grader.sandbox.landlock import LandlockRules, restrict
 from grader.sandbox.mounts import MountPlan
 from grader.sandbox.mounts import apply as apply_mounts
 
@@ -25,6 +27,7 @@ CLONE_NEWIPC = 0x08000000
 PR_SET_NO_NEW_PRIVS = 38
 #: Exit statuses of a worker that could not be confined (the client names them).
 NO_CPU_GROUP, NO_IPC_NAMESPACE = 94, 95
+#: ``NO_MOUNTS``: its view of the files (a tree of its own, or Landlock's rules) failed.
 NO_MOUNTS, NO_NETWORK_NAMESPACE, NO_PRIVILEGE_LOCK = 96, 97, 98
 
 
@@ -83,20 +86,23 @@ class Confinement:
     gid: int | None
     cgroup_procs: str | None = None  # the worker's cgroup (its CPU clock), joined first
     isolate_ipc: bool = False  # a System V IPC namespace of its own (root only)
+    #: The files it may open where no tree of its own (``mounts``) could be built.
+    landlock: LandlockRules | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Confinement:
-        mounts = data.get("mounts")
+        mounts, rules = data.get("mounts"), data.get("landlock")
         if mounts is not None:
+            pairs = {"links", "scratch"}
             mounts = MountPlan(
-                hide=tuple(mounts["hide"]),
-                keep=tuple(mounts["keep"]),
-                scratch=tuple(tuple(s) for s in mounts["scratch"]),
+                **{k: tuple(tuple(v) if k in pairs else v for v in vs) for k, vs in mounts.items()}
             )
-        return cls(**{**data, "mounts": mounts})
+        if rules is not None:
+            rules = LandlockRules(**{k: tuple(v) for k, v in rules.items()})
+        return cls(**{**data, "mounts": mounts, "landlock": rules})
 
 
 def confine(spec: Confinement) -> None:
@@ -121,10 +127,15 @@ def confine(spec: Confinement) -> None:
     if spec.mounts is not None:
         try:
             apply_mounts(spec.mounts)
-        except OSError:
+        except Exception:
             os._exit(NO_MOUNTS)
     if no_new_privileges() != 0:
         os._exit(NO_PRIVILEGE_LOCK)
+    if spec.landlock is not None:  # still root: every rule's folder can be opened
+        try:
+            restrict(spec.landlock)
+        except Exception:
+            os._exit(NO_MOUNTS)
     if spec.uid is not None and spec.gid is not None:
         os.setgroups([])
         os.setgid(spec.gid)

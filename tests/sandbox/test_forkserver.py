@@ -22,7 +22,7 @@ from grader.core.paths import PROJECT_ROOT
 from grader.sandbox import forkserver, forkserver_main
 from grader.sandbox.confine import Confinement
 from grader.sandbox.forkserver import ForkedWorker, ForkServer, server_for, start_interpreter
-from grader.sandbox.mounts import mount_isolation, plan_for
+from grader.sandbox.mounts import mount_isolation
 from grader.sandbox.sandbox import (
     MALLOC_SETTINGS,
     Limits,
@@ -30,6 +30,7 @@ from grader.sandbox.sandbox import (
     confinement,
     network_isolation,
 )
+from grader.sandbox.view import with_view
 
 #: Every test here starts, drops or counts fork servers: with a registry of its own, the
 #: server this test worker's gradings share survives it (see ``own_fork_servers``).
@@ -45,12 +46,11 @@ def server(box: Sandbox) -> Iterator[ForkServer]:
 
 
 def spec_for(box: Sandbox) -> Confinement:
-    """The confinement a grading gives its worker here: the checkout hidden where a
-    private view can be built, the network removed where a namespace can be made."""
-    mounts = None
-    if box.identity.dropped and not mount_isolation():
-        mounts = plan_for(box.root, [PROJECT_ROOT], [Path(sys.prefix), Path(sys.base_prefix)])
-    return confinement(Limits(), box.identity, not network_isolation(), mounts)
+    """The confinement a grading gives its worker here: its own view of the files (the
+    checkout hidden) where one can be built, the network removed where a namespace can
+    be made."""
+    spec = confinement(Limits(), box.identity, not network_isolation())
+    return with_view(spec, box.root, [PROJECT_ROOT])
 
 
 def run_probe(box: Sandbox, server: ForkServer | None) -> tuple[dict, bytes]:
