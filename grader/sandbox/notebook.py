@@ -41,8 +41,9 @@ MAX_CODE_BYTES = 2**20
 MAX_SCRIPT_BYTES = 8 * 2**20
 #: The statements left out that shared a line with a kept one, named on the page.
 NAMED_SHARED = 5
-#: The child's exit status when it ran out of memory (its address space is limited).
-EXIT_MEMORY = 86
+#: The child's exit statuses when it ran out of memory (its address space is limited) and
+#: when its output went past its limit (Python ignores SIGXFSZ: the write fails).
+EXIT_MEMORY, EXIT_OUTPUT = 86, 87
 DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 ASSIGNMENTS = (ast.Assign, ast.AnnAssign, ast.AugAssign)
 
@@ -291,7 +292,7 @@ def serve(argv: list[str]) -> int:
     the notebook's name). Its limits are set before anything of the notebook is read;
     the notebook comes on stdin, and stdout gets one line of JSON, ``{"converted": ...}``
     without the script or ``{"error": why}``, then the script. Out of memory it exits
-    with :data:`EXIT_MEMORY`, whatever it had written."""
+    with :data:`EXIT_MEMORY`, past its output limit with :data:`EXIT_OUTPUT`."""
     memory, cpu, output = (int(a) for a in argv[:3])
     _limit(resource.RLIMIT_AS, memory)
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
@@ -312,8 +313,11 @@ def serve(argv: list[str]) -> int:
         header = {"error": str(exc)}
     except MemoryError:
         os._exit(EXIT_MEMORY)
-    sys.stdout.buffer.write(json.dumps(header).encode() + b"\n" + script)
-    sys.stdout.buffer.flush()
+    try:
+        sys.stdout.buffer.write(json.dumps(header).encode() + b"\n" + script)
+        sys.stdout.buffer.flush()
+    except OSError:
+        os._exit(EXIT_OUTPUT)
     return 0
 
 

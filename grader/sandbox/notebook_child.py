@@ -29,6 +29,7 @@ from grader.sandbox import notebook
 from grader.sandbox.identity import WorkerIdentity
 from grader.sandbox.notebook import (
     EXIT_MEMORY,
+    EXIT_OUTPUT,
     MAX_NOTEBOOK_BYTES,
     MAX_SCRIPT_BYTES,
     TOO_LARGE,
@@ -109,8 +110,8 @@ def why_not_converted(status: int) -> str:
     """What a child's exit status says about the notebook, for the student."""
     if status == EXIT_MEMORY:
         return (
-            f"reading its code cells needs more than the {CHILD_MEMORY_BYTES // MIB} MiB "
-            "of memory the grader gives a notebook (a lab's needs a few MiB): keep data in "
+            f"reading it needs more than the {CHILD_MEMORY_BYTES // MIB} MiB of memory the "
+            "grader gives a notebook (a lab's, plots included, needs tens): keep data in "
             "files, not in code cells"
         )
     if status in (-signal.SIGXCPU, -signal.SIGKILL):
@@ -118,7 +119,7 @@ def why_not_converted(status: int) -> str:
             f"reading it took longer than the {CHILD_CPU_SECONDS} s the grader gives a "
             "notebook (a lab's takes under a second)"
         )
-    if status == -signal.SIGXFSZ:
+    if status in (EXIT_OUTPUT, -signal.SIGXFSZ):
         return f"the script it defines is larger than {MAX_SCRIPT_BYTES // MIB} MiB"
     how = f"signal {-status}" if status < 0 else f"status {status}"
     return f"the grader's reading of it stopped ({how})"

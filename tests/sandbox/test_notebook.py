@@ -53,6 +53,72 @@ def test_the_script_keeps_definitions_and_what_they_read_and_runs_no_experiment(
     )
 
 
+def test_a_statement_after_a_semicolon_on_a_kept_line_is_not_run_and_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``import os; open(...)``: the import is kept, the call that shares its line is not
+    written into the script, and the page names it with its cell and line."""
+    monkeypatch.chdir(tmp_path)
+    converted = script_from_notebook(
+        notebook("import os; open('ran', 'w').close()", "def sep():\n    return os.sep"),
+        "kv_lab.ipynb",
+    )
+    namespace: dict = {}
+    exec(compile(converted.script, "kv_lab.py", "exec"), namespace)
+    assert namespace["sep"]() == "/" and not (tmp_path / "ran").exists()
+    assert "open(" not in converted.script
+    assert converted.shared_line == ["\"open('ran', 'w').close()\" (code cell 1, line 1)"]
+    assert converted.summary() == (
+        "kept 2 imports, definitions and the values they read; not run: 1 other top-level "
+        "statement, among them 1 on a line with a kept statement (only whole statements are "
+        "kept): \"open('ran', 'w').close()\" (code cell 1, line 1)"
+    )
+
+
+def test_kept_statements_are_written_as_their_exact_source_spans() -> None:
+    """Columns count UTF-8 bytes (an ``é`` before a ``;``), a statement runs over lines and
+    ends before a ``;``, a decorator may be written ``@ name`` or continued with a backslash; a
+    ``;`` inside a function's body is the function's, and kept with it."""
+    converted = script_from_notebook(
+        notebook(
+            'import functools\ns = "é"; t = (1,\n     2); print(s)',
+            "@ functools.lru_cache\ndef f():\n    return s, t, u; x = 1\n"
+            "u = (s,\n     t); print(u)\n@\\\nfunctools.cache\ndef g():\n    return 0",
+        ),
+        "kv_lab.ipynb",
+    )
+    body = converted.script.split("\n", 2)[2]
+    assert body == (
+        '\n# --- code cell 1\nimport functools\ns = "é"\nt = (1,\n     2)\n'
+        "\n# --- code cell 2\n@ functools.lru_cache\ndef f():\n    return s, t, u; x = 1\n"
+        "u = (s,\n     t)\n@\\\nfunctools.cache\ndef g():\n    return 0\n"
+    )
+    namespace: dict = {}
+    exec(compile(converted.script, "kv_lab.py", "exec"), namespace)
+    assert namespace["f"]() == ("é", (1, 2), ("é", (1, 2))) and namespace["g"]() == 0
+    assert converted.shared_line == [
+        "'print(s)' (code cell 1, line 3)",  # on the last line of t = (1, 2)
+        "'print(u)' (code cell 2, line 5)",
+    ]
+
+
+def test_one_line_of_ten_thousand_imports_is_a_script_of_its_own_size() -> None:
+    """Each statement is written once, as itself: written as the whole line it is on, 100 KB
+    of ``import os;`` made a script of 10,000 such lines, 1 GB."""
+    line = "import os;" * 10_000
+    converted = script_from_notebook(notebook(line, "def f():\n    return os.sep"), "n")
+    assert (converted.kept, converted.not_run, converted.shared_line) == (10_001, 0, [])
+    assert converted.script.count("import os\n") == 10_000
+    assert len(converted.script) < 2 * len(line)
+
+
+def test_line_ends_of_any_kind_are_the_syntax_trees_lines() -> None:
+    """A lone carriage return ends a line for Python: the spans are cut on the same lines."""
+    converted = script_from_notebook(notebook("import os\rx = 1; y = 2\rdef f():\r  return x"), "n")
+    assert converted.script.endswith("\nimport os\nx = 1\ndef f():\n  return x\n")
+    assert converted.shared_line == ["'y = 2' (code cell 1, line 2)"]
+
+
 def test_a_cell_that_is_not_python_is_named_and_the_rest_kept() -> None:
     deep = "x = " + "(" * 100_000 + ")" * 100_000
     converted = script_from_notebook(
