@@ -10,7 +10,7 @@ import pytest
 
 from grader.parts.part1 import build
 from grader.parts.part1.printed import Number, read_answers
-from grader.parts.part1.script import judge, target
+from grader.parts.part1.script import _one, judge, target
 from grader.parts.part1.seal import Verdict
 
 COURSE_STYLE = """\
@@ -117,3 +117,73 @@ def test_the_self_check_compares_full_values_through_the_seals_and_says_when_it_
     assert judge({"": Number(520, 1.0, "520")}, sealed).status == "right"
     assert judge({"": Number(130, 1.0, "130")}, sealed).mistakes == ["mha"]
     assert judge({"": Number(5.2e2, 10.0, "5.2e2")}, sealed).status == "unchecked"
+
+
+def replaced(old: str, new: str) -> str:
+    assert COURSE_STYLE.count(old) == 1, old
+    return COURSE_STYLE.replace(old, new)
+
+
+ONE_GPU = "Max batch size possible: 136"
+TOO_LARGE = "is not a number we can read (too large, or too many digits)"
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("1e400", f"'1e400' {TOO_LARGE}"),
+        ("9" * 5000, f"{'9' * 40!r} {TOO_LARGE}"),  # float("9" * 5000) is inf
+        ("1e" + "9" * 5000, f"{'1e' + '9' * 38!r} {TOO_LARGE}"),  # int() refuses it
+        ("nan", "'nan' is not a number we can read (not a finite number)"),
+        ("-inf", "'-inf' is not a number we can read (not a finite number)"),
+        ("Infinity", "'Infinity' is not a number we can read (not a finite number)"),
+    ],
+    ids=["1e400", "5000-digits", "5000-digit-exponent", "nan", "-inf", "Infinity"],
+)
+def test_a_number_past_what_a_float_holds_is_unreadable_and_the_rest_is_read(
+    value: str, why: str
+) -> None:
+    """Its line is "not a number we can read", never an exception (``1e400`` overflowed
+    and took all of Part 1's checks with it); every other answer is read as before."""
+    answers = read_answers(replaced(ONE_GPU, f"Max batch size possible: {value}"))
+    assert [(u.key, u.where, u.why) for u in answers.unreadable] == [
+        ("max_batch", (("tp", 1),), why)
+    ]
+    expected = values(COURSE_STYLE)
+    del expected[("max_batch", (("tp", 1),))]
+    assert values(replaced(ONE_GPU, f"Max batch size possible: {value}")) == expected
+
+
+def test_negative_zero_tiny_and_too_large_in_their_unit() -> None:
+    assert values(replaced(ONE_GPU, "Max batch size possible: -0"))[
+        ("max_batch", (("tp", 1),))
+    ] == [0]
+    tiny = read_answers("Total model parameters: 1e-400\n").readings[0].options[0]
+    assert (tiny.value, tiny.step) == (0.0, 0.0)  # below a float's range: zero, no error
+    huge = read_answers("KV cache per request: 1e300 TiB\n").unreadable
+    assert [u.why for u in huge] == [
+        "'1e300 TiB' is not a number we can read (too large in its unit)"
+    ]
+
+
+def test_an_input_in_a_label_too_long_to_be_one_is_named_not_guessed() -> None:
+    """A TP degree or an N of thousands of digits is no input of the write-up: its line is
+    not read as the answer for the write-up's (Python would refuse to read such an int);
+    under such a heading, the lines below take the write-up's inputs."""
+    digits = "2" * 5000
+    answers = read_answers(f"Max batch size (TP = {digits}): 5\n")
+    assert [(u.key, u.why) for u in answers.unreadable] == [
+        ("max_batch", "its TP degree is not a number we can read")
+    ]
+    line = f"Arithmetic Intensity (Prefill) for N={digits}, d=128: 12.34 FLOPs/byte\n"
+    assert [u.why for u in read_answers(line).unreadable] == ["its N is not a number we can read"]
+    heading = f"----- N = {digits} -----\nArithmetic Intensity (Prefill): 12.34 FLOPs/byte\n"
+    assert values(heading) == {("ai_prefill", (("N", 1024), ("batch", 1), ("d", 128))): [12.34]}
+
+
+def test_an_unreadable_number_is_named_in_its_check() -> None:
+    answers = read_answers(replaced(ONE_GPU, "Max batch size possible: 1e400"))
+    assert _one(answers, "max_batch", {"tp": 1}) == (
+        "the line 'Max batch size possible: 1e400' cannot be read unambiguously "
+        f"('1e400' {TOO_LARGE})"
+    )
