@@ -46,6 +46,7 @@ from grader.grading.suite import (
 from grader.grading.watchdog import Watchdog
 from grader.runtime.context import GradingContext
 from grader.runtime.launch import STARTS
+from grader.sandbox.confine import ipc_isolation
 from grader.sandbox.identity import RUN_RECORD_ENV
 from grader.sandbox.layout import PartLayout, lay_out
 from grader.sandbox.sandbox import (
@@ -165,6 +166,8 @@ class Grading:
         self.file_view = worker_view(sandbox.identity.dropped)  # results: "file_view"
         if self.file_view.warning:
             sandbox.warnings.append(self.file_view.warning)
+        if sandbox.identity.dropped and ipc_isolation():
+            sandbox.warnings.append(f"the worker shares System V IPC: {ipc_isolation()}")
 
     def stop_workers(self) -> None:
         """The deadline passed: nothing more of the submission runs."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
 import resource
 from dataclasses import asdict, dataclass
@@ -46,6 +47,21 @@ def unshare_ipc() -> int:
     message queues and semaphores (which no other namespace scopes) it makes vanish with
     its last process, and it sees none of another grading's; 0 or an errno."""
     return _unshare(CLONE_NEWIPC)
+
+
+@functools.cache
+def ipc_isolation() -> str:
+    """ "" when a new IPC namespace can be made here, else why not (probed once, in a
+    child). Needs ``CAP_SYS_ADMIN``, which a default Docker container lacks: there the
+    worker shares the container's System V IPC (Docker gives each container its own)."""
+    if os.geteuid() != 0:
+        return "the grader is not root"
+    pid = os.fork()
+    if pid == 0:  # the probe: a child that tries, and reports by its exit status
+        os._exit(min(unshare_ipc(), 255))
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    return "" if code == 0 else f"unshare(CLONE_NEWIPC) failed: {os.strerror(code)}"
 
 
 def join_group(procs_file: str) -> bool:

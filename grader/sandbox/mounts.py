@@ -39,8 +39,9 @@ CLONE_NEWNS = 0x00020000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
+#: ``mount_setattr`` (the same number on every architecture), and its flag for a whole tree.
+MOUNT_SETATTR, AT_RECURSIVE = 442, 0x8000
 READ_ONLY_AGAIN = MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV
-BIND_READ_ONLY = READ_ONLY_AGAIN | MS_BIND
 #: ``pivot_root`` has no C library wrapper: its system call number.
 PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
 #: Where the new root is put together, in the worker's namespace only (the host's
@@ -95,13 +96,37 @@ def _mount_point(target: str, folder: bool) -> None:
         os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
 
 
-def _bind(fd: int, target: str, folder: bool, flags: int) -> None:
-    """Bind what ``fd`` holds (an ``O_PATH`` handle opened in the host's view) on
-    ``target``; remount it with ``flags`` when there are any."""
-    _mount_point(target, folder)
-    _mount(f"/proc/self/fd/{fd}", target, None, MS_BIND, None)
-    if flags:
+class MountAttr(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in ("set", "clear", "propagation", "userns")]
+
+
+def _restrict_all(target: str, flags: int) -> None:
+    """``flags`` (of ``MS_RDONLY``, ``MS_NOSUID``, ``MS_NODEV``) on the mount at ``target``
+    and every mount inside it (``mount_setattr``, Linux 5.12: a container's driver
+    libraries are mounts of their own under ``/usr``); the top one alone on an older
+    kernel, whose remount cannot reach further."""
+    attr = MountAttr(set=flags & (MS_RDONLY | MS_NOSUID | MS_NODEV))  # the same bits
+    libc = _libc()
+    libc.syscall.restype = ctypes.c_long
+    done = libc.syscall(
+        ctypes.c_long(MOUNT_SETATTR),
+        ctypes.c_int(-100),  # AT_FDCWD
+        target.encode(),
+        ctypes.c_uint(AT_RECURSIVE),
+        ctypes.byref(attr),
+        ctypes.c_size_t(ctypes.sizeof(attr)),
+    )
+    if done != 0:
         _mount("none", target, None, flags | MS_REMOUNT | MS_BIND, None)
+
+
+def _bind(fd: int, target: str, folder: bool, flags: int) -> None:
+    """Bind what ``fd`` holds (an ``O_PATH`` handle opened in the host's view), with the
+    mounts inside it, on ``target``; then ``flags`` on all of them, when there are any."""
+    _mount_point(target, folder)
+    _mount(f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC, None)
+    if flags:
+        _restrict_all(target, flags)
 
 
 def _steps(plan: MountPlan) -> list[tuple[int, int, str, str]]:
@@ -136,8 +161,8 @@ def _build(root: str, plan: MountPlan, handles: dict[str, int]) -> list[str]:
             later.append(target)
         elif path in handles:
             folder = os.path.isdir(f"/proc/self/fd/{handles[path]}")
-            flags = {"ro": BIND_READ_ONLY, "rw": MS_NOSUID | MS_NODEV, "node": 0}[kind]
-            _bind(handles[path], target, folder, flags)
+            flags = {"ro": MS_RDONLY | MS_NOSUID | MS_NODEV, "rw": MS_NOSUID | MS_NODEV}
+            _bind(handles[path], target, folder, flags.get(kind, 0))
     return later
 
 
@@ -152,7 +177,7 @@ def _system_mounts(root: str) -> None:
     if os.path.isdir("/sys"):
         os.makedirs(root + "/sys", mode=0o555, exist_ok=True)
         _mount("/sys", root + "/sys", None, MS_BIND | MS_REC, None)
-        _mount("none", root + "/sys", None, BIND_READ_ONLY, None)
+        _restrict_all(root + "/sys", MS_RDONLY | MS_NOSUID | MS_NODEV)
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0")):
         os.symlink(target, f"{root}/dev/{name}")
     for number, name in enumerate(("stdout", "stderr"), start=1):

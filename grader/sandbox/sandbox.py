@@ -26,7 +26,7 @@ from pathlib import Path
 import psutil
 
 from grader.core.paths import CACHE_PATTERNS, PARTS_SOURCE, WORKER_SOURCE
-from grader.sandbox.confine import Confinement, unshare_network
+from grader.sandbox.confine import Confinement, ipc_isolation, unshare_network
 from grader.sandbox.identity import (  # noqa: F401  (re-exported: the sandbox's accounts)
     FALLBACK_USER,
     LOCK_DIR,
@@ -123,8 +123,9 @@ def confinement(
         uid=identity.uid if identity.dropped else None,
         gid=identity.gid if identity.dropped else None,
         cgroup_procs=cgroup_procs,
-        # Root's grading: System V IPC objects would otherwise outlive the worker.
-        isolate_ipc=identity.dropped,
+        # Root's grading: System V IPC objects would otherwise outlive the worker (where
+        # the kernel allows it: a default Docker container does not, and warns).
+        isolate_ipc=identity.dropped and not ipc_isolation(),
     )
 
 

@@ -304,3 +304,77 @@ def _confine(spec: Confinement) -> None:
     from grader.sandbox.confine import confine
 
     confine(spec)
+
+
+def _in_own_tree(prepare, plan_of, look) -> dict:
+    """In a forked child: ``prepare()`` in a mount namespace of the child's own (mounts
+    the host must not get), the tree of ``plan_of()``, then what ``look()`` reports."""
+    from grader.sandbox.mounts import CLONE_NEWNS, MS_PRIVATE, MS_REC, _libc, _mount, apply
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            assert _libc().unshare(CLONE_NEWNS) == 0
+            _mount("none", "/", None, MS_REC | MS_PRIVATE, None)
+            prepare()
+            apply(plan_of())
+            seen = look()
+        except BaseException as exc:
+            seen = {"error": repr(exc)}
+        os.write(w, json.dumps(seen).encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        seen = json.loads(f.read())
+    os.waitpid(pid, 0)
+    return seen
+
+
+@pytest.mark.skipif(not view_available(MOUNT_NAMESPACE), reason="no mount namespace here")
+def test_mounts_inside_a_shown_folder_are_shown_read_only_and_a_covered_one_is_empty(
+    tmp_path: Path,
+) -> None:
+    """A container's GPU driver libraries are mounts of their own inside /usr: they must
+    come along, read-only like the rest; a checkout inside a shown folder is covered,
+    its venv shown again."""
+    from grader.sandbox.mounts import MountPlan, _mount
+
+    shown, box = tmp_path / "shown", tmp_path / "kvgrade-box"
+    for folder in (shown / "driver", shown / "kit" / ".venv", box):
+        folder.mkdir(parents=True)
+    (shown / "kit" / ".git").write_text("history")
+    (shown / "kit" / ".venv" / "marker").write_text("venv")
+
+    def prepare() -> None:
+        _mount("tmpfs", str(shown / "driver"), "tmpfs", 0, "size=1m")
+        (shown / "driver" / "libcuda.so").write_text("driver")
+
+    def plan() -> MountPlan:
+        kit = shown / "kit"
+        read_only = (str(shown), str(kit / ".venv"))
+        return MountPlan(read_only, (), (str(kit),), (str(box),), ())
+
+    def look() -> dict:
+        try:
+            (shown / "driver" / "new").write_text("x")
+            written = "done"
+        except OSError as exc:
+            written = exc.strerror
+        return {
+            "driver": (shown / "driver" / "libcuda.so").read_text(),
+            "written": written,
+            "kit": sorted(os.listdir(shown / "kit")),
+            "venv": (shown / "kit" / ".venv" / "marker").read_text(),
+            "box": os.access(box, os.W_OK),
+        }
+
+    seen = _in_own_tree(prepare, plan, look)
+    assert seen == {
+        "driver": "driver",
+        "written": "Read-only file system",
+        "kit": [".venv"],
+        "venv": "venv",
+        "box": True,
+    }
