@@ -6,8 +6,10 @@ seconds) each time; a forked one starts in milliseconds. Each child becomes exac
 what ``subprocess`` would have started: its descriptors (``/dev/null``, the output
 pipe, the request channel) and nothing else, a session of its own, its folder, the
 sandbox's environment, the same :func:`~grader.sandbox.confine.confine` (limits,
-namespaces, no new privileges, the drop to the worker account), then the worker's
-``main.py`` run as ``__main__``, which exits the way an interpreter does.
+namespaces, its own view of the files: a tree of its own or Landlock's rules, no new
+privileges, the drop to the worker account), then the worker's ``main.py`` run as
+``__main__``, which exits the way an interpreter does. The view is built after the
+child has entered its folder, and enters it again inside the view.
 
 The parent (:mod:`grader.sandbox.forkserver`) talks to this process over a Unix
 ``SOCK_SEQPACKET`` socket, one JSON object per message:
@@ -32,8 +34,9 @@ grading alone: it reaps that grading's workers and their orphans (it is their su
 so what they used is charged to that grading and no other.
 
 Only the standard library and the modules it preloads are imported here, so a worker
-holds nothing of the grader but this module and :mod:`grader.sandbox.confine`, which
-are unloaded before the submission runs.
+holds nothing of the grader but this module, :mod:`grader.sandbox.confine` and the
+modules that build the view (``mounts``, ``landlock``, ``visible``), which are unloaded
+before the submission runs.
 """
 
 from __future__ import annotations
