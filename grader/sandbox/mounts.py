@@ -149,16 +149,12 @@ def _build(root: str, plan: MountPlan, handles: dict[str, int]) -> list[str]:
         if kind == "scratch":
             os.makedirs(target, mode=0o755, exist_ok=True)
             _tmpfs(target, sizes[path], "1777")
-        elif kind == "dev":
+        elif kind in ("dev", "hide"):  # empty, and read-only once filled
             os.makedirs(target, mode=0o755, exist_ok=True)
             _tmpfs(target, "1m", "755")
             later.append(target)
         elif kind == "link":
             os.symlink(targets[path], target)
-        elif kind == "hide":
-            os.makedirs(target, mode=0o755, exist_ok=True)
-            _tmpfs(target, "1m", "755")
-            later.append(target)
         elif path in handles:
             folder = os.path.isdir(f"/proc/self/fd/{handles[path]}")
             flags = {"ro": MS_RDONLY | MS_NOSUID | MS_NODEV, "rw": MS_NOSUID | MS_NODEV}
