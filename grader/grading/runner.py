@@ -47,6 +47,7 @@ from grader.grading.watchdog import Watchdog
 from grader.runtime.context import GradingContext
 from grader.runtime.launch import STARTS
 from grader.sandbox.confine import ipc_isolation
+from grader.sandbox.cpu_share import recorded_mode
 from grader.sandbox.identity import RUN_RECORD_ENV
 from grader.sandbox.layout import PartLayout, lay_out
 from grader.sandbox.sandbox import (
@@ -245,6 +246,7 @@ class Grading:
             "parts": self.parts,
             "worker_user": sandbox.identity.name,
             "cpu_accounting": ctx.cpu_accounting(),
+            "cpu_isolation": recorded_mode(),  # a class regrade's share per grading
             "files": {
                 p: {
                     "supplied": lo.supplied,

@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 import numpy as np
 import psutil
 
+from grader.runtime import starvation
 from grader.runtime.client_output import (
     OutputCollector,
     bounded_error,
@@ -353,18 +354,23 @@ class WorkerClient:
             )
 
     def _receive(self, timeout: float, what: str = "") -> tuple[dict, dict]:
+        """The worker's reply. One that does not come in ``timeout`` is the code's fault
+        (it spun or waited on itself) unless the worker was ready to run and the machine
+        gave the CPU to others: then the message says so (:mod:`grader.runtime.starvation`)."""
         deadline = time.monotonic() + timeout
         label = what or f"importing {self.module_file}"
+        pid = getattr(self._proc, "pid", None)
+        clocks = starvation.read(self._cpu_group, pid)
         try:
             return read_message(
                 self._from_worker, deadline=deadline, max_bytes=self.limits.max_response_bytes
             )
         except ReadTimeout:
             output = self._output.since_mark() if self._output else ""
+            ended = starvation.read(self._cpu_group, pid, final=True)
             self.stop()
             raise SubmissionError(
-                f"{label} did not finish within {timeout:.0f} s and was stopped "
-                "(an infinite loop, or far too slow).",
+                starvation.timeout_message(label, timeout, clocks, ended),
                 kind="timeout",
                 output=output,
             ) from None

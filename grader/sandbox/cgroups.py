@@ -63,6 +63,21 @@ class CpuGroup:
         except (OSError, ValueError):
             return None
 
+    def waiting_s(self) -> float | None:
+        """Seconds so far during which some process of the group could run but waited
+        for a CPU (v2 ``cpu.pressure``, "some" total; None in v1 or where the kernel keeps
+        no pressure figures): the evidence that a slow request was starved, not asleep."""
+        if self.version != 2:
+            return None
+        try:
+            for line in (self.path / "cpu.pressure").read_text().splitlines():
+                if line.startswith("some "):
+                    fields = dict(f.split("=", 1) for f in line.split()[1:] if "=" in f)
+                    return int(fields["total"]) / 1e6
+        except (OSError, ValueError, KeyError):
+            return None
+        return None
+
     def pids(self) -> list[int]:
         """The processes in the group now."""
         try:
@@ -89,7 +104,7 @@ class CpuGroup:
                 time.sleep(0.01)
 
 
-def _mounts() -> list[tuple[str, str, str]]:
+def mount_table() -> list[tuple[str, str, str]]:
     """(mount point, file system type, options) of every mount this process sees."""
     try:
         lines = Path("/proc/self/mounts").read_text().splitlines()
@@ -103,7 +118,7 @@ def _mounts() -> list[tuple[str, str, str]]:
     return out
 
 
-def _own_path(controller: str | None) -> str | None:
+def own_path(controller: str | None) -> str | None:
     """This process's cgroup path in the v2 hierarchy (``controller`` None) or in the v1
     hierarchy of ``controller``, from ``/proc/self/cgroup``."""
     try:
@@ -124,13 +139,13 @@ def parents() -> list[tuple[Path, int]]:
     """The folders a worker's group can be made in, best first: this process's own
     cgroup in the v2 hierarchy, then in v1's ``cpuacct`` one."""
     found = []
-    for point, fstype, options in _mounts():
+    for point, fstype, options in mount_table():
         if fstype == "cgroup2":
-            own = _own_path(None)
+            own = own_path(None)
             if own is not None:
                 found.append((Path(point) / own.lstrip("/"), 2))
         elif fstype == "cgroup" and "cpuacct" in options.split(","):
-            own = _own_path("cpuacct")
+            own = own_path("cpuacct")
             if own is not None:
                 found.append((Path(point) / own.lstrip("/"), 1))
     return sorted(found, key=lambda f: -f[1])

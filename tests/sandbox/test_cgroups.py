@@ -1,14 +1,20 @@
 """A worker's cgroup counts the CPU time of every process in it, whoever reaps it, and
-removing it leaves nothing running."""
+removing it leaves nothing running; a grading's groups give it the same CPU weight as the
+gradings beside it and a process limit, from the grader's first instruction."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from grader.sandbox import cgroups
+from grader.sandbox import cgroups, cpu_share
 from grader.sandbox.confine import join_group
 
 
@@ -62,3 +68,154 @@ def test_switched_off_or_without_root_there_is_no_group(monkeypatch) -> None:
 def test_the_hierarchies_are_read_from_the_mount_table() -> None:
     for parent, version in cgroups.parents():
         assert version in (1, 2) and parent.is_absolute()
+
+
+# ------------------------------------------------------------ a share per grading
+
+
+@pytest.fixture
+def grading():
+    """A grading's groups, where this machine lets them be written."""
+    made = cpu_share.create("test")
+    if not made.groups:
+        pytest.skip("no writable cpu or pids controller here (not root, or read-only)")
+    yield made
+    made.remove()
+
+
+def groups_of(pid: int) -> set[str]:
+    """The names of the cgroup folders process ``pid`` is in, in every hierarchy."""
+    lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    return {line.split(":", 2)[2].rsplit("/", 1)[-1] for line in lines}
+
+
+def test_a_grading_gets_the_same_weight_and_a_process_limit(grading) -> None:
+    """Each controller's group carries the weight every grading gets alike, and the pids
+    limit; the mode the results record names them."""
+    cpu = next(g for g in grading.groups if "cpu" in g.controllers)
+    name, value = cpu_share.WEIGHT[cpu.version]
+    assert (cpu.path / name).read_text().strip() == value
+    assert f"{name} {value}" in grading.mode
+    pids = [g for g in grading.groups if "pids" in g.controllers]
+    if pids:
+        assert (pids[0].path / "pids.max").read_text().strip() == str(cpu_share.GRADING_PIDS)
+        assert "pids.max" in grading.mode
+
+
+def test_the_grader_starts_inside_its_groups_and_removing_them_kills_what_is_left(
+    grading,
+) -> None:
+    """The wrapped command is in every group from its first instruction (the shell joins,
+    then becomes it, same pid); what it leaves running dies with the groups."""
+    script = "import os, sys, time; print(os.getpid(), flush=True); time.sleep(60)"
+    proc = subprocess.Popen(
+        grading.command([sys.executable, "-c", script]), stdout=subprocess.PIPE, text=True
+    )
+    assert int(proc.stdout.readline()) == proc.pid
+    assert groups_of(proc.pid) >= {g.path.name for g in grading.groups}
+    grading.remove()
+    assert proc.wait(timeout=10) != 0
+    assert not any(g.path.exists() for g in grading.groups)
+
+
+def test_a_process_moved_in_brings_what_it_forks_afterwards(grading) -> None:
+    """A fork server offered to the grading is moved before anything is forked from it."""
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    try:
+        assert grading.join(pid)
+        assert groups_of(pid) >= {g.path.name for g in grading.groups}
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+def test_the_pids_limit_stops_a_fork_bomb_of_the_grading(monkeypatch) -> None:
+    monkeypatch.setenv(cpu_share.PIDS_ENV, "64")
+    grading = cpu_share.create("bomb")
+    if not any("pids" in g.controllers for g in grading.groups):
+        grading.remove()
+        pytest.skip("no writable pids controller here")
+    script = (
+        "import os, sys\nn = 0\nwhile n < 500:\n    try:\n        pid = os.fork()\n"
+        "    except OSError:\n        break\n    if pid == 0:\n        os.read(0, 1)\n"
+        "        os._exit(0)\n    n += 1\nprint(n, flush=True)\n"
+    )
+    try:
+        proc = subprocess.run(
+            grading.command([sys.executable, "-c", script]),
+            input="x" * 600, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert 0 < int(proc.stdout) < 64
+    finally:
+        grading.remove()
+
+
+def test_a_quota_caps_the_grading_at_its_cores(monkeypatch) -> None:
+    monkeypatch.setenv(cpu_share.CPUS_ENV, "1.5")
+    grading = cpu_share.create("quota")
+    try:
+        cpu = next((g for g in grading.groups if "cpu" in g.controllers), None)
+        if cpu is None:
+            pytest.skip("no writable cpu controller here")
+        if cpu.version == 2:
+            assert (cpu.path / "cpu.max").read_text().split() == ["150000", "100000"]
+        else:
+            assert (cpu.path / "cpu.cfs_quota_us").read_text().strip() == "150000"
+        assert "1.5 cores" in grading.mode
+    finally:
+        grading.remove()
+
+
+def busy_loops(grading: cpu_share.GradingGroup, count: int) -> subprocess.Popen:
+    """``count`` busy loops inside ``grading``, until their stdin closes."""
+    script = (
+        "import os, sys, threading\n"
+        f"for _ in range({count - 1}):\n"
+        "    if os.fork() == 0:\n        break\n"
+        "threading.Thread(target=lambda: (sys.stdin.read(), os._exit(0)), daemon=True).start()\n"
+        "while True:\n    pass\n"
+    )
+    return subprocess.Popen(grading.command([sys.executable, "-c", script]), stdin=subprocess.PIPE)
+
+
+def cpu_of(grading: cpu_share.GradingGroup) -> float:
+    """CPU seconds of the live processes in ``grading``'s cpu group."""
+    cpu = next(g for g in grading.groups if "cpu" in g.controllers)
+    total = 0.0
+    for pid in (cpu.path / "cgroup.procs").read_text().split():
+        with contextlib.suppress(OSError):
+            total += int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+    return total
+
+
+def test_a_hundred_loops_take_no_more_than_one_loop_beside_them(grading) -> None:
+    """Two gradings side by side: one with a hundred busy loops, one with a single loop.
+    Each gets an equal part of the CPU, so the lone loop runs about as much as all hundred
+    together (without the groups it would get a hundredth of it)."""
+    if not any("cpu" in g.controllers for g in grading.groups):
+        pytest.skip("no writable cpu controller here")
+    crowd = cpu_share.create("crowd")
+    many, one = busy_loops(crowd, 100), busy_loops(grading, 1)
+    try:
+        time.sleep(3)
+        many_s, one_s = cpu_of(crowd), cpu_of(grading)
+    finally:
+        for proc in (many, one):
+            proc.stdin.close()
+            proc.wait(timeout=30)
+        crowd.remove()
+    assert one_s > 0.3 * many_s, (one_s, many_s)
+
+
+def test_switched_off_a_grading_has_no_group_and_says_so(monkeypatch) -> None:
+    monkeypatch.setenv(cpu_share.SWITCH, "0")
+    grading = cpu_share.create("off")
+    assert grading.groups == [] and grading.mode == cpu_share.NO_GROUP
+    assert grading.command(["true"]) == ["true"] and grading.join(os.getpid())
+    monkeypatch.delenv(cpu_share.MODE_ENV, raising=False)
+    assert cpu_share.recorded_mode() == cpu_share.ALONE
+    monkeypatch.setenv(cpu_share.MODE_ENV, grading.mode)
+    assert cpu_share.recorded_mode() == cpu_share.NO_GROUP

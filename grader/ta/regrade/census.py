@@ -11,6 +11,7 @@ from typing import Any
 
 from grader.core.document import to_text
 from grader.core.feedback import blocks_of
+from grader.runtime.starvation import STARVED
 
 #: A check's feedback is shown up to this many characters as the census's example.
 EXAMPLE_CHARS = 600
@@ -179,8 +180,10 @@ def census_markdown(causes: list[Cause], submissions: int) -> str:
 
 def timing_doubts(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Every timed check of the class its runs decided late or not at all (``undecided``
-    and ``decided_late`` of its benchmark record): which submission, which check, which
-    criteria, and whether it passed. A TA may time these again on a quiet machine."""
+    and ``decided_late`` of its benchmark record), and every check a request of which timed
+    out on a busy machine (``starved`` in its ``extra_data``: the code was ready to run and
+    the CPU went elsewhere): which submission, which check, which criteria or requests, and
+    whether it passed. A TA may time these again on a quiet machine."""
     found = []
     for sub_id in sorted(results, key=natural_key):
         benchmarks = (results[sub_id].get("extra_data") or {}).get("benchmarks") or {}
@@ -191,4 +194,26 @@ def timing_doubts(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                     {"submission": sub_id, "check": check, "passed": record.get("passed"),
                      "undecided": list(undecided), "decided_late": list(late)}
                 )  # fmt: skip
+        found += starved_checks(sub_id, results[sub_id])
+    return found
+
+
+def starved_checks(sub_id: str, data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The checks of one results file whose requests a busy machine starved, as entries of
+    :func:`timing_doubts` (``starved`` True; the requests named under ``undecided``)."""
+    found = []
+    for test in data.get("tests", []):
+        events = (test.get("extra_data") or {}).get(STARVED) or []
+        if not isinstance(events, list) or not events:
+            continue
+        requests = [
+            f"{e.get('request', '?')} timed out on a busy machine"
+            for e in events
+            if isinstance(e, dict)
+        ]
+        found.append(
+            {"submission": sub_id, "check": str(test.get("number", "")),
+             "passed": test.get("status") == "passed", "undecided": requests,
+             "decided_late": [], "starved": True}
+        )  # fmt: skip
     return found

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -22,6 +23,8 @@ from grader.core.paths import PROJECT_ROOT
 from grader.core.points import part_total
 from grader.core.results import fallback_results, validate_results, write_results
 from grader.core.thresholds import DEVICES, resolve_device
+from grader.sandbox import cpu_share
+from grader.sandbox.cpu_share import GradingGroup
 from grader.sandbox.identity import RUN_RECORD_ENV
 from grader.sandbox.processes import kill_matching, kill_tree
 from grader.sandbox.shared import Offer, SharedForkServer, handing
@@ -82,7 +85,9 @@ def grade_one(
     says what happened. If this process is being stopped (Ctrl-C, or a cluster task's
     time-limit signal), the grader and its workers are killed before the exception goes on.
     With ``shared`` (a batch's fork server), the grading is offered a server of its own
-    forked from it, the libraries already imported."""
+    forked from it, the libraries already imported. The grading's processes share one
+    CPU weight and process limit (:mod:`grader.sandbox.cpu_share`), so that a grading beside
+    it cannot take its CPU."""
     results.parent.mkdir(parents=True, exist_ok=True)
     results.unlink(missing_ok=True)  # never mistake a stale file for this run's
     cmd = [python, "-m", "grader", "grade", str(submission), "--results", str(results)]
@@ -98,9 +103,10 @@ def grade_one(
         nonlocal stopped
         stopped = True
 
+    grading = cpu_share.create(re.sub(r"[^A-Za-z0-9_.-]", "_", submission.name)[:40])
     try:
-        offer = shared.offer() if shared is not None else None
-        code, status, reason = _run_grader(cmd, results, tmp, timeout_s, on_stop, offer)
+        offer = _offered(shared, grading)
+        code, status, reason = _run_grader(cmd, results, tmp, timeout_s, on_stop, offer, grading)
         if _stopping.is_set():  # interrupted: no file (the grader reserves one at its
             results.unlink(missing_ok=True)  # start), so that a re-run grades it
             return "error"
@@ -129,11 +135,25 @@ def grade_one(
             raise
         status, reason = "error", f"The grader could not be run ({type(exc).__name__}: {exc})."
     finally:
+        grading.remove()  # and whatever the grading left running in it
         shutil.rmtree(tmp, ignore_errors=True)
     if reason:
         where = resolve_device(device)  # "auto" named as what this machine would have used
         write_fallback(results, parts, reason, device=where, interrupted=status == "interrupted")
     return status
+
+
+def _offered(shared: SharedForkServer | None, grading: GradingGroup) -> Offer | None:
+    """A fork server for the grading from the batch's ``shared`` one, moved into the
+    grading's groups before anything is forked from it; None where there is no shared
+    server, or it could not be moved (its workers would be born outside the grading's
+    share: the grading starts its own servers, inside)."""
+    offer = shared.offer() if shared is not None else None
+    if offer is not None and not grading.join(offer.pid):
+        kill_tree(offer.pid)
+        offer.handed_over()
+        return None
+    return offer
 
 
 def _run_grader(
@@ -143,17 +163,20 @@ def _run_grader(
     timeout_s: float,
     on_stop: Callable[[], None],
     offer: Offer | None = None,
+    grading: GradingGroup | None = None,
 ) -> tuple[int | None, str, str]:
     """Run the grader command in its own session with its sandboxes under ``tmp`` (and
-    the fork server ``offer``ed to it); its exit code, and ("timeout", why) when it ran
-    past ``timeout_s``. Whatever stops this process while it waits kills the grader, its
-    server and its workers first, and ``on_stop`` is told."""
+    the fork server ``offer``ed to it), inside the ``grading``'s groups; its exit code, and
+    ("timeout", why) when it ran past ``timeout_s``. Whatever stops this process while it
+    waits kills the grader, its server and its workers first, and ``on_stop`` is told."""
     code: int | None = None
     status, reason = "graded", ""
+    grading = grading if grading is not None else GradingGroup()
     env = {**os.environ, "TMPDIR": str(tmp), RUN_RECORD_ENV: str(tmp / "identity.json")}
+    env[cpu_share.MODE_ENV] = grading.mode
     with open(results.parent / "grader.log", "wb") as log, handing(offer, env) as handed:
         proc = subprocess.Popen(
-            cmd,
+            grading.command(cmd),
             cwd=PROJECT_ROOT,
             stdin=subprocess.DEVNULL,
             stdout=log,
