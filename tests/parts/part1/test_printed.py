@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from grader.parts.part1 import build
+from grader.parts.part1 import build, printed_values
 from grader.parts.part1.printed import Number, read_answers
 from grader.parts.part1.script import _one, judge, target
 from grader.parts.part1.seal import Verdict
@@ -76,12 +76,10 @@ def test_a_line_printed_thousands_of_times_is_compared_once(
     each step would: the reading is the same, and the grader compares the repeats once.
     Comparing every line with every other took 50 s of the grader's CPU for 64 KB of
     "KV: 1"."""
-    import grader.parts.part1.printed as printed
-
     text = COURSE_STYLE + "Total model parameters: 1.23 Billion\n" * 1600
     compared = []
-    real = printed._agree
-    monkeypatch.setattr(printed, "_agree", lambda x, y: compared.append(1) or real(x, y))
+    real = printed_values.agree
+    monkeypatch.setattr(printed_values, "agree", lambda x, y: compared.append(1) or real(x, y))
     assert values(text) == values(COURSE_STYLE)
     assert len(compared) < 100
 
