@@ -557,7 +557,8 @@ def _grade_peeking_submission(export_dir: Path, tmp_path: Path) -> None:
     export = build_export(export_dir, [Entry("submission_3", "solution")])
     target = export / "submission_3" / "question1.py"
     anchor = "    d, kv_dim = spec.d_model"
-    peek = f"    import os\n    assert os.listdir({str(export)!r}) == [], 'the export is visible'\n"
+    seen = f"os.path.exists({str(export)!r}) and os.listdir({str(export)!r})"
+    peek = f"    import os\n    assert not ({seen}), 'the export is visible'\n"
     target.write_text(target.read_text().replace(anchor, peek + anchor, 1))
     batch.main(export_dir=export, out_dir=tmp_path / "out", parts=["part1"], progress=False)
     data = json.loads((tmp_path / "out" / "results" / "submission_3" / "results.json").read_text())
