@@ -283,8 +283,14 @@ def script_from_notebook(text: str, name: str) -> Converted:
 # ----------------------------------------------------------------------- the child
 
 
-def _limit(kind: int, value: int) -> None:
-    resource.setrlimit(kind, (value, value))
+def _limit(kind: int, value: int, hard: int | None = None) -> None:
+    """Lower one of the child's limits to ``value`` (soft) and ``hard``, never above the
+    hard limit it was started with (a TA's ``ulimit -v`` below ours stays)."""
+    hard = value if hard is None else hard
+    _, ceiling = resource.getrlimit(kind)
+    if ceiling != resource.RLIM_INFINITY:
+        value, hard = min(value, ceiling), min(hard, ceiling)
+    resource.setrlimit(kind, (value, hard))
 
 
 def serve(argv: list[str]) -> int:
@@ -295,7 +301,7 @@ def serve(argv: list[str]) -> int:
     with :data:`EXIT_MEMORY`, past its output limit with :data:`EXIT_OUTPUT`."""
     memory, cpu, output = (int(a) for a in argv[:3])
     _limit(resource.RLIMIT_AS, memory)
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    _limit(resource.RLIMIT_CPU, cpu, cpu + 1)  # SIGXCPU, then SIGKILL a second later
     _limit(resource.RLIMIT_FSIZE, output)
     _limit(resource.RLIMIT_CORE, 0)
     script = b""

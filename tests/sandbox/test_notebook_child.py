@@ -188,3 +188,28 @@ def test_under_root_the_child_is_the_worker_account_and_reads_only_what_it_is_gi
         convert_notebook(path, identity)
     assert str(raised.value) == repr((identity.uid, []))
     assert raised.type is NotebookError  # the child's own answer, not a failed child
+
+
+#: A grader started under hard limits below the child's own (a TA's ``ulimit``).
+UNDER_ULIMIT = (
+    "import resource, sys\n"
+    "from pathlib import Path\n"
+    "resource.setrlimit(resource.RLIMIT_AS, (300 * 2**20, 300 * 2**20))\n"
+    "resource.setrlimit(resource.RLIMIT_CPU, (20, 20))\n"
+    "from grader.sandbox.notebook_child import convert_notebook\n"
+    "print(convert_notebook(Path(sys.argv[1])).summary())\n"
+)
+
+
+def test_a_child_started_under_lower_hard_limits_keeps_them_and_converts(tmp_path: Path) -> None:
+    """The child lowers its limits to its own or to the hard limits it inherited, whichever
+    is lower: asking for more than the hard limit would fail, and the notebook with it."""
+    (tmp_path / "kv_lab.ipynb").write_text(notebook_text("import os\ndef f():\n    return 1"))
+    done = subprocess.run(
+        [sys.executable, "-c", UNDER_ULIMIT, str(tmp_path / "kv_lab.ipynb")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == "kept 2 imports, definitions and the values they read\n"
