@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import math
 import os
 import reprlib
+import sys
 import unittest
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 from gradescope_utils.autograder_utils.decorators import (
     number as gs_number,
@@ -23,6 +25,7 @@ from gradescope_utils.autograder_utils.decorators import (
 )
 
 from grader.core.feedback import CUT_SHORT, GPU_HELD, NOT_GRADED, confirmed, memory_label
+from grader.core.feedback_items import ITEMS, PRINTED, Case, Cause, Feedback, LogitCase
 from grader.core.points import POINTS, part_of, points
 from grader.runtime.context import GradingContext, live_pools_key
 from grader.runtime.outcomes import SubmissionError
@@ -88,7 +91,7 @@ def _graded_part_only(fn: Callable, num: str) -> Callable:
     def guarded(self: GradedTestCase, *args: Any, **kwargs: Any) -> Any:
         if self.ctx.bases.get(self.part) is None:
             first = next(iter(POINTS[self.part]))
-            note_detail(NOT_GRADED, "missing" if num == first else "see_first")
+            self.note_detail(NOT_GRADED, "missing" if num == first else "see_first")
             if num == first:
                 self.fail(self.ctx.missing_message(self.part))
             self.fail(f"Not graded: {self.part}'s files are not in your submission ({first} "
@@ -178,42 +181,31 @@ def values_match(got: float, expected: float, rel_tol: float) -> bool:
     return math.isclose(got, expected, rel_tol=rel_tol, abs_tol=1e-12)
 
 
-def diagnose(got: Any, mistakes: dict[str, Any], diagnoses: dict[str, str], rel_tol: float) -> str:
-    """Name the known mistakes whose output equals the student's value."""
+def diagnose(
+    got: Any, mistakes: dict[str, Any], diagnoses: dict[str, str], rel_tol: float
+) -> list[Cause]:
+    """The known mistakes whose output equals the student's value."""
     names = [
         name
         for name, value in mistakes.items()
         if same_value(got, value, rel_tol) and name in diagnoses
     ]
-    return likely_cause(names, diagnoses)
+    return likely_cause(names, diagnoses, "the returned value equals this mistake's")
 
 
-#: The ids of the causes named by the check running now (see :func:`note_causes`).
-_NAMED: list[str] = []
-#: Data the check running now keeps for reports (see :func:`note_detail`).
-_DETAILS: dict[str, Any] = {}
-
-
-def note_detail(key: str, value: Any) -> None:
-    """Keep plain JSON data about the check running now for reports (the self-check's
-    pictures): the runner stores it in its results' ``extra_data``. The first value
-    noted under a key stands (the first failing case)."""
-    _DETAILS.setdefault(key, value)
-
-
-def note_causes(ids: list[str]) -> None:
-    """Record the stable ids of the causes a check names, beside its text: the runner
-    stores them in results.json (``extra_data["causes"]``) so that reports can count them."""
-    _NAMED.extend(i for i in ids if i not in _NAMED)
-
-
-def likely_cause(names: list[str], diagnoses: dict[str, str]) -> str:
-    """ "Likely cause: your code ..." for the named mistakes ("" if none)."""
+def likely_cause(names: list[str], diagnoses: dict[str, str], evidence: str = "") -> list[Cause]:
+    """The named mistakes that the catalogue describes, each once, as causes ("your code
+    ..."), with the evidence that named them."""
     known = [n for n in dict.fromkeys(names) if n in diagnoses]  # each cause once
-    if not known:
+    return [Cause(n, f"your code {diagnoses[n]}", evidence) for n in known]
+
+
+def cause_sentence(causes: list[Cause]) -> str:
+    """ "Likely cause: ..." for ``causes`` in a plain message ("" if none): for a message
+    that is not a check's own (an error remembered for the checks after it)."""
+    if not causes:
         return ""
-    note_causes(known)
-    return f"Likely cause: your code {'; or '.join(diagnoses[n] for n in known)}."
+    return f"Likely cause: {'; or '.join(c.text for c in causes)}."
 
 
 def same_value(got: Any, value: Any, rel_tol: float) -> bool:
@@ -231,23 +223,28 @@ def same_value(got: Any, value: Any, rel_tol: float) -> bool:
 Workload = tuple[Callable[[str, int], Sample], Sequence[str], dict[str, Any]]
 
 
+#: One failure of a case: a failing case, or a plain line (a failure not of one case).
+Failure = Case | LogitCase | str
+
+
 @dataclass
 class Outcome:
-    """Cases passed out of those run, with the messages of the failures."""
+    """Cases passed out of those run, with the failures."""
 
     passed: int = 0
     total: int = 0
-    failures: list[str] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
 
     @property
     def fraction(self) -> float:
         return self.passed / self.total if self.total else 0.0
 
-    def listing(self, most: int = 3) -> str:
-        """The first ``most`` failures, then how many more there are: a cut list says so."""
-        extra = len(self.failures) - most
-        more = [f"(and {extra} more failing case{'s' if extra > 1 else ''})"] if extra > 0 else []
-        return "\n".join([*self.failures[:most], *more])
+    def listing(self, most: int = 3) -> Feedback:
+        """The first ``most`` failures, and how many more there are: a cut list says so."""
+        fb = Feedback(more=max(0, len(self.failures) - most))
+        for failure in self.failures[:most]:
+            fb.add(failure)
+        return fb
 
 
 class GradedTestCase(unittest.TestCase):
@@ -271,18 +268,65 @@ class GradedTestCase(unittest.TestCase):
         fn = getattr(type(self), self._testMethodName)
         if hasattr(fn, "__score__"):
             fn.__score__ = None
-        _NAMED.clear()
-        _DETAILS.clear()
+        #: What this check says, as items (:mod:`grader.core.feedback_items`).
+        self.feedback = Feedback()
+        #: Plain JSON data about this check for reports (see :meth:`note_detail`).
+        self.details: dict[str, Any] = {}
+        #: Lines this check printed for the log only (a benchmark's measurements, which
+        #: the page shows as tables): not lines of its feedback.
+        self.unsaid: set[str] = set()
 
     def tearDown(self) -> None:
-        """Keep the ids of the causes this check named, for results.json."""
-        if _NAMED:
-            causes = self.ctx.scratch.setdefault("causes", {})
-            causes[self.check_number()] = list(_NAMED)
-        if _DETAILS:
-            self.ctx.scratch.setdefault("details", {})[self.check_number()] = dict(_DETAILS)
-        _NAMED.clear()
-        _DETAILS.clear()
+        """Hand this check's items, the ids of the causes it named and its details to the
+        grading (``ctx.scratch``), which keeps them in the check's ``extra_data``: the
+        lines the check printed (its stdout, which the runner captures) lead its items."""
+        fb = self.feedback
+        printed = sys.stdout.getvalue() if isinstance(sys.stdout, io.StringIO) else ""
+        skip = {fb.count, *self.unsaid}
+        fb.lead[:0] = [x for x in printed.splitlines() if x.strip() and x not in skip]
+        number = self.check_number()
+        if fb.cause_ids():
+            self.ctx.scratch.setdefault("causes", {})[number] = fb.cause_ids()
+        details = {**self.details, **({} if fb.empty() else {ITEMS: fb.to_json()})}
+        if details:
+            self.ctx.scratch.setdefault("details", {})[number] = details
+
+    def note_detail(self, key: str, value: Any) -> None:
+        """Keep plain JSON data about this check for reports (the self-check's pictures):
+        the runner stores it in its results' ``extra_data``. The first value noted under a
+        key stands (the first failing case)."""
+        self.details.setdefault(key, value)
+
+    def name(self, causes: list[Cause]) -> None:
+        """Name ``causes`` in this check's feedback (each once); their ids are kept in
+        results.json (``extra_data["causes"]``) for reports to count."""
+        self.feedback.name(causes)
+
+    def say_count(self, passed: int, total: int, what: str = "cases") -> None:
+        """ "18 of 32 cases correct.": the verdict line carries it."""
+        self.feedback.count = f"{passed} of {total} {what} correct."
+        print(self.feedback.count)
+
+    def fail(self, msg: Any = None) -> NoReturn:
+        """Fail with a plain message of the check's own: its lines join the items (what it
+        says the submission printed kept apart)."""
+        if msg is not None:
+            self.feedback.line(str(msg))
+        self.feedback.ended = True
+        super().fail(msg)
+
+    def fail_with(self, items: Feedback) -> NoReturn:
+        """Fail with ``items`` (failing cases, lines, causes) added to this check's
+        feedback; the message is their plain text."""
+        fb = self.feedback
+        (fb.notes if fb.cases else fb.lead).extend(items.lead)
+        fb.cases += items.cases
+        fb.notes += items.notes
+        fb.more += items.more
+        fb.name(items.causes)
+        fb.printed = fb.printed or items.printed
+        fb.ended = True
+        super().fail(fb.text())
 
     def request(self, header: dict[str, Any], *, what: str, **kwargs: Any) -> Any:
         """Send a request to this part's worker; a submission problem fails the check."""
@@ -456,6 +500,7 @@ class GradedTestCase(unittest.TestCase):
         if record.cut_short:
             lines.append(f"  {CUT_SHORT}")
         print("\n".join(lines))
+        self.unsaid.update(lines)  # the page draws them as tables
         if not record.passed:
             missed = "; ".join(c.describe() for c in record.failures())
             self.fail(f"{missed}.\n{advice}")
@@ -471,4 +516,4 @@ def with_output(message: str, output: str) -> str:
     output = output.strip()
     if not output:
         return message
-    return f"{message}\n\nYour code printed:\n{output}"
+    return f"{message}{PRINTED}{output}"

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from grader.core.arrays import fingerprint, fingerprints_match
+from grader.core.feedback_items import Cause
 
 
 @dataclass(frozen=True)
@@ -184,10 +185,12 @@ def explain(
     return list(pairs[0]), True
 
 
-def several_causes(names: list[str], diagnoses: dict[str, str]) -> str:
-    """ "Several known mistakes seem present at once: ..." ("" without a diagnosis)."""
-    causes = [diagnoses[n] for n in names if n in diagnoses]
-    if len(causes) < 2:
-        return ""
-    listed = "; and your code ".join(causes)
-    return f"Several known mistakes seem present at once. Likely causes: your code {listed}."
+def several_causes(names: list[str], diagnoses: dict[str, str]) -> list[Cause]:
+    """The causes of several known mistakes present at once (none without two
+    diagnoses)."""
+    causes = [
+        Cause(n, f"your code {diagnoses[n]}", "several mistakes fit the probes together")
+        for n in names
+        if n in diagnoses
+    ]
+    return causes if len(causes) >= 2 else []

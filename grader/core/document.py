@@ -26,13 +26,21 @@ Span = list[str]
 Line = list[Span]
 Block = dict[str, Any]
 
-#: Where a line of text starts a Markdown block of its own (after up to any indent): a
-#: heading (``#``), a setext underline (``===``, ``---``), a rule (``---``, ``___``), a list
-#: item (``- ``, ``+ ``), a ``~~~`` fence. The star, the backtick, ``|`` and ``>`` (as
-#: ``&gt;``) are escaped wherever they are; ``-7.25`` and ``_name`` stay as they are.
-BLOCK_MARK = re.compile(r"^([ \t]*)(#|=|~(?=~)|[-_](?=[-_ \t]|$)|\+(?=[ \t]|$))", re.M)
+#: What may stand before a line's first mark and still let it start a block, on some
+#: renderer: any whitespace but a line break (spaces, tabs, the no-break space and the
+#: other Unicode spaces) and the zero-width characters.
+LEAD = "(?:[^\\S\\n]|[\u200b-\u200d\u2060\ufeff])*"
+#: Where a line of text starts a Markdown block of its own (after :data:`LEAD`): a heading
+#: (``#``), a setext underline (``===``, ``---``), a rule (``---``), a list item (``- ``,
+#: ``+ ``), a ``~~~`` fence. The star, the backtick, ``|`` and ``>`` (as ``&gt;``) are
+#: escaped wherever they are, and the underscore wherever it may open emphasis; ``-7.25``
+#: stays as it is.
+BLOCK_MARK = re.compile(rf"^({LEAD})(#|=|~(?=~)|-(?=[-\s]|$)|\+(?=\s|$))", re.M)
 #: An ordered list item ("1. ", "2) "): its dot or parenthesis is escaped, never a number.
-ORDERED_MARK = re.compile(r"^([ \t]*\d{1,9})([.)])(?=[ \t]|$)", re.M)
+ORDERED_MARK = re.compile(rf"^({LEAD}\d{{1,9}})([.)])(?=\s|$)", re.M)
+#: A run of underscores that may open emphasis: one not inside a word (after a letter or
+#: a digit, CommonMark never takes them for emphasis: ``n_kv_heads`` stays as it is).
+UNDERSCORES = re.compile(r"(?<!\w)_+")
 #: A backslash escape of CommonMark (any ASCII punctuation), undone by :func:`unescape`.
 ESCAPED = re.compile(r"\\([!-/:-@\[-`{-~])")
 #: Wider than this, a terminal shows a table's rows one per line, "column value; ...".
@@ -48,6 +56,7 @@ def escape(text: str) -> str:
     renders as the punctuation alone, so the student reads their text unchanged."""
     text = html.escape(re.sub(r"\r\n?", "\n", text), quote=False)
     text = re.sub(r"([\\`*\[\]|!])", r"\\\1", text)
+    text = UNDERSCORES.sub(lambda m: "\\_" * len(m.group()), text)
     text = BLOCK_MARK.sub(r"\1\\\2", text)
     return ORDERED_MARK.sub(r"\1\\\2", text)
 

@@ -35,6 +35,9 @@ class Mutant:
     # benchmark's probes look at the cache): the project's tests grade it with them too.
     timed: bool = False
     combines: tuple[str, ...] = ()  # several mistakes at once: their names, each to be named
+    # Files the rewrite adds beside the solution's (a helper module of the student's own),
+    # as (path relative to solution/, text).
+    files: tuple[tuple[str, str], ...] = ()
 
     @property
     def diagnoses(self) -> tuple[str, ...]:
@@ -68,6 +71,9 @@ def materialise_all(
     for mutant in mutants:
         target = root / mutant.file
         target.write_text(mutant.apply(target.read_text()))
+        for path, text in mutant.files:
+            (root / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / path).write_text(text)
     return root
 
 
@@ -85,6 +91,7 @@ def _entry(tag: str, item: dict, variant: bool) -> Mutant:
         diagnosis=item.get("diagnosis", ""),
         variant=variant,
         timed=bool(item.get("timed", False)),
+        files=tuple((f["path"], f["text"]) for f in item.get("new_file", [])),
     )
 
 

@@ -19,7 +19,7 @@ from grader.checks.base import Outcome
 )
 def test_a_cut_list_of_failures_says_how_many_more(failures: int, most: int, tail) -> None:
     outcome = Outcome(failures=[f"case {i} is wrong" for i in range(failures)])
-    lines = outcome.listing(most).splitlines()
+    lines = outcome.listing(most).text().splitlines()
     shown = [x for x in lines if x.startswith("case ")]
     assert shown == [f"case {i} is wrong" for i in range(min(failures, most))]
     assert (lines[-1] if len(lines) > len(shown) else None) == tail

@@ -114,11 +114,13 @@ def test_an_error_signature_and_observed_logits_never_crash_the_naming() -> None
         signatures=lambda probe: catalogue,
         meta=lambda: {"diagnoses": {"rope_from_zero": "rotates from 0"}},
     )
-    assert (
-        Part3Base.name_mistakes(stub, "chunked", got) == "Likely cause: your code rotates from 0."
-    )
-    broken = SimpleNamespace(signatures=lambda probe: 1 / 0, meta=dict)
+    named: list = []
+    stub.name = named.extend
+    assert Part3Base.name_mistakes(stub, "chunked", got) == ""  # the page shows it apart
+    assert [(c.id, c.text) for c in named] == [("rope_from_zero", "your code rotates from 0")]
+    broken = SimpleNamespace(signatures=lambda probe: 1 / 0, meta=dict, name=named.extend)
     assert Part3Base.name_mistakes(broken, "chunked", got) == ""
+    assert len(named) == 1  # nothing more named, and nothing raised
 
 
 def test_one_shared_error_does_not_name_a_mistake_that_leaves_another_probe_right() -> None:
@@ -172,8 +174,10 @@ def test_two_mistakes_at_once_are_both_named() -> None:
     }
     names, several = explain(seen, catalogue, set())
     assert (sorted(names), several) == (["mask_not_offset", "positions_not_offset"], True)
-    text = several_causes(names, {"mask_not_offset": "MASK", "positions_not_offset": "POS"})
-    assert "Several known mistakes" in text and "MASK" in text and "POS" in text
+    causes = several_causes(names, {"mask_not_offset": "MASK", "positions_not_offset": "POS"})
+    assert sorted(c.id for c in causes) == ["mask_not_offset", "positions_not_offset"]
+    assert sorted(c.text for c in causes) == ["your code MASK", "your code POS"]
+    assert several_causes(names[:1], {"mask_not_offset": "MASK"}) == []  # one is not several
     # One mistake alone is named alone; logits equal to one mistake's rule out a blend.
     alone = {"sequential": mask, "sequential@no_positions": mask + 1}
     assert explain(alone, catalogue, {"sequential@no_attention"}) == (["mask_not_offset"], False)
@@ -198,4 +202,4 @@ def test_part2_naming_never_replaces_the_message() -> None:
         meta=lambda: {"diagnoses": {"dropout": "applies dropout"}},
     )
     stub.name_observed = lambda *a: Part2Base.name_observed(stub, *a)
-    assert Part2Base.diagnose(stub, "no_cache", None, {"logits": logits()}) == ""
+    assert Part2Base.diagnose(stub, "no_cache", None, {"logits": logits()}) == []

@@ -16,21 +16,33 @@ from grader.core.feedback import (
     page_text,
     shorten_arrays,
 )
+from grader.core.feedback_items import ITEMS, Case, Feedback
 from grader.core.report import terminal_report
 from grader.core.results import GradingResults, TestResult
 
 #: What a student's code can make a message say: HTML, Markdown, a long list of numbers.
 RAISED = "forward raised NameError: <module> has no *x* [link](http://e)"
-OUTPUT = (
-    "0 of 10 cases correct.\n"
-    f"case 1 (8 tokens): {RAISED}\n"
-    "f(8B) returned [8, 9, 10, 11, 12, 13], which is wrong (compared exactly).\n"
-    "(and 8 more failing cases)\n\nYour code printed:\nhello <b>"
+#: What check 2.2 hands over for two failing cases of ten, and what the submission printed.
+ITEMS_22 = Feedback(
+    count="0 of 10 cases correct.",
+    cases=[
+        Case("case 1 (8 tokens)", RAISED),
+        Case("f(8B)", "[8, 9, 10, 11, 12, 13]", "compared exactly"),
+    ],
+    more=8,
+    printed="hello <b>",
+    ended=True,
 )
+OUTPUT = f"{ITEMS_22.count}\n\n{ITEMS_22.text()}"
 
 
 def failed(output: str = OUTPUT, max_score: float = 1) -> TestResult:
-    return TestResult("2.2 logits", 0, max_score, "failed", "2.2", output, ["part2"])
+    """Check 2.2 failed: with the items above, or, given another ``output``, with that
+    plain text only."""
+    extra = {ITEMS: ITEMS_22.to_json()} if output == OUTPUT else {}
+    return TestResult(
+        "2.2 logits", 0, max_score, "failed", "2.2", output, ["part2"], extra_data=extra
+    )
 
 
 def stored(test: TestResult) -> dict:

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from grader.checks.base import note_causes
+#: JOIN joins the names of a combination's parts into the name it is stored under (and
+#: a cause's id where it names them at once).
+from grader.core.feedback_items import JOIN, Cause
 
-#: Joins the names of a combination's parts into the name it is stored under.
-JOIN = "+"
 #: The cause of a value that is the write-up's answer for another input.
 HARD_CODED = "hard_coded_answer"
 
@@ -51,16 +51,18 @@ def known(name: str, diagnoses: Mapping[str, str]) -> bool:
     return all(p in diagnoses for p in parts_of(name))
 
 
-def name_causes(names: Sequence[str], diagnoses: Mapping[str, str], of: str = "") -> str:
-    """ "Likely cause: your code X, and Y; or Z." for the stored mistakes ``names`` (single
-    or combined; "" if none is known), with ``of`` naming what it explains where that is
-    not the whole value. Every part's id is noted for results.json."""
+def name_causes(names: Sequence[str], diagnoses: Mapping[str, str], of: str = "") -> list[Cause]:
+    """The causes "your code X, and Y" of the stored mistakes ``names`` (single or
+    combined; none if none is known), with ``of`` naming what each explains where that is
+    not the whole value. A combination's id is its parts' ids joined by :data:`JOIN`."""
     chosen = minimal([n for n in dict.fromkeys(names) if known(n, diagnoses)])
-    if not chosen:
-        return ""
-    note_causes([p for n in chosen for p in sorted(parts_of(n))])
-    texts = "; or ".join(explanation(parts_of(n), diagnoses) for n in chosen)
-    return f"Likely cause{f' of {of}' if of else ''}: your code {texts}."
+    where = f" (in {of})" if of else ""
+    evidence = "the wrong value equals this mistake's"
+    return [
+        Cause(combination(parts_of(n)), f"your code {explanation(parts_of(n), diagnoses)}{where}",
+              evidence)
+        for n in chosen
+    ]  # fmt: skip
 
 
 def cover(explained: Mapping[str, Sequence[str]]) -> frozenset[str]:
@@ -76,11 +78,11 @@ def cover(explained: Mapping[str, Sequence[str]]) -> frozenset[str]:
     return chosen
 
 
-def hard_coded_cause(label: str) -> str:
+def hard_coded_cause(label: str) -> list[Cause]:
     """The cause of a value that is right for the write-up's input ``label`` and was
-    returned for another input: noted under :data:`HARD_CODED`."""
-    note_causes([HARD_CODED])
-    return (
-        f"Likely cause: your code returns the answer for {label} for other inputs as well: "
-        "compute it from the arguments instead of writing it in."
+    returned for another input (:data:`HARD_CODED`)."""
+    text = (
+        f"your code returns the answer for {label} for other inputs as well: compute it "
+        "from the arguments instead of writing it in"
     )
+    return [Cause(HARD_CODED, text, f"the value is the answer for {label}")]

@@ -18,9 +18,11 @@ self-check compares through the seals, with the same messages.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from grader.checks.base import (
+    Failure,
     GradedTestCase,
     Outcome,
     ValueProblem,
@@ -31,6 +33,7 @@ from grader.checks.base import (
     with_output,
 )
 from grader.checks.images import problem_with_png
+from grader.core.feedback_items import Case, Cause
 from grader.core.points import points
 from grader.parts.part1.causes import combination, cover, hard_coded_cause, name_causes
 from grader.parts.part1.knock_on import (
@@ -69,7 +72,7 @@ def compared(kind: str, rel_tol: float) -> str:
     return "exactly" if kind == "int" else f"within a relative tolerance of {rel_tol:g}"
 
 
-def wrong_value(what: str, got: Any, verdict: Verdict) -> str:
+def wrong_value(what: str, got: Any, verdict: Verdict) -> Case:
     """What was compared and what the student returned, never the expected value.
 
     Every public Part 1 value is an answer of the write-up (parameter counts, cache
@@ -84,8 +87,8 @@ def wrong_value(what: str, got: Any, verdict: Verdict) -> str:
             f"{k} = {fmt(got[k])} (compared {compared(kinds[k], rel_tol)})" for k in wrong
         )
         right = len(kinds) - len(wrong)
-        return f"{what}: wrong entries: {yours}; the other {right} entries are right."
-    return f"{what} returned {fmt(got)}, which is wrong (compared {compared(str(kinds), rel_tol)})."
+        return Case(what, f"wrong entries: {yours}; the other {right} entries are right.")
+    return Case(what, fmt(got), f"compared {compared(str(kinds), rel_tol)}")
 
 
 class Part1Checks(GradedTestCase):
@@ -98,8 +101,9 @@ class Part1Checks(GradedTestCase):
         #: Notes on values accepted with a remark (a whole float for an int), printed once.
         self.notes: dict[str, str] = {}
 
-    def evaluate(self, case: dict[str, Any]) -> tuple[bool, str, str]:
-        """Run one case: (passed, message, kind of failure)."""
+    def evaluate(self, case: dict[str, Any]) -> tuple[bool, Failure, str]:
+        """Run one case: (passed, its failure, kind of failure); its causes are named in
+        the check's feedback."""
         what = f"{case['func']}({case['label']})"
         try:
             reply = self.ctx.worker(self.part).request(Call.of(case).header(), what=what)
@@ -119,18 +123,25 @@ class Part1Checks(GradedTestCase):
         if verdict.right(got):
             return True, "", ""
         explained = self.explain_table if isinstance(got, dict) else self.explain
-        sentences = [wrong_value(what, got, verdict), *explained(case, verdict, got)]
-        return False, " ".join(s for s in sentences if s), "value"
+        remarks, causes = explained(case, verdict, got)
+        self.name(causes)
+        remark = " ".join(r for r in remarks if r)
+        return False, replace(wrong_value(what, got, verdict), remark=remark), "value"
 
-    def explain(self, case: dict[str, Any], verdict: Verdict, got: Any) -> list[str]:
-        """Why a wrong number may be wrong: the function's check it follows from, then a
-        write-up answer written in or the known mistakes (single or combined) it equals."""
+    def explain(
+        self, case: dict[str, Any], verdict: Verdict, got: Any
+    ) -> tuple[list[str], list[Cause]]:
+        """Why a wrong number may be wrong: the function's check it follows from (a
+        remark), then a write-up answer written in or the known mistakes (single or
+        combined) it equals (causes)."""
         uses = derivation(Call.of(case))
         knock_on = self.follows(got, uses) if uses else []
         cause = self.hard_coded(case, got) or name_causes(verdict.mistakes(got), self.diagnoses())
-        return [knock_on_sentence(knock_on), cause]
+        return [knock_on_sentence(knock_on)], cause
 
-    def explain_table(self, case: dict[str, Any], verdict: Verdict, got: Any) -> list[str]:
+    def explain_table(
+        self, case: dict[str, Any], verdict: Verdict, got: Any
+    ) -> tuple[list[str], list[Cause]]:
         """Why a table's wrong entries may be wrong: per entry, the function's check it
         follows from; then the known mistakes whose whole table it is, or else those that
         give its wrong entries, entry by entry (one slip, such as GB for GiB, shows in
@@ -145,13 +156,12 @@ class Part1Checks(GradedTestCase):
         sentences = [knock_on_sentence(calls, keys) for calls, keys in by_pointer.values()]
         whole = verdict.mistakes(got)
         if whole:
-            return [*sentences, name_causes(whole, self.diagnoses())]
+            return sentences, name_causes(whole, self.diagnoses())
         per_entry = {k: names for k in wrong if (names := verdict.entry_mistakes(got, k))}
         if per_entry:
             of = "" if len(per_entry) == len(wrong) else " and ".join(per_entry)
-            cause = name_causes([combination(cover(per_entry))], self.diagnoses(), of)
-            sentences.append(cause)
-        return sentences
+            return sentences, name_causes([combination(cover(per_entry))], self.diagnoses(), of)
+        return sentences, []
 
     def follows(self, got: Any, uses: Any) -> list[Call]:
         """The calls whose wrong values ``got`` follows from (see
@@ -185,11 +195,11 @@ class Part1Checks(GradedTestCase):
         value = int(value) if kind == "int" and whole_float(value) else value
         return verdict.right(float(value) if kind == "float" else value)
 
-    def hard_coded(self, case: dict[str, Any], got: Any) -> str:
+    def hard_coded(self, case: dict[str, Any], got: Any) -> list[Cause]:
         """The hard-coded cause, where ``got`` (not 0) is the write-up's answer for another
-        input of the same function ("" otherwise)."""
+        input of the same function (none otherwise)."""
         if got == 0:
-            return ""
+            return []
         key = Call.of(case).key()
         for other in self.ctx.cases(self.part)["cases"]:
             if "sealed" not in other or other["func"] != case["func"]:
@@ -198,14 +208,14 @@ class Part1Checks(GradedTestCase):
                 continue
             if Verdict(other, self.answer(other), self.rel_tol()).right(got):
                 return hard_coded_cause(other["label"])
-        return ""
+        return []
 
     def rel_tol(self) -> float:
         return self.ctx.cases(self.part)["rel_tol"]
 
     def from_script(
         self, case: dict[str, Any], exc: SubmissionError
-    ) -> tuple[bool, str, str] | None:
+    ) -> tuple[bool, Failure, str] | None:
         """A file that defines none of the kit's functions is a course-style script: the
         case is judged from what it prints (:mod:`grader.parts.part1.script`). None for
         any other failure, which is reported as it is."""
@@ -253,7 +263,7 @@ class Part1Checks(GradedTestCase):
     def run_cases(self, num: str) -> Outcome:
         """Evaluate every case of check ``num``; stop early on failures that would repeat.
         The notes of whole floats accepted as ints are printed, once each."""
-        outcome, not_asked = Outcome(), []
+        outcome, not_asked = Outcome(), list[Failure]()
         self.notes.clear()
         for case in self.cases(num):
             outcome.total += 1
@@ -286,15 +296,15 @@ class Part1Checks(GradedTestCase):
         if not outcome.total:
             self.fail(f"No test cases for check {num}: run `python -m grader regen`.")
         if outcome.failures:
-            self.fail(outcome.listing())
+            self.fail_with(outcome.listing())
 
     def partial(self, num: str, set_score: Any) -> None:
         self.require_hidden()
         outcome = self.run_cases(num)
         set_score(round(points(num) * outcome.fraction, 4))
-        print(f"{outcome.passed} of {outcome.total} hidden cases correct.")
+        self.say_count(outcome.passed, outcome.total, "hidden cases")
         if outcome.failures:
-            self.fail(f"First failure: {outcome.listing(most=1)}")
+            self.fail_with(outcome.listing(most=1))
 
     # ------------------------------------------------------------------ checks
 

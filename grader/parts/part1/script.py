@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from grader.checks.base import cause_sentence
 from grader.parts.part1.causes import name_causes
 from grader.parts.part1.printed import (
     DEFAULT_WHERE,
@@ -344,7 +345,8 @@ def _message(what: str, case: dict[str, Any], readings: dict, j: Judgement, diag
         )
     if j.coarse:
         compared += " or within its last printed digit"
-    return f"{text} (compared {compared}). {name_causes(j.mistakes, diagnoses)}".strip()
+    cause = cause_sentence(name_causes(j.mistakes, diagnoses))
+    return f"{text} (compared {compared}). {cause}".strip()
 
 
 def verdict_kind(case: dict[str, Any]) -> str:

@@ -238,7 +238,8 @@ def cache_read_effect(model: Any, input_ids: np.ndarray, prefix: int, width: int
     single-token steps on the rest of ``input_ids``, each fed the cache the previous call
     returned. That cache is every :func:`kv_tensors` of what forward handed back, and every
     key- or value-shaped tensor the model keeps that the prefill wrote (:func:`written`: a
-    cache kept on the layers and handed back as a copy). A cache read at every step keeps
+    cache kept on the layers, in a closure or in a helper module's globals, and handed
+    back as a copy), never a weight. A cache read at every step keeps
     the prompt's scrambled keys and values to the end, so the last step changes; a forward
     that recomputes the prefix at any step (at once, or every few calls) has healed by
     then. The unscrambled steps follow the same prefill again. Infinite where only the
@@ -258,7 +259,7 @@ def cache_read_effect(model: Any, input_ids: np.ndarray, prefix: int, width: int
     with torch.no_grad():
         before = snapshot(model, prefix, width)
         _, past = _logits_of(model(ids[:, :prefix], use_cache=True))
-        found = [*kv_tensors(past, prefix, width), *written(model, before, prefix, width)]
+        found = [*kv_tensors(past, prefix, width, model), *written(model, before, prefix, width)]
         del before
         if not scramble(list({id(t): t for t in found}.values()), gen):
             return None

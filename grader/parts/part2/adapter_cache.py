@@ -3,9 +3,11 @@ probe (``adapter.cache_read_effect``).
 
 The course's cache is what forward hands back as past_kv, but an honest design may keep
 it elsewhere and hand back views or a copy: on a layer (grown, preallocated, copied), in
-a closure, in a module-level container. The probe must scramble what the next step reads,
-so it takes both: the key- and value-shaped tensors of what forward handed back, and
-those the model keeps that the prefill wrote.
+containers nested to any depth, in a closure, an ``lru_cache`` or a weak dictionary, in
+a module-level container of the model's file or of a helper module of the submission's
+own (``tensor_search``). The probe must scramble what the next step reads, so it takes
+both: the key- and value-shaped tensors of what forward handed back, and those the model
+keeps that the prefill wrote; never the weights.
 """
 
 from __future__ import annotations
@@ -24,17 +26,26 @@ def kv_shaped(t: Any, prefix: int, width: int) -> bool:
     return (cols == width and rows >= prefix) or (rows == width and cols >= prefix)
 
 
-def kv_tensors(value: Any, prefix: int, width: int) -> list[Any]:
+def kv_tensors(value: Any, prefix: int, width: int, model: Any = None) -> list[Any]:
     """Every tensor in ``value`` (what forward handed back as ``past_kv``, searched through
-    its lists, tuples, dicts and plain objects) that is :func:`kv_shaped`."""
-    from tensor_search import tensors_in  # the worker's module, flat beside the adapter
+    its lists, tuples, dicts and objects to any depth) that is :func:`kv_shaped`; with
+    ``model``, none that shares the memory of one of its parameters (its weights)."""
+    from tensor_search import tensors_in, weight_memory  # the worker's, beside the adapter
 
-    return [t for t in tensors_in(value) if kv_shaped(t, prefix, width)]
+    weights = weight_memory(model) if model is not None else set()
+    return [t for t in tensors_in(value) if kv_shaped(t, prefix, width) and not _in(t, weights)]
+
+
+def _in(tensor: Any, weights: set[Any]) -> bool:
+    """Whether ``tensor`` shares the memory of one of ``weights`` (parameters' memory)."""
+    from tensor_search import memory_of
+
+    return bool(weights) and memory_of(tensor) in weights
 
 
 def held_kv(model: Any, prefix: int, width: int) -> list[Any]:
-    """Every :func:`kv_shaped` tensor the model keeps outside its parameters: on its
-    layers, in a closure, in a module-level container (``tensor_search.held_tensors``)."""
+    """Every :func:`kv_shaped` tensor the model keeps outside its parameters, wherever
+    its next call may read it (``tensor_search.held_tensors``)."""
     from tensor_search import held_tensors
 
     return [t for t in held_tensors(model) if kv_shaped(t, prefix, width)]

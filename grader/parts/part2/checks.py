@@ -131,9 +131,7 @@ class Part2GenerateChecks(Part2Growth):
                 f"each new token once ({prompt_len + n - 1} tokens in all)."
             )
             names = self.mistakes_by_call_lengths(lengths, cached, plain)
-            cause = likely_cause(names, self.meta()["diagnoses"])
-            if cause:
-                problems.append(cause)
+            self.name(likely_cause(names, self.meta()["diagnoses"], "the tokens per call"))
         elif any(x != 1 for x in lengths[1:]):
             problems.append(
                 f"With use_cache=True, forward received {lengths} tokens per call for a "
@@ -141,9 +139,7 @@ class Part2GenerateChecks(Part2Growth):
                 "prompt), each call must receive only the newest token."
             )
             names = self.mistakes_by_call_lengths(lengths, cached, plain)
-            cause = likely_cause(names, self.meta()["diagnoses"])
-            if cause:
-                problems.append(cause)
+            self.name(likely_cause(names, self.meta()["diagnoses"], "the tokens per call"))
         if plain_lengths and plain_lengths != list(range(prompt_len, prompt_len + n)):
             problems.append(
                 f"With use_cache=False, forward received {plain_lengths} tokens per call; "
@@ -219,12 +215,12 @@ class Part2GenerateChecks(Part2Growth):
             for k, v in self.signatures("low_temperature").items()
             if isinstance(v, list) and np.array_equal(np.array(v), tokens)
         ]
-        cause = likely_cause(names, self.meta()["diagnoses"])
+        self.name(likely_cause(names, self.meta()["diagnoses"], "the sampled tokens"))
         both = "" if plain is None else f" (without the cache: {plain[0]} of {plain[1]})"
         self.fail(
             f"{setting}, only {hits} of {top.size} sampled tokens{both} were the token your "
             "own model ranks highest; dividing the logits by a tiny temperature makes "
-            f"sampling (almost) greedy. {cause}".strip()
+            "sampling (almost) greedy."
         )
 
     def sampling_frequency(self, temperature: float | None) -> tuple[float, float, int, int]:

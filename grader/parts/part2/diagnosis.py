@@ -17,6 +17,7 @@ import numpy as np
 
 from grader.checks.base import likely_cause
 from grader.checks.logits import explain, matching_mistakes, several_causes
+from grader.core.feedback_items import Cause
 from grader.parts.part2.cases import ABLATIONS, CACHED_MODES
 from grader.runtime.outcomes import SubmissionError
 
@@ -30,17 +31,20 @@ class Part2Diagnosis:
     course_cases: Any
     forward: Any
 
-    def diagnose(self, mode: str, steps: list[int] | None, observed: dict[str, Any]) -> str:
+    def diagnose(self, mode: str, steps: list[int] | None, observed: dict[str, Any]) -> list[Cause]:
         """Name the catalogued mistake behind a failure of the first public case in ``mode``.
 
-        Whatever the submission returned, this never raises ("" when nothing can be said).
+        Whatever the submission returned, this never raises (no cause when nothing can be
+        said).
         """
         try:
             return self.name_observed(mode, steps, observed)
         except Exception:
-            return ""
+            return []
 
-    def name_observed(self, mode: str, steps: list[int] | None, observed: dict[str, Any]) -> str:
+    def name_observed(
+        self, mode: str, steps: list[int] | None, observed: dict[str, Any]
+    ) -> list[Cause]:
         catalogue = self.signatures(mode)
         rerun_differs = None
         if "logits" in observed and any(s.get("nondeterministic") for s in catalogue.values()):
@@ -55,14 +59,14 @@ class Part2Diagnosis:
         names = matching_mistakes(observed, catalogue, rerun_differs)
         if not names and mode in CACHED_MODES and "logits" in observed:
             return self.diagnose_blend(mode, steps, observed["logits"])
-        return likely_cause(names, self.meta()["diagnoses"])
+        return likely_cause(names, self.meta()["diagnoses"], "the first case's logits or error")
 
-    def diagnose_blend(self, mode: str, steps: list[int] | None, logits: np.ndarray) -> str:
+    def diagnose_blend(self, mode: str, steps: list[int] | None, logits: np.ndarray) -> list[Cause]:
         """Name two mistakes whose blend gave ``logits`` in a cached mode.
 
         The first public case runs again on the public model with its positions, then
         its attention switched off; where one path is off, a mistake in the other shows
-        alone and matches its catalogued signature. Never raises ("" when nothing fits).
+        alone and matches its catalogued signature. Never raises (none when nothing fits).
         """
         ids = self.course_cases()[0]["input_ids"]
         observed: dict[str, Any] = {mode: logits}
@@ -73,5 +77,7 @@ class Part2Diagnosis:
                 observed[f"{mode}@{kind}"], _ = self.forward(f"public@{kind}", ids, steps, what)
             names, several = explain(observed, {p: self.signatures(p) for p in observed}, set())
         except Exception:  # the model could not run, or anything else: the hint is optional
-            return ""
-        return several_causes(names, diagnoses) if several else likely_cause(names, diagnoses)
+            return []
+        if several:
+            return several_causes(names, diagnoses)
+        return likely_cause(names, diagnoses, "the case with one path switched off")

@@ -18,10 +18,11 @@ from typing import Any
 import numpy as np
 
 from grader.checks.base import (
+    Failure,
     GradedTestCase,
     Outcome,
+    cause_sentence,
     likely_cause,
-    note_detail,
     with_output,
 )
 from grader.checks.logits import (
@@ -32,6 +33,7 @@ from grader.checks.logits import (
 )
 from grader.checks.timed_pools import build_pool
 from grader.core.arrays import decode_array, weights_digest
+from grader.core.feedback_items import Case, LogitCase
 from grader.core.points import points
 from grader.core.thresholds import load_thresholds
 from grader.parts.part2 import live_pools
@@ -70,10 +72,12 @@ def checked_weights(spec: dict[str, Any], name: str) -> dict[str, np.ndarray]:
 
 
 class CaseFailure(Exception):
-    """One case failed; ``kind`` says whether later cases are worth running."""
+    """One case failed (``failure``: the case, or a plain line); ``kind`` says whether
+    later cases are worth running."""
 
-    def __init__(self, message: str, kind: str = "value") -> None:
-        super().__init__(message)
+    def __init__(self, failure: Failure, kind: str = "value") -> None:
+        super().__init__(failure if isinstance(failure, str) else failure.sentence())
+        self.failure = failure
         self.kind = kind
 
 
@@ -175,7 +179,9 @@ class Part2Base(Part2Diagnosis, GradedTestCase):
             if exc.kind != "exception":
                 raise
             names = matching_mistakes({"error": exc.signature}, self.signatures("load"), None)
-            hint = likely_cause(names, self.meta()["diagnoses"])
+            causes = likely_cause(names, self.meta()["diagnoses"], "the error it raised")
+            self.name(causes)
+            hint = cause_sentence(causes)
             raise SubmissionError(
                 f"{exc.message}\n{hint}".strip(), "load", exc.output, exc.error
             ) from None
@@ -227,25 +233,23 @@ class Part2Base(Part2Diagnosis, GradedTestCase):
         vocab = self.meta()["models"][model]["config"]["vocab_size"]
         problem = logits_problem(got, (batch, length, vocab))
         if problem:
-            raise CaseFailure(f"{label}: {problem}", "shape" if "shape" in problem else "value")
+            kind = "shape" if "shape" in problem else "value"
+            raise CaseFailure(Case(label, problem), kind)
         picked = got if positions is None else got[:, positions, :]
         result = compare(picked, expected, self.atol())
         if not result.ok:
             where = result.first_bad if positions is None else positions[result.first_bad or 0]
-            first = f"first wrong {position(where or 0, length)}"
-            message = (
-                f"{label}: logits differ from the reference's by up to {result.max_error:.3g} "
-                f"(tolerance {self.atol():g}); {first}."
-            )
+            first = position(where or 0, length)
+            failure: Failure = LogitCase(label, result.max_error, self.atol(), first)
             if not show_values:
-                message = f"{label}: logits are wrong ({first})."
+                failure = Case(label, f"logits are wrong (first wrong {first}).")
             else:  # the first failing public case's errors, step by step (self-check picture)
                 errors = [round(e, 6) if np.isfinite(e) else None for e in result.per_position]
-                note_detail("logit_errors", {
+                self.note_detail("logit_errors", {
                     "case": label, "tolerance": self.atol(), "max_error": errors,
                     "positions": list(range(length)) if positions is None else list(positions),
                 })  # fmt: skip
-            raise CaseFailure(message)
+            raise CaseFailure(failure)
         return got, shapes
 
     def run_public(
@@ -272,16 +276,14 @@ class Part2Base(Part2Diagnosis, GradedTestCase):
                 )
                 problem = self.cache_problem(shapes, ids.shape) if shapes_check else ""
                 if problem:
-                    raise CaseFailure(f"{label}: {problem}")
+                    raise CaseFailure(Case(label, problem))
                 outcome.passed += 1
                 continue
             except CaseFailure as exc:
-                outcome.failures.append(str(exc))
+                outcome.failures.append(exc.failure)
                 if i == 0:
                     observed = self.observe_first(steps)
-                    cause = self.diagnose(mode, steps, observed)
-                    if cause:
-                        outcome.failures[-1] += f"\n{cause}"
+                    self.name(self.diagnose(mode, steps, observed))
                 if exc.kind in FATAL:
                     outcome.total = len(cases)
                     break
@@ -315,9 +317,9 @@ class Part2Base(Part2Diagnosis, GradedTestCase):
         if not outcome.total:
             self.fail(f"No test cases for check {num}: run `python -m grader regen`.")
         set_score(round(points(num) * outcome.fraction, 4))
-        print(f"{outcome.passed} of {outcome.total} {what} correct.")
+        self.say_count(outcome.passed, outcome.total, what)
         if outcome.failures:
-            self.fail(outcome.listing())
+            self.fail_with(outcome.listing())
 
     def run_hidden(self, num: str) -> Outcome:
         outcome = Outcome()
@@ -339,7 +341,7 @@ class Part2Base(Part2Diagnosis, GradedTestCase):
             except SubmissionError as exc:  # the model could not be built
                 outcome.failures.append(with_output(exc.message, exc.output))
             except CaseFailure as exc:
-                outcome.failures.append(str(exc))
+                outcome.failures.append(exc.failure)
                 if exc.kind in FATAL - {"load"}:
                     outcome.total = len(cases)
                     break

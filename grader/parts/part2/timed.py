@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from grader.checks.base import Workload, note_detail
+from grader.checks.base import Workload
 from grader.checks.cache_read import cache_read_outcome
 from grader.checks.calls import fed_once, shown
 from grader.checks.timed_pools import WITH, TimedPools
@@ -129,7 +129,7 @@ class Part2Timed(TimedPools, Part2Base):
             got, want = tokens[:, prompt_len:], np.asarray(expected)[:, :new_tokens]
             if not np.array_equal(got, want):
                 row, k = (int(x) for x in np.argwhere(got != want)[0])
-                note_detail(HIDDEN_ANSWER, True)
+                self.note_detail(HIDDEN_ANSWER, True)
                 self.fail(
                     f"A timed generate({cache_argument(use_cache)}) of {new_tokens} tokens after "
                     f"{rows} prompt(s) of {prompt_len} tokens, at temperature {temperature:g} "

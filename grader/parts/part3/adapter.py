@@ -16,8 +16,8 @@ if __package__:  # grader.parts.part3.adapter: regen and the tests, in the grade
     from grader.parts.part3.adapter_cache import (
         cache_dtypes,
         cache_shapes,
-        cache_tensors_by_owner,
         held_arrays,
+        written_by,
     )
     from grader.parts.part3.adapter_load import (
         NOTES,
@@ -31,8 +31,8 @@ else:  # adapter_part3.py, flat among the worker's scripts in the sandbox
     from adapter_part3_cache import (
         cache_dtypes,
         cache_shapes,
-        cache_tensors_by_owner,
         held_arrays,
+        written_by,
     )
     from adapter_part3_load import (
         NOTES,
@@ -194,21 +194,25 @@ def cache_read_effect(
     per_owner: bool = False,
 ) -> float | dict[str | None, float] | None:
     """The largest change of the logits ``steps`` single-token steps after a prefill of
-    ``prefix`` tokens when every tensor that may hold the cache (:func:`cache_tensors`) is
-    overwritten with noise, in place, right after that prefill: far from zero for an
-    attention that reads its cache at every step (the prompt's scrambled entries stay in
-    it), zero for one that recomputes what it attends over, at once or at any step before
-    the last (a cache refreshed every few steps). Found after the prefill, the cache is the
-    one the next step reads, however it was allocated or rebound; the unscrambled steps
-    follow the same prefill again. Infinite where only the scrambled run is NaN; None
-    where no cache tensor is found or one cannot be written (the other probes judge).
-    ``per_owner``: the same figure (under None) and one for each module's own cache tensors
-    scrambled alone, by the module's name (an attention layer that projects its keys and
-    values again, while the others read theirs, shows no change of its own)."""
+    ``prefix`` tokens when every tensor that may hold the cache and that the prefill wrote
+    (:func:`written_by`) is overwritten with noise, in place, right after that prefill:
+    far from zero for an attention that reads its cache at every step (the prompt's
+    scrambled entries stay in it), zero for one that recomputes what it attends over, at
+    once or at any step before the last (a cache refreshed every few steps). Found after
+    the prefill, wherever the model can reach it (on a layer, in a closure, in a helper
+    module's globals), the cache is the one the next step reads, however it was allocated
+    or rebound; a table the prefill did not write and the weights are never scrambled.
+    The unscrambled steps follow the same prefill again. Infinite where only the
+    scrambled run is NaN; None where no cache tensor is found or one cannot be written
+    (the other probes judge). ``per_owner``: the same figure (under None) and one for each
+    owner's cache tensors scrambled alone, by the module's name (an attention layer that
+    projects its keys and values again, while the others read theirs, shows no change of
+    its own)."""
     import torch
 
     ids = torch.as_tensor(tokens, dtype=torch.long, device=_device())
     later = ids[:, prefix : prefix + steps]
+    other = torch.where(ids[:, :prefix] > 0, ids[:, :prefix] - 1, ids[:, :prefix] + 1)
     gen = torch.Generator(device="cpu").manual_seed(0)
 
     def decode() -> np.ndarray:
@@ -217,17 +221,18 @@ def cache_read_effect(
             out = model(later[:, j : j + 1], prefix + j)
         return _numpy(out)
 
-    written: list[str] = []  # the modules whose cache tensors the prefill wrote
+    written: list[str] = []  # the owners whose cache tensors the prefill wrote
 
     def scrambled(owner: str | None) -> np.ndarray | None:
         """The steps after a prefill whose cache tensors (of ``owner`` alone, or all) were
-        overwritten with noise; None where there are none or one cannot be written. Only
-        what the prefill wrote has an owner of its own: a buffer left unused (Meta's
-        cache_k kept beside a cache of the student's own elsewhere) is all zeros."""
-        model(ids[:, :prefix], 0)
-        by_owner = cache_tensors_by_owner(model, prefix, heads, head_dim)
+        overwritten with noise; None where there are none or one cannot be written. What
+        the prefill wrote is what a prefill of other tokens just before left otherwise: a
+        buffer left unused (Meta's cache_k kept beside a cache of the student's own
+        elsewhere) or a fixed table is not among it."""
+        model(other, 0)
+        by_owner = written_by(model, lambda: model(ids[:, :prefix], 0), prefix, heads, head_dim)
         if owner is None:
-            written[:] = [n for n, ts in by_owner.items() if any(bool(t.any()) for t in ts)]
+            written[:] = list(by_owner)
         found = [t for name, ts in by_owner.items() if owner in (None, name) for t in ts]
         try:
             for t in found:
@@ -240,7 +245,7 @@ def cache_read_effect(
         runs = {None: scrambled(None)}
         if runs[None] is None:
             return None
-        if per_owner and len(written) > 1:  # one module: the figure of all at once
+        if per_owner and len(written) > 1:  # one owner: the figure of all at once
             runs |= {owner: scrambled(owner) for owner in list(written)}
         model(ids[:, :prefix], 0)
         plain = decode()

@@ -43,12 +43,14 @@ def cache_like(
     tensor: Any, named: bool, heads: tuple[int, ...], head_dim: int | None, prefix: int
 ) -> bool:
     """Whether ``tensor`` may hold keys or values of ``prefix`` positions: anything but a
-    parameter or a mask under Meta's names (``named``), else a shape (..., T, heads,
-    head_dim) or (..., heads, T, head_dim) with T >= prefix. A layer's kept inputs,
-    (B, T, dim), do not look like a cache: scrambling them must not pass for reading one."""
+    mask under Meta's names (``named``), else a shape (..., T, heads, head_dim) or (...,
+    heads, T, head_dim) with T >= prefix. A layer's kept inputs, (B, T, dim), do not look
+    like a cache: scrambling them must not pass for reading one. A parameter may be a
+    cache (an ``nn.ParameterList`` made at prefill time); the weights are left out by
+    their memory (:func:`cache_tensors_by_owner`)."""
     import torch
 
-    if isinstance(tensor, torch.nn.Parameter) or tensor.dtype == torch.bool:
+    if tensor.dtype == torch.bool:
         return False
     if named or head_dim is None or tensor.ndim < 4 or tensor.shape[-1] != head_dim:
         return named
@@ -57,36 +59,75 @@ def cache_like(
 
 
 def cache_tensors_by_owner(
-    model: Any, prefix: int, heads: tuple[int, ...] = (), head_dim: int | None = None
+    model: Any,
+    prefix: int,
+    heads: tuple[int, ...] = (),
+    head_dim: int | None = None,
+    protected: set[Any] | None = None,
 ) -> dict[str, list[Any]]:
-    """The tensors that may be ``model``'s cache (:func:`cache_like`), each once, by the
-    name of the module that holds them ("" for the model itself), wherever an honest
-    design keeps them: every module's own attributes and buffers (Meta's cache_k / cache_v
-    preallocated or allocated on first use, grown with torch.cat or copied at every step),
-    and per-layer pairs in the lists, tuples, dicts or objects of any module (a model that
-    hands each layer its cache). Without ``head_dim`` only Meta's names count."""
-    import torch
-    from tensor_search import tensors_in  # the worker's module, flat beside the adapter
+    """The tensors that may be ``model``'s cache (:func:`cache_like`), each once, by owner:
+    the name of the module that holds them ("" for the model itself), or ``module.name``
+    for a global of the submission's own modules. Everything the model can read at its
+    next call is searched (``tensor_search.reachable``): every module's own attributes,
+    buffers and parameter lists (Meta's cache_k / cache_v preallocated or allocated on
+    first use, grown with torch.cat or copied at every step, under any name), per-layer
+    pairs in containers of any depth or a deque, closures made at prefill time and kept
+    or passed around, and module-level containers of the model's file or of a helper
+    module. Tensors sharing the memory in ``protected`` (by default every parameter's:
+    the weights) are never among them. Without ``head_dim`` only Meta's names count."""
+    from tensor_search import memory_of, reachable, weight_memory  # the worker's, flat
 
-    internal = set(vars(torch.nn.Module()))  # bookkeeping, parameters, submodules
+    weights = weight_memory(model) if protected is None else protected
     seen: set[int] = set()
     owners: dict[str, list[Any]] = {}
-    for name, module in model.named_modules():
-        own = {k: v for k, v in vars(module).items() if k not in internal}
-        for key, value in {**own, **module._buffers}.items():
-            for t in tensors_in(value):
-                if id(t) not in seen and cache_like(t, key in CACHE_NAMES, heads, head_dim, prefix):
-                    seen.add(id(t))
-                    owners.setdefault(name, []).append(t)
+    for owner, held in reachable(model).items():
+        for key, t in held:
+            if id(t) in seen or memory_of(t) in weights:
+                continue
+            if cache_like(t, key in CACHE_NAMES, heads, head_dim, prefix):
+                seen.add(id(t))
+                owners.setdefault(owner, []).append(t)
     return owners
 
 
 def cache_tensors(
-    model: Any, prefix: int, heads: tuple[int, ...] = (), head_dim: int | None = None
+    model: Any,
+    prefix: int,
+    heads: tuple[int, ...] = (),
+    head_dim: int | None = None,
+    protected: set[Any] | None = None,
 ) -> list[Any]:
     """Every tensor of :func:`cache_tensors_by_owner`, each once."""
-    return [t for found in cache_tensors_by_owner(model, prefix, heads, head_dim).values()
-            for t in found]  # fmt: skip
+    by_owner = cache_tensors_by_owner(model, prefix, heads, head_dim, protected)
+    return [t for found in by_owner.values() for t in found]
+
+
+def written_by(
+    model: Any, prefill: Any, prefix: int, heads: tuple[int, ...], head_dim: int | None
+) -> dict[str, list[Any]]:
+    """The tensors of :func:`cache_tensors_by_owner` that ``prefill()`` (a call of the
+    model on other tokens just before) wrote, by owner: new ones, or ones holding other
+    values. A table the model only reads (a fixed float buffer shaped like a cache) is
+    not among them: scrambling it would change every step, cache or no cache. A parameter
+    is among them only where the prefill wrote it (an ``nn.ParameterList`` that holds
+    the cache); a weight, or a tensor sharing a weight's memory, never is."""
+    import torch
+    from tensor_search import memory_of, weight_memory
+
+    weights = weight_memory(model)  # before the prefill: what it makes is not a weight
+    before = {id(t): (t, t.clone()) for t in cache_tensors(model, prefix, heads, head_dim, set())}
+    prefill()
+    changed = {memory_of(t) for t, copy in before.values() if not torch.equal(t, copy)}
+    protected = weights - (changed - {None})
+
+    def wrote(t: Any) -> bool:
+        if memory_of(t) in protected:
+            return False
+        return id(t) not in before or not torch.equal(t, before[id(t)][1])  # NaN: written
+
+    owners = cache_tensors_by_owner(model, prefix, heads, head_dim, set())
+    kept = {owner: [t for t in found if wrote(t)] for owner, found in owners.items()}
+    return {owner: found for owner, found in kept.items() if found}
 
 
 #: At most this many tensors, of at most this many rows each, go back to the grader
@@ -120,12 +161,13 @@ def held_arrays(
     model: Any, seen: int, heads: tuple[int, ...], head_dim: int
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """What ``model`` holds now that may be its cache of ``seen`` positions: ``t0``, ``t1``
-    ... (:func:`seen_positions` of each of :func:`cache_tensors`), and the dtypes of those
+    ... (:func:`seen_positions` of each of :func:`cache_tensors`, parameters included: a
+    weight is never shaped like one), and the dtypes of those
     tensors and of the model's first floating-point parameter. The grader compares them
     with the reference's keys and values; nothing here knows what they should be."""
     arrays: dict[str, Any] = {}
     dtypes: set[str] = set()
-    for t in cache_tensors(model, seen, heads, head_dim):
+    for t in cache_tensors(model, seen, heads, head_dim, protected=set()):
         held = seen_positions(t, heads, seen)
         if held is not None and len(arrays) < MAX_HELD:
             arrays[f"t{len(arrays)}"] = held

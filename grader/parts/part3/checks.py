@@ -37,17 +37,18 @@ class Part3ForwardChecks(Part3Probes):
             for mode in modes:
                 outcome.total += 1
                 problem = self.check_case(case, mode)
-                if problem:
+                if problem is not None:
                     outcome.failures.append(problem)
                     wrong += [] if mode in wrong else [mode]
                 else:
                     outcome.passed += 1
         set_score(round(points(num) * outcome.fraction, 4))
-        print(f"{outcome.passed} of {outcome.total} cases correct.")
+        self.say_count(outcome.passed, outcome.total)
         if outcome.failures:
             right = [m for m in modes if m not in wrong]
-            cause = self.diagnose_forward(wrong, right) if num != "3.4" else ""
-            self.fail(f"{outcome.listing()}\n{cause}".strip())
+            if num != "3.4":
+                self.diagnose_forward(wrong, right)  # names the causes in the feedback
+            self.fail_with(outcome.listing())
 
     @check("3.1")
     def test_build(self) -> None:

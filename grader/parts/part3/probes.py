@@ -195,13 +195,12 @@ class Part3Probes(Part3Base):
         dtypes = report.get("dtypes") if isinstance(report.get("dtypes"), dict) else {}
         model, cache = dtypes.get("model"), dtypes.get("cache") or []
         if heads == {params["n_kv_heads"]} and model and any(d != model for d in cache):
+            named = ["cache_float64"] if "float64" in cache else []
+            self.name(likely_cause(named, self.meta()["diagnoses"], "the cache's dtypes"))
             return (
                 f"Your process reports caches of the right shape, in {', '.join(cache)} where "
-                f"the model computes in {model}. "
-                + likely_cause(
-                    ["cache_float64"] if "float64" in cache else [], self.meta()["diagnoses"]
-                )
-            ).strip()
+                f"the model computes in {model}."
+            )
         if heads == {params["n_heads"]} != {params["n_kv_heads"]}:
             return (
                 "The cache must hold n_kv_heads heads (grouped-query attention): store xk and "

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from grader.checks.base import GradedTestCase, likely_cause, note_causes, with_output
+from grader.checks.base import Failure, GradedTestCase, likely_cause, with_output
 from grader.checks.logits import (
     compare,
     explain,
@@ -20,6 +20,7 @@ from grader.checks.logits import (
     signature_matches,
 )
 from grader.checks.timed_pools import build_pool
+from grader.core.feedback_items import Case, Cause, LogitCase
 from grader.core.thresholds import load_thresholds
 from grader.parts.part3 import live_pools
 from grader.parts.part3.cases import (
@@ -38,7 +39,6 @@ from grader.parts.part3.course import (
     build_notes,
     expected_logits,
     generation_causes,
-    likely_causes,
     rope_convention,
     rope_view,
 )
@@ -207,8 +207,9 @@ class Part3Base(GradedTestCase):
         reply = self.call(header, {"tokens": tokens}, what, key=what)
         return reply.arrays.get("logits")
 
-    def check_case(self, case: dict[str, Any], mode: str) -> str:
-        """ "" when the case passes in ``mode``, else a student-facing reason."""
+    def check_case(self, case: dict[str, Any], mode: str) -> Failure | None:
+        """None when the case passes in ``mode``, else the failing case (or the message of a
+        submission that failed to answer)."""
         tokens = np.array(case["tokens"], dtype=np.int64)
         try:
             got = self.forward(case["model"], tokens, mode)
@@ -217,17 +218,13 @@ class Part3Base(GradedTestCase):
         vocab = self.meta()["models"][case["model"]]["vocab_size"]
         problem = logits_problem(got, (*tokens.shape, vocab))
         if problem:
-            return f"{case['label']}, {describe(mode)}: {problem}"
+            return Case(f"{case['label']}, {describe(mode)}", problem)
         positions = case["positions"]
         result = compare(got[:, positions, :], expected_logits(case, self.rope()), self.atol())
         if result.ok:
-            return ""
-        where = positions[result.first_bad or 0]
-        return (
-            f"{case['label']}, {describe(mode)}: logits differ from the reference's by up to "
-            f"{result.max_error:.3g} (tolerance {self.atol():g}); "
-            f"first wrong {position(where, tokens.shape[1])}."
-        )
+            return None
+        where = position(positions[result.first_bad or 0], tokens.shape[1])
+        return LogitCase(f"{case['label']}, {describe(mode)}", result.max_error, self.atol(), where)
 
     # ------------------------------------------------------------- generate
 
@@ -285,22 +282,24 @@ class Part3Base(GradedTestCase):
         return self.meta().get("signatures", {}).get(probe, {})
 
     def name_mistakes(self, probe: str, observed: Any) -> str:
-        """ "Likely cause: ..." when ``observed`` equals a catalogued mutant's signature.
+        """Name the catalogued mutants whose signature ``observed`` equals, in this check's
+        feedback (:meth:`name`). Returns the words a message adds for them: none, as the
+        page shows the causes apart.
 
-        Naming is a hint added to a message that stands on its own: whatever the
-        observation holds, this never raises ("" when nothing can be said).
+        Naming is a hint beside a message that stands on its own: whatever the
+        observation holds, this never raises (nothing is named when nothing can be said).
         """
         try:
             sigs = self.signatures(probe)
             names = [n for n, sig in sigs.items() if signature_matches(sig, observed)]
-            return likely_cause(names, self.meta()["diagnoses"])
+            self.name(likely_cause(names, self.meta()["diagnoses"], f"the {probe} probe"))
         except Exception:
-            return ""
+            pass
+        return ""
 
     def cause_of_error(self, exc: SubmissionError, cache: bool) -> str:
         probe = "generate_cached" if cache else "generate_no_cache"
-        cause = self.name_mistakes(probe, {"error": exc.signature}) if exc.signature else ""
-        return f"\n{cause}" if cause else ""
+        return self.name_mistakes(probe, {"error": exc.signature}) if exc.signature else ""
 
     def diagnose_forward(self, wrong: list[str], right: list[str]) -> str:
         """Name the mistakes that explain the forward modes seen ``wrong`` and ``right``.
@@ -309,7 +308,8 @@ class Part3Base(GradedTestCase):
         only when it explains every mode, not the error type of one probe alone (a
         mask without the start_pos columns and attention that ignores the cached keys
         raise the same shape error in chunks, but only the second is wrong one token
-        at a time). Never raises ("" when nothing can be said).
+        at a time). Never raises (nothing is named when nothing can be said); returns the
+        words a message adds: none, as the page shows the causes apart.
         """
         tokens = np.array(self.meta()["probe_tokens"], dtype=np.int64)
         observed: dict[str, Any] = {}
@@ -321,21 +321,24 @@ class Part3Base(GradedTestCase):
         try:
             catalogue = {m: self.signatures(m) for m in [*wrong, *right]}
             names, several = explain(observed, catalogue, set(right))
-            if several:
-                return several_causes(names, self.meta()["diagnoses"])
-            return likely_cause(names, self.meta()["diagnoses"])
+            diagnoses = self.meta()["diagnoses"]
+            evidence = "the forward modes, probed again"
+            causes = several_causes(names, diagnoses) if several else []
+            self.name(causes or likely_cause(names, diagnoses, evidence))
         except Exception:
-            return ""
+            pass
+        return ""
 
     def generation_cause(self, reply: Any, want: list[str], max_seq_len: int | None = None) -> str:
-        """The course template's mistakes that explain ``reply``'s texts (see
-        :func:`generation_causes`); "" when none shows."""
+        """Name the course template's mistakes that explain ``reply``'s texts (see
+        :func:`generation_causes`) in this check's feedback; returns the words a message
+        adds for them: none, as the page shows the causes apart."""
         limit = max_seq_len or self.raw()["max_seq_len"]
         got = self.texts(reply)
         header = reply.header if isinstance(getattr(reply, "header", None), dict) else {}
         causes = generation_causes(header, got, want, self.raw(), limit)
-        note_causes(list(causes))
-        return likely_causes(list(causes.values()))
+        self.name([Cause(k, text, "the generated texts") for k, text in causes.items()])
+        return ""
 
     def texts(self, reply: Any) -> list[str]:
         texts = reply.header.get("texts")
@@ -372,7 +375,8 @@ class Part3Base(GradedTestCase):
             cause = self.generation_cause(replies[0], [])
         else:
             verdict.lines.insert(1, OWN_LOGITS_NOTE)
-            cause = likely_cause(verdict.names, self.meta()["diagnoses"])
+            self.name(likely_cause(verdict.names, self.meta()["diagnoses"], "the draws"))
+            cause = ""
         return "\n".join(line for line in [*verdict.lines, cause] if line)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from grader.checks.base import Workload, note_detail
+from grader.checks.base import Workload
 from grader.checks.cache_read import cache_read_outcome
 from grader.checks.calls import fed_once, shown
 from grader.checks.timed_pools import TimedPools
@@ -104,7 +104,7 @@ class Part3Timed(TimedPools, Part3Base):
         if checked and texts != want:
             wrong = [i + 1 for i, (a, b) in enumerate(zip(texts, want, strict=False)) if a != b]
             if expected is not None:
-                note_detail(HIDDEN_ANSWER, True)
+                self.note_detail(HIDDEN_ANSWER, True)
             self.fail(
                 f"A timed greedy generate(kv_caching={cache}) of {rows} prompt(s) of "
                 f"{input_len} tokens, {output_len} new tokens, returned other text than the "

@@ -28,6 +28,7 @@ from grader.checks.base import (
     shown,
 )
 from grader.core.arrays import decode_array
+from grader.core.feedback_items import Case
 from grader.core.points import BONUS, points
 from grader.core.thresholds import load_thresholds
 from grader.parts.part4.int8 import int8_reply, judge_int8, judge_int8_cache, restored_dtypes
@@ -115,7 +116,7 @@ class Part4Checks(Part4LatencyRuns):
                 )
         self.zero_new_tokens(outcome)
         if outcome.failures:
-            outcome.failures[0] += f"\n{self.diagnose_generation()}".rstrip()
+            self.diagnose_generation()  # names the mistake in the feedback
         self.finish("4.2", outcome, set_score)
 
     def generated(
@@ -136,7 +137,7 @@ class Part4Checks(Part4LatencyRuns):
             ids = np.array(case["ids"], dtype=np.int64)
             reply = self.generate(case["model"], ids, n, cached, prefix, soft=True)
         except SubmissionError as exc:
-            outcome.failures.append(f"{label}: {exc.message}")
+            outcome.failures.append(Case(label, exc.message))
             return None, None
         tokens = reply.arrays.get("tokens")
         return reply, tokens.tolist() if isinstance(tokens, np.ndarray) else None
@@ -184,16 +185,18 @@ class Part4Checks(Part4LatencyRuns):
             if not isinstance(steps, np.ndarray) or steps.shape != want.shape:
                 shape = getattr(steps, "shape", None)
                 outcome.failures.append(
-                    f"{case['label']}: {shape[0] if shape else 0} forward calls with logits, "
-                    f"expected {want.shape[0]} (one per generated token)."
+                    Case(
+                        case["label"],
+                        f"{shape[0] if shape else 0} forward calls with logits, expected "
+                        f"{want.shape[0]} (one per generated token).",
+                    )
                 )
                 continue
             err = np.abs(steps - want).max(axis=(1, 2))
             bad = np.flatnonzero(~(err <= atol))  # NaN is never within tolerance
             if bad.size:
-                outcome.failures.append(
-                    f"{case['label']}: step {bad[0] + 1}'s logits differ by {err[bad[0]]:.3g}."
-                )
+                what = f"step {bad[0] + 1}'s logits differ by {err[bad[0]]:.3g}."
+                outcome.failures.append(Case(case["label"], what))
             else:
                 outcome.passed += 1
         self.finish("4.3", outcome, set_score)
@@ -223,9 +226,10 @@ class Part4Checks(Part4LatencyRuns):
         lines, names = summarise_wrong_values(wrong, outcome.total)
         outcome.failures += lines
         set_score(round(points("4.4") * outcome.fraction, 4))
-        print(f"{outcome.passed} of {outcome.total} cases correct.")
+        self.say_count(outcome.passed, outcome.total)
         if outcome.failures:
-            self.fail(f"{outcome.listing()}\n{self.cause(names)}".strip())
+            self.cause(names)
+            self.fail_with(outcome.listing())
 
     @check("4.5")
     def test_measured_bytes(self) -> None:

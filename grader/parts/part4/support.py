@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from grader.checks.base import GradedTestCase, Outcome, likely_cause, note_causes, with_output
+from grader.checks.base import GradedTestCase, Outcome, likely_cause, with_output
 from grader.checks.timed_pools import build_pool, pool_fault, pools_built
+from grader.core.feedback_items import Case, Cause
 from grader.core.points import points
 from grader.core.thresholds import load_thresholds
 from grader.parts.part4 import live_pools
@@ -48,28 +49,28 @@ def generation_problem(
     prefix: int,
     lengths: list[Any],
     cause: Callable[[list[str]], str],
-) -> str:
+) -> Case:
     """What a generation that gave other tokens did, from the calls it made (``cause``
     names catalogued mistakes)."""
     if prefix:
         total = len(case["ids"][0])
-        problem = f"{case['label']}: generate_with_cache_from gave other tokens."
+        problem = "generate_with_cache_from gave other tokens."
         if lengths and lengths[0] != total - prefix:
             problem += (
                 f" Its first call fed {lengths[0]} tokens, but the cache already held "
                 f"{prefix} of the {total}: feed only the {total - prefix} it does not hold."
             )
             if lengths[0] == total:
-                problem += f" {cause(['cache_from_refeeds_prompt'])}"
-        return problem
+                problem += cause(["cache_from_refeeds_prompt"])
+        return Case(case["label"], problem)
     mode = "with" if cached else "without"
-    problem = f"{case['label']}: greedy generation {mode} the cache gave other tokens."
+    problem = f"greedy generation {mode} the cache gave other tokens."
     if cached and any(x != 1 for x in lengths[1:]):
         problem += (
             f" forward received {lengths} tokens per call: after the prompt, each "
             "cached step must feed only the newest token."
         )
-    return problem
+    return Case(case["label"], problem)
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,9 @@ class WrongValue:
     mistakes: dict[str, Any]
 
 
-def summarise_wrong_values(wrong: list[WrongValue], total: int) -> tuple[list[str], list[str]]:
+def summarise_wrong_values(
+    wrong: list[WrongValue], total: int
+) -> tuple[list[Case | str], list[str]]:
     """Feedback lines for the wrong values of a check's cases, and the mistakes that
     explain them. A mistake whose value every wrong case returned is named, once, with
     one example, not case by case; wrong values that no single mistake explains are
@@ -93,7 +96,7 @@ def summarise_wrong_values(wrong: list[WrongValue], total: int) -> tuple[list[st
         name for name in wrong[0].mistakes if all(w.mistakes.get(name) == w.got for w in wrong)
     ]
     if not names:
-        return [f"{w.what} returned {w.got:,}, which is wrong." for w in wrong], []
+        return [Case(w.what, f"{w.got:,}", "compared exactly") for w in wrong], []
     first = wrong[0]
     line = (
         f"{len(wrong)} of {total} cases returned a wrong value, all wrong in the same way; "
@@ -175,7 +178,7 @@ def positions_hint(exc: SubmissionError, n_positions: int | None) -> str:
         return ""
     limit = f" ({n_positions})" if n_positions else ""
     return (
-        f"Likely cause: the model was asked for positions past its n_positions{limit}. With a "
+        f"the model was asked for positions past its n_positions{limit}. With a "
         "cache, each call's positions start after the tokens the cache holds, so feeding the "
         "whole sequence again on top of the cache runs past the end: feed only the newest "
         "token."
@@ -249,14 +252,13 @@ class Part4Base(GradedTestCase):
         except SubmissionError as exc:
             hint = cache_api_hint(exc)
             if hint:
-                note_causes(["cache_iterated_as_pairs"])
+                self.name([Cause("cache_iterated_as_pairs", hint, "the error it raised")])
             else:
                 spec = self.model_spec(header.get("model", "lab"))
                 hint = positions_hint(exc, spec.get("config", {}).get("n_positions"))
                 if hint:
-                    note_causes(["positions_past_n_positions"])
-            if hint:
-                exc = SubmissionError(f"{exc.message}\n{hint}", exc.kind, exc.output, exc.error)
+                    why = "an IndexError from the position embedding"
+                    self.name([Cause("positions_past_n_positions", hint, why)])
             if soft:
                 raise exc from None
             self.fail(with_output(exc.message, exc.output))
@@ -288,7 +290,7 @@ class Part4Base(GradedTestCase):
         )
 
     def named(self, observed: dict[str, Any]) -> str:
-        """ "Likely cause: ..." for the catalogued mistakes that match ``observed`` (probe ->
+        """Name the catalogued mistakes that match ``observed`` (probe ->
         what the submission did): a mistake is named when everything it is known to do
         differently on those probes is what this submission did, so the right tokens rule
         out the mistakes that change them."""
@@ -303,17 +305,21 @@ class Part4Base(GradedTestCase):
                 if name in table.get(probe, {})
             )
         ]
-        return likely_cause(names, self.meta()["diagnoses"])
+        self.name(likely_cause(names, self.meta()["diagnoses"], "the probes' tokens"))
+        return ""
 
     def finish(self, num: str, outcome: Outcome, set_score: Any) -> None:
         set_score(round(points(num) * outcome.fraction, 4))
-        print(f"{outcome.passed} of {outcome.total} cases correct.")
+        self.say_count(outcome.passed, outcome.total)
         if outcome.failures:
-            self.fail(outcome.listing())
+            self.fail_with(outcome.listing())
 
     def cause(self, names: list[str]) -> str:
-        """ "Likely cause: ..." for catalogued mistakes named by what was seen."""
-        return likely_cause(names, self.meta()["diagnoses"])
+        """Name the catalogued mistakes ``names``, seen in what the submission did, in this
+        check's feedback (its causes, each once). Returns the words a message adds for
+        them: none, as the page shows the causes apart."""
+        self.name(likely_cause(names, self.meta()["diagnoses"], "what the check saw"))
+        return ""
 
     def diagnose_generation(self) -> str:
         """Run the catalogue's probe (8 tokens after ids 1..8) and name a matching mistake."""

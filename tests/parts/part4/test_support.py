@@ -65,7 +65,10 @@ def test_wrong_values_no_mistake_explains_name_none() -> None:
     ]
     lines, names = summarise_wrong_values(wrong, 4)
     assert names == []
-    assert lines == ["f(1) returned 5, which is wrong.", "f(2) returned 7, which is wrong."]
+    assert [c.sentence() for c in lines] == [
+        "f(1) returned 5, which is wrong (compared exactly).",
+        "f(2) returned 7, which is wrong (compared exactly).",
+    ]
 
 
 def test_the_cache_loop_hints_read_source_lines_as_their_expressions_did() -> None:
