@@ -59,7 +59,9 @@ def test_every_module_lies_in_a_layer() -> None:
     assert modules_of(ROOT / "grader") - in_layer == {"grader", "grader.__main__"}
     # the contracts are rules over folders: no module is listed by hand
     for contract in contracts():
-        for key in ("layers", "modules", "source_modules", "forbidden_modules"):
+        keys = ("layers", "modules", "source_modules", "forbidden_modules", "protected_modules",
+                "allowed_importers")  # fmt: skip
+        for key in keys:
             assert all(m.count(".") == 1 or "*" in m for m in contract.get(key, [])), contract
 
 
@@ -70,9 +72,9 @@ def test_the_project_keeps_every_contract() -> None:
 
 
 def copy_of_grader(tmp_path: Path) -> Path:
-    shutil.copytree(
-        ROOT / "grader", tmp_path / "grader", ignore=shutil.ignore_patterns("__pycache__")
-    )
+    """The package and the contracts' own code (``tools/``) under ``tmp_path``."""
+    for name in ("grader", "tools"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
     return tmp_path / "grader"
 
 
@@ -92,6 +94,14 @@ BREAKS = {
     ),
     "a check importing a worker-side module": (
         {"checks/newmodule.py": "from grader.parts.part3 import adapter\n"},
+        "wire protocol",
+    ),
+    "a new worker-side module reaching into the grader": (
+        {"parts/part4/adapter_new.py": "from grader.runtime import timing  # noqa\n"},
+        "worker side",
+    ),
+    "a check importing a worker-side module named in no contract": (
+        {"checks/newmodule.py": "from grader.parts.part4 import adapter_latency\n"},
         "wire protocol",
     ),
     "one part importing another": (

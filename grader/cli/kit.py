@@ -13,7 +13,7 @@ from grader.grading.commands import add_parts_option
 
 def cmd_regen(args: argparse.Namespace) -> int:
     """assignment/ from solution/'s markers, then test_cases/; ``--check`` only compares."""
-    from grader.ta import regen, skeleton
+    from grader.ta import handout, regen, skeleton
     from grader.ta.freshness import record_fresh
 
     if args.check:
@@ -30,6 +30,8 @@ def cmd_regen(args: argparse.Namespace) -> int:
     except skeleton.MarkerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    if handout.write_tables():
+        skeletons.append(handout.HANDOUT)
     for path in skeletons:
         print(f"wrote {path.relative_to(skeleton.PROJECT_ROOT)}")
     parts = parse_parts(args.parts) if args.parts else None

@@ -1,7 +1,15 @@
-"""The assignment's parts: what file each needs and which checks grade it.
+"""The assignment's parts: one declaration each, ``grader/parts/<tag>/part.toml``.
 
 Each part is one folder, ``grader/parts/<tag>/``:
 
+- ``part.toml``: the part's declaration, read here. Everything the grader, the self-check
+  and the TA tooling need to know about the part is written there once: the files a
+  student hands in, what its fork server preloads, its table of checks (number, title,
+  points, hidden or public, partial credit, timed, the public checks that stand for a
+  hidden one in the self-check, the handout's row), and its TA tooling (the order its
+  cases are built in, its mutation targets and timeout, the cache-free baselines that
+  calibration times). ``tests/test_parts.py`` walks every folder and fails when any of it
+  is missing or disagrees with the code;
 - ``checks.py`` (with ``support.py``, ``timed.py``, ``diagnosis.py`` where the part needs
   them): the part's checks, trusted, run in the grader;
 - ``cases.py``: the constants and seeded data both the checks and the builder use;
@@ -9,11 +17,11 @@ Each part is one folder, ``grader/parts/<tag>/``:
   from ``solution/`` (``python -m grader regen``); TA-side only, never in the autograder zip;
 - ``adapter.py`` (and ``adapter_*.py`` beside it): the worker side, the only files that
   touch student code. They are copied into each sandbox as ``adapter_<tag>.py`` (and
-  ``adapter_<tag>_*.py``) and import nothing of the grader;
-- ``mutants.toml``: the part's mutant library (known mistakes and correct variants).
+  ``adapter_<tag>_*.py``) and import nothing of the grader.
 
 A part may hold more modules of its own (Part 1's ``seal.py``: the write-up answers sealed
-in the public cases students get).
+in the public cases students get). Its mutant library is TA tooling, in
+``grader/ta/mutants/<tag>.toml``.
 
 The shared machinery sits beside them: ``grader/checks`` (base classes, logit
 comparison, timed pools), ``grader/worker`` (the worker's main loop, protocol and
@@ -22,8 +30,51 @@ value encoding), the client, sandbox, timing and results modules.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import string
+import tomllib
+from dataclasses import dataclass, field
 from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+#: Where the parts' folders are; each with a ``part.toml`` is a part, in the order of tags.
+PARTS_DIR = Path(__file__).resolve().parents[1] / "parts"
+DECLARATION = "part.toml"
+
+
+@dataclass(frozen=True)
+class CheckDeclaration:
+    """One graded check, as the part's table declares it."""
+
+    number: str  # "2.9": the number on Gradescope and in the handout
+    title: str  # the check's name on the page, after its number ({...} fields filled in)
+    handout: str  # the "what" of the handout's "How it is graded" row ({...} filled in)
+    points: float = 0.0  # its weight; 0 for a bonus check
+    bonus: float = 0.0  # extra credit awarded when passed (maximum 0: Gradescope's bonus)
+    partial: bool = False  # scored by the share of cases right
+    hidden: bool = False  # its cases only Gradescope has (left out of the self-check)
+    timed: bool = False  # timed against the reference solution in the same grading
+    benchmark: bool = False  # the part's benchmark, judged on thresholds.toml's profile
+    # Hidden: the public checks that run the same code on public data in the self-check.
+    public_counterparts: tuple[str, ...] = ()
+    # Its timed runs are also compared with the reference's answers on hidden prompt pools
+    # on Gradescope; in the self-check they are timed on prompts of their own.
+    hidden_prompt_pools: bool = False
+
+
+@dataclass(frozen=True)
+class PartTooling:
+    """What the TA tooling needs to know about a part."""
+
+    regen_order: int  # cases built in this order (the slowest builder first)
+    mutation_timeout_s: int  # seconds one engine mutant may take to grade
+    # Per file, the functions students write ("Class.method" for methods): the engine's
+    # mutation targets.
+    mutation_targets: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # The mutant that hides a cache-free design behind correct outputs (a benchmark part's
+    # calibration baseline), and those that come closer to the reference.
+    cache_free_baseline: str = ""
+    cache_free_extra: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -31,7 +82,6 @@ class Part:
     tag: str  # "part1" ... "part4": the tag on every check of the part
     title: str
     main_file: str  # the file the submission must contain, relative to its folder
-    checks_module: str  # module holding the part's unittest.TestCase classes
     # What its adapter imports before the student's code (``module`` or
     # ``module:name,...``), loaded once by a fork server that starts its workers. Each
     # part's list holds the one before it, so that one server grows with the grading
@@ -53,48 +103,65 @@ class Part:
     # Whether ``main_file`` may come as a Jupyter notebook of the same name (the course's
     # lab handout accepts one): graded as the script it defines (grader/sandbox/notebook.py).
     notebook: bool = False
+    checks: tuple[CheckDeclaration, ...] = ()
+    ta: PartTooling = PartTooling(regen_order=0, mutation_timeout_s=0)
+
+    @property
+    def number(self) -> int:
+        """``part3`` -> 3: the first number of its checks."""
+        return int(self.tag.removeprefix("part"))
+
+    @property
+    def checks_module(self) -> str:
+        """The module holding the part's unittest.TestCase classes."""
+        return f"grader.parts.{self.tag}.checks"
 
     @property
     def edited(self) -> tuple[str, ...]:
         """Every file of the part a student must upload, ``main_file`` first."""
         return (self.main_file, *self.also_edited)
 
+    def check(self, number: str) -> CheckDeclaration:
+        """The declaration of check ``number`` (KeyError if the part has none)."""
+        for declared in self.checks:
+            if declared.number == number:
+                return declared
+        raise KeyError(f"{self.tag} declares no check {number}")
 
-PARTS: dict[str, Part] = {
-    "part1": Part(
-        "part1",
-        "KV-cache calculator",
-        "question1.py",
-        "grader.parts.part1.checks",
-        preload=("numpy",),
-        import_next_beside=True,
-        class_preload=("matplotlib.pyplot",),
-    ),
-    "part2": Part(
-        "part2",
-        "Tiny transformer with a KV cache",
-        "transformer_skeleton.py",
-        "grader.parts.part2.checks",
-        preload=("numpy", "torch"),
-    ),
-    "part3": Part(
-        "part3",
-        "KV caching in Llama 3",
-        "llama/model.py",
-        "grader.parts.part3.checks",
-        preload=("numpy", "torch"),
-        also_edited=("llama/generation.py",),
-        given=("llama/__init__.py", "llama/tokenizer.py", "inference.py", "benchmark_inference.py"),
-    ),
-    "part4": Part(
-        "part4",
-        "KV-cache lab (distilgpt2 shape)",
-        "kv_lab.py",
-        "grader.parts.part4.checks",
-        preload=("numpy", "torch", "transformers:GPT2Config,GPT2LMHeadModel,DynamicCache"),
-        notebook=True,
-    ),
-}
+
+def _tuple_fields(table: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    return {k: tuple(v) if k in names else v for k, v in table.items()}
+
+
+def load_part(folder: Path) -> Part:
+    """The part declared in ``folder/part.toml`` (its tag is the folder's name)."""
+    data = tomllib.loads((folder / DECLARATION).read_text())
+    checks = tuple(
+        CheckDeclaration(**_tuple_fields(c, ("public_counterparts",)))
+        for c in data.pop("checks", [])
+    )
+    ta = data.pop("ta")
+    targets = {f: tuple(names) for f, names in ta.pop("mutation_targets", {}).items()}
+    tooling = PartTooling(mutation_targets=targets, **_tuple_fields(ta, ("cache_free_extra",)))
+    lists = ("preload", "class_preload", "also_edited", "given")
+    return Part(folder.name, checks=checks, ta=tooling, **_tuple_fields(data, lists))
+
+
+def load_parts(root: Path = PARTS_DIR) -> dict[str, Part]:
+    """Every part declared under ``root``, by tag, in the order of their numbers."""
+    folders = [p.parent for p in root.glob(f"*/{DECLARATION}")]
+    parts = [load_part(folder) for folder in folders]
+    return {p.tag: p for p in sorted(parts, key=lambda p: p.number)}
+
+
+PARTS: dict[str, Part] = load_parts()
+
+
+def fill(text: str, **values: Any) -> str:
+    """``text`` with its ``{...}`` fields filled from ``values`` (``{cases.WORK_NEW}``,
+    ``{cpu[prompt_len]}``): a declared title or handout row that states a figure names
+    the constant it comes from, so that it changes with it."""
+    return string.Formatter().vformat(text, (), values)
 
 
 def imports_ahead(graded: list[str]) -> dict[str, tuple[str, ...]]:

@@ -40,20 +40,12 @@ from grader.ta.mutants import load_mutants, materialise_all
 if TYPE_CHECKING:
     from grader.ta.regrade.cluster import ClusterOptions
 
-# Per part, the mutant that hides a cache-free implementation behind correct outputs.
-BASELINES = {
-    "part2": "generate_recomputes_prefix",
-    "part3": "prev_pos_not_advanced",
-    "part4": "cache_free_disguised",
-}
-# Cache-free designs in disguise that come closer to the reference, measured one by one.
+# Per benchmark part, the mutant that hides a cache-free implementation behind correct
+# outputs, and the cache-free designs in disguise that come closer to the reference,
+# measured one by one (``cache_free_baseline``, ``cache_free_extra`` of each part.toml).
+BASELINES = {t: p.ta.cache_free_baseline for t, p in PARTS.items() if p.ta.cache_free_baseline}
 EXTRA_BASELINES = {
-    # The whole prefix through the layers at every cached step, the vocabulary projection
-    # for its last position only (issue: 1.3-2.7x in wall time against the old thresholds).
-    "part3": ("prefix_recomputed_last_logits_only",),
-    # A cache asked for (use_cache=True) and never passed back: every step feeds the
-    # whole sequence again (issue: cached growth 1.70-2.21x against 1.65x in wall time).
-    "part4": ("cache_never_passed_back_recomputes",),
+    t: PARTS[t].ta.cache_free_extra for t in BASELINES if PARTS[t].ta.cache_free_extra
 }
 BENCHMARK_PARTS = tuple(BASELINES)
 DEFAULT_MARGIN = 1.5

@@ -36,37 +36,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.core.paths import RESULTS, SOLUTION, SOLUTION_COPY_PATTERNS
+from grader.core.registry import PARTS
 
 WORKDIR = RESULTS / "mutation"
 
 # The functions students write (those holding a solution region), per part and file
-# ("Class.method" for methods). Left out: the plots (graded only as valid PNGs),
+# ("Class.method" for methods), as each part declares them (``[ta.mutation_targets]`` of
+# grader/parts/<tag>/part.toml). Left out: the plots (graded only as valid PNGs),
 # constructors (they declare the layers, whose names and shapes loading the weights
 # checks) and everything provided (helpers, the course harnesses, command-line code).
-_GRADED = {
-    "part1": {
-        "question1.py": """param_count weight_bytes kv_cache_bytes_per_request max_batch_size
-            attention_flops attention_bytes arithmetic_intensity answer_table""",
-    },
-    "part2": {
-        "transformer_skeleton.py": """causal_mask SingleHeadAttention.forward FeedForward.forward
-            DecoderLayer.forward DecoderOnlyTransformer.forward DecoderOnlyTransformer.prefill
-            DecoderOnlyTransformer.decode_one_token DecoderOnlyTransformer.sample
-            DecoderOnlyTransformer.generate""",
-    },
-    "part3": {
-        "llama/model.py": "Attention.forward causal_mask Llama.set_kv_caching",
-        "llama/generation.py": "sample_top_p Generation.generate_tokens",
-    },
-    "part4": {
-        "kv_lab.py": """model_config_summary generate_no_cache generate_with_cache
-            generate_with_cache_from measure_latency theoretical_kv_bytes measured_kv_bytes
-            quantize_kv_int8 dequantize_kv_int8 quantized_kv_bytes""",
-    },
-}
 TARGETS: dict[str, dict[str, tuple[str, ...]]] = {
-    part: {file: tuple(names.split()) for file, names in files.items()}
-    for part, files in _GRADED.items()
+    tag: dict(part.ta.mutation_targets) for tag, part in PARTS.items()
 }
 
 # cosmic-ray's operators kept (regular expressions on its operator names). Every
@@ -87,9 +67,10 @@ OPERATORS = (
     r"core/(ZeroIterationForLoop|ExceptionReplacer)$",
 )
 
-# Seconds one graded mutant may take (a mutant that loops forever is killed by the
-# grader's own limits well before; this only guards the engine's wait).
-TIMEOUT_S = {"part1": 120, "part2": 400, "part3": 600, "part4": 600}
+# Seconds one graded mutant may take, per part (``mutation_timeout_s``; a mutant that
+# loops forever is killed by the grader's own limits well before; this only guards the
+# engine's wait).
+TIMEOUT_S = {tag: part.ta.mutation_timeout_s for tag, part in PARTS.items()}
 
 _IGNORE = shutil.ignore_patterns(*SOLUTION_COPY_PATTERNS)
 

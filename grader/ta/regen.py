@@ -26,7 +26,8 @@ from typing import Any
 import jsonschema
 
 from grader.core.paths import SOLUTION, TEST_CASES
-from grader.ta import skeleton
+from grader.core.registry import PARTS
+from grader.ta import handout, skeleton
 from grader.ta.case_compare import compare_files
 from grader.ta.mutants import load_mutants
 
@@ -157,9 +158,9 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-#: The part builders, slowest first (Part 3's takes about 70 s of one core, the others
-#: 6-22 s): started in this order, the slowest never waits for a free process.
-BUILD_ORDER = ("part3", "part4", "part2", "part1")
+#: The part builders, slowest first (each part's ``regen_order``): started in this order,
+#: the slowest never waits for a free process.
+BUILD_ORDER = tuple(sorted(PARTS, key=lambda tag: PARTS[tag].ta.regen_order))
 
 
 def _build_one(name: str, solution: Path) -> Any:
@@ -228,6 +229,11 @@ def check(
     ``parts`` limits the regeneration (and so the drift reported) to those parts.
     """
     problems = skeleton.check(assignment, solution)
+    if assignment is None:  # the handout's grading tables, from the parts' declarations
+        problems += [
+            f"assignment/README.md: {tag}'s '{handout.HEADING}' table differs from "
+            f"grader/parts/{tag}/part.toml" for tag in handout.stale_tables()
+        ]  # fmt: skip
     manifest_path = cases_root / MANIFEST
     if not manifest_path.is_file():
         return [*problems, f"{manifest_path} is missing: run `python -m grader regen`"]

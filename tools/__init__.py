@@ -1,0 +1,1 @@
+"""Development tools of the kit that are not part of the grader (lint rules)."""
