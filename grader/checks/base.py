@@ -24,10 +24,11 @@ from gradescope_utils.autograder_utils.decorators import (
     weight,
 )
 
+from grader.checks import yardstick
 from grader.core.feedback import CUT_SHORT, GPU_HELD, NOT_GRADED, confirmed, memory_label
 from grader.core.feedback_items import ITEMS, PRINTED, Case, Cause, Feedback, LogitCase
 from grader.core.points import POINTS, part_of, points
-from grader.runtime.context import GradingContext, live_pools_key
+from grader.runtime.context import GradingContext
 from grader.runtime.outcomes import SubmissionError
 from grader.runtime.timing import (
     FULL_TIMING,
@@ -37,9 +38,7 @@ from grader.runtime.timing import (
     Ratio,
     Sample,
     Timing,
-    clock_for,
     measure,
-    until_steady,
 )
 
 
@@ -254,6 +253,8 @@ class GradedTestCase(unittest.TestCase):
     ctx: ClassVar[GradingContext]
     longMessage = False
     maxDiff = None
+    #: Why this check's yardstick is missing ("" when measured, or not asked for).
+    yardstick_fault = ""
 
     def shortDescription(self) -> str | None:
         """The check's whole title, Gradescope's test name: the first paragraph of its
@@ -411,21 +412,28 @@ class GradedTestCase(unittest.TestCase):
         the first time one is asked for, in one trusted worker of the reference's own on the
         grading device, under the same limits, with each workload's warm-up, until its
         runs are steady (at most its repeats: :func:`until_steady`).
-        Empty when the profile sets no ``max_vs_reference`` or the reference is not here.
+        Empty when the profile sets no ``max_vs_reference`` or the reference is not here,
+        and when its runs failed (:mod:`grader.checks.yardstick`): then the check's page
+        says so, once, and its record is flagged for the TA.
         The reference takes the prompts from the start of each pool, and gives them back:
         the submission's runs still get ones it has never seen."""
-        return self._yardsticks().get(name, {})
+        yardsticks = self._yardsticks()
+        fault = self.ctx.scratch.get(yardstick.fault_key(self.part), "")
+        if fault and not self.yardstick_fault:
+            self.yardstick_fault = fault
+            print(yardstick.NOT_MEASURED)
+        return yardsticks.get(name, {})
 
     def time_yardstick_ahead(self) -> None:
         """Time the reference's workloads now, before the submission's worker first starts
         (the runner asks it of a part's first check that needs them): its worker then runs
-        the whole part without a reference session in between. A failure is left for the
-        check that asks for the yardstick, which times it again and reports why."""
+        the whole part without a reference session in between. A failure is kept (see
+        :meth:`yardstick`): the checks that ask for it are judged without it."""
         with contextlib.suppress(Exception):
             self._yardsticks()
 
     def _yardsticks(self) -> dict[str, dict[str, Timing]]:
-        """Every workload's yardstick, timed once per grading (a failure is not kept)."""
+        """Every workload's yardstick, timed once per grading (a failure too)."""
         key = f"{self.part}.yardstick"
         if key not in self.ctx.scratch:
             self.ctx.scratch[key] = self._time_reference()
@@ -437,24 +445,11 @@ class GradedTestCase(unittest.TestCase):
         }
         if not workloads or not self.ctx.reference_available(self.part):
             return {}
-        # The reference sees none of what the checks learnt about the submission, and
-        # takes its prompts from the start of each pool (the submission's runs still get
-        # ones of their own: the pools' counters are given back untouched).
-        try:
-            with self.ctx.reference_session(self.part, keep=[live_pools_key(self.part)]):
-                clock = clock_for(self.ctx.device)
-                return {
-                    name: until_steady(
-                        run,
-                        list(variants),
-                        warmup=bench["warmup"],
-                        repeats=bench["repeats"],
-                        clock=clock,
-                    )
-                    for name, (run, variants, bench) in workloads.items()
-                }
-        except (AssertionError, SubmissionError) as exc:
-            self.fail(f"Grader fault: the reference solution's own timed run failed ({exc}).")
+        timed, why = yardstick.time_reference(self.ctx, self.part, workloads)
+        if why:
+            self.ctx.scratch[yardstick.fault_key(self.part)] = why[:400]
+            self.ctx.sandbox.warnings.append(yardstick.staff_warning(self.part, why[:400]))
+        return timed
 
     def versus_reference(
         self,
@@ -481,6 +476,7 @@ class GradedTestCase(unittest.TestCase):
         """Keep ``record`` for the results (calibration, leaderboard), print what was
         measured under ``headline``, and fail with ``advice`` if a threshold was missed."""
         self.ctx.benchmarks[record.check] = record
+        record.grader_fault = self.yardstick_fault
         lines = [f"{headline} ({record.profile} profile)"]
         sources = [t.peak_source for t in record.timings.values()]
         memory = memory_label(sources, record.profile)

@@ -10,7 +10,6 @@ again at once instead of costing another timeout.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import time
@@ -28,11 +27,12 @@ from grader.runtime.client_output import (
     describe_error,
     syntax_sentence,
 )
-from grader.runtime.gpu_memory import gpu_peak, nvml_usage
+from grader.runtime.gpu_memory import nvml_usage
 from grader.runtime.launch import Launch, launch
+from grader.runtime.measures import cpu_between, cpu_reading, figures, memory_sampled
 from grader.runtime.outcomes import Reply, SubmissionError
 from grader.runtime.trace import trace
-from grader.runtime.usage import cpu_snapshot, cpu_used, rss_peak
+from grader.runtime.usage import Sampler
 from grader.sandbox import cgroups
 from grader.sandbox.cgroups import PROCESS_TREE, CpuGroup
 from grader.sandbox.forkserver import ForkedWorker
@@ -40,6 +40,7 @@ from grader.sandbox.processes import STARTED, become_subreaper, kill_tree, reap_
 from grader.sandbox.sandbox import (
     Limits,
     Sandbox,
+    WorkerIdentity,
     kill_user_processes,
 )
 from grader.worker.protocol import (
@@ -70,8 +71,11 @@ class WorkerClient:
     _timed_out: set[str] = field(default_factory=set)
     _next_id: int = 0
     _cpu_group: CpuGroup | None = None
-    #: The reference solution's worker: it runs as the grader (no drop to the worker
-    #: account), so that its copy can be closed to that account (``Sandbox.provide``).
+    _sampler: Sampler | None = None
+    #: The reference solution's worker: it runs as the trusted account, with a home and
+    #: temporary folder of its own (``Sandbox.trusted_folders``), so that its copy can be
+    #: closed to the worker account (``Sandbox.provide``) and nothing the submission made
+    #: is on its paths.
     trusted: bool = False
     starts: int = 0
     #: Libraries its fork server imports while it runs (see ``Launch.ahead``).
@@ -95,6 +99,12 @@ class WorkerClient:
         This process becomes the reaper of the worker's orphans, so that their CPU time is
         charged to the worker (see ``usage.cpu_snapshot``)."""
         become_subreaper()
+        # Its memory sampler lives as long as it does, so that the grader's threads are the
+        # same during every request, timed or not; NVML is loaded before it starts, too.
+        self._sampler = Sampler()
+        self._sampler.start()
+        if self.device == "cuda":
+            nvml_usage()
         self._cpu_group = cgroups.create(self.part)
         self.cpu_accounting = self._cpu_group.accounting if self._cpu_group else PROCESS_TREE
         req_r, req_w = os.pipe()
@@ -114,6 +124,7 @@ class WorkerClient:
             self._proc = launch(job, req_r, resp_w)
         except BaseException:
             self._drop_cpu_group()
+            self._close_sampler()
             raise
         finally:
             os.close(req_r)
@@ -154,7 +165,7 @@ class WorkerClient:
         if proc is not None:
             kill_tree(proc.pid)
             proc.wait()
-            kill_user_processes(self.sandbox.identity)
+            kill_user_processes(self._identity())
             STARTED.discard(proc.pid)
             self._drop_cpu_group()  # kills what is left in it, wherever it was reparented
             reap_orphans()  # the zombies its descendants left with this process
@@ -166,27 +177,21 @@ class WorkerClient:
             if fd >= 0:
                 os.close(fd)
         self._proc, self._to_worker, self._from_worker = None, -1, -1
+        self._close_sampler()
+
+    def _identity(self) -> WorkerIdentity:
+        """The account and run gid this client's workers run as."""
+        return self.sandbox.trusted_identity() if self.trusted else self.sandbox.identity
+
+    def _close_sampler(self) -> None:
+        if self._sampler is not None:
+            self._sampler.close()
+            self._sampler = None
 
     def _drop_cpu_group(self) -> None:
         if self._cpu_group is not None:
             self._cpu_group.remove()
             self._cpu_group = None
-
-    def _cpu_reading(self, pid: int, run_gid: int | None) -> Any:
-        """The worker's CPU clock now: its cgroup's counter where it has one, else a
-        snapshot of its processes and of what its reapers reaped (:func:`cpu_snapshot`)."""
-        if self._cpu_group is not None:
-            return self._cpu_group.usage_s()
-        server = getattr(self._proc, "server", None)
-        server_pid = server.pid if server is not None else None
-        return cpu_snapshot(pid, run_gid, reapers=(server_pid,) if server_pid else ())
-
-    def _cpu_between(self, before: Any, after: Any) -> float | None:
-        if self._cpu_group is not None:
-            if before is None or after is None:
-                return None
-            return max(0.0, after - before)
-        return cpu_used(before, after)
 
     def kill(self) -> None:
         """Kill the worker's processes from another thread (the watchdog): a request
@@ -280,38 +285,30 @@ class WorkerClient:
         timed: bool,
     ) -> tuple[dict, dict, dict[str, Any]]:
         """Send ``message`` and read the reply, clocked from here; a ``timed`` request
-        also gets the CPU time charged to the worker and its peak memory."""
+        also gets the CPU time charged to the worker and its peak memory. Every request is
+        measured the same way, timed or not (:mod:`grader.runtime.measures`)."""
         assert self._proc is not None
         pid = self._proc.pid
         # The run's own gid when the worker was dropped to it: work a daemon does outside
         # the worker's tree is charged too (see cpu_snapshot).
-        run_gid = self.sandbox.identity.gid if self.sandbox.identity.dropped else None
-        sample_rss = timed and self.device != "cuda"
-        sample_gpu = timed and self.device == "cuda"
-        with (
-            rss_peak(pid) if sample_rss else contextlib.nullcontext() as rss,
-            gpu_peak(pid, nvml_usage()) if sample_gpu else contextlib.nullcontext() as gpu,
-        ):
-            cpu_before = self._cpu_reading(pid, run_gid) if timed else None
+        identity = self._identity()
+        run_gid = identity.gid if identity.dropped else None
+        server = getattr(self._proc, "server", None)
+        reading = (self._cpu_group, pid, run_gid, server.pid if server is not None else None)
+        gpu = nvml_usage() if self.device == "cuda" else None
+        with memory_sampled(pid, self.device, self._sampler, gpu) as held:
+            cpu_before = cpu_reading(*reading)
             start = time.perf_counter()
-            self._send(message, arrays, what=what, key=key, limit=limit)  # timed or not:
-            try:  # the worker cannot tell
+            self._send(message, arrays, what=what, key=key, limit=limit)
+            try:
                 reply, out_arrays = self._receive(limit, what=what)
             except SubmissionError as exc:
                 if exc.kind == "timeout":
                     self._timed_out.add(key)
                 raise
             seconds = time.perf_counter() - start
-            cpu = self._cpu_between(cpu_before, self._cpu_reading(pid, run_gid)) if timed else None
-        peak, source = reply.get("cuda_peak_bytes") if timed else None, "worker"
-        if not isinstance(peak, int) or isinstance(peak, bool) or peak < 0:
-            peak = None  # the worker's own report is data like any other: validated
-        if rss is not None and rss["start"]:
-            peak, source = max(0, rss["peak"] - rss["start"]), "rss"
-        measured = {"seconds": seconds, "cpu_seconds": cpu, "peak_bytes": peak,
-                    "peak_source": source if peak is not None else None,
-                    "gpu_held_bytes": gpu["peak"] if gpu is not None else None}  # fmt: skip
-        return reply, out_arrays, measured
+            cpu = cpu_between(self._cpu_group, cpu_before, cpu_reading(*reading))
+        return reply, out_arrays, figures(reply, held, cpu, seconds, self.device, timed)
 
     def _send(
         self, message: dict[str, Any], arrays: dict | None, *, what: str, key: str, limit: float

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 
 import psutil
 
-from grader.runtime.usage import sampled
+from grader.runtime.usage import Sampler, sampled
 
 #: GPU memory in bytes per process id, summed over every GPU of the machine.
 Usage = Callable[[], Mapping[int, int]]
@@ -71,10 +71,11 @@ def process_tree(pid: int) -> set[int]:
 
 @contextmanager
 def gpu_peak(
-    pid: int, read: Usage | None, interval_s: float = 0.005
+    pid: int, read: Usage | None, interval_s: float = 0.005, sampler: Sampler | None = None
 ) -> Iterator[dict[str, int | None]]:
-    """Sample the GPU memory of ``pid``'s process tree in a thread while the body runs;
-    the dict's ``peak`` is the most seen, in bytes (None: NVML never listed the tree)."""
+    """Sample the GPU memory of ``pid``'s process tree in a thread while the body runs
+    (``sampler``'s, where given); the dict's ``peak`` is the most seen, in bytes (None:
+    NVML never listed the tree)."""
     stats: dict[str, int | None] = {"peak": None}
     if read is None:
         yield stats
@@ -95,5 +96,5 @@ def gpu_peak(
         return True
 
     take()
-    with sampled(take, interval_s):
+    with sampled(take, interval_s, sampler):
         yield stats

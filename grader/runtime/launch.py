@@ -7,7 +7,6 @@ The parent's side only. :func:`launch` returns a process with ``Popen``'s ``pid`
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import subprocess
 from collections import Counter
@@ -39,7 +38,8 @@ class Launch:
     device: str
     threads: int
     cpu_group: CpuGroup | None = None  # the worker's cgroup, where one could be made
-    trusted: bool = False  # the reference solution: runs as the grader, not the worker account
+    #: The reference solution: runs as the trusted account, with folders of its own.
+    trusted: bool = False
     #: Libraries the fork server imports once this worker is forked, while it runs: the
     #: next part's (``registry.imports_ahead``).
     ahead: tuple[str, ...] = ()
@@ -54,11 +54,14 @@ class Launch:
 
     def confinement(self) -> Confinement:
         """The limits, namespaces and account of this grading's workers."""
-        identity = self.sandbox.identity
-        if self.trusted:  # the reference reads a copy the worker account cannot
-            identity = dataclasses.replace(identity, dropped=False)
         isolate = self.limits.isolate_network and not network_isolation()
         procs = self.cpu_group.procs_file if self.cpu_group is not None else None
+        if self.trusted:  # the reference reads a copy the worker account cannot
+            identity = self.sandbox.trusted_identity()
+            return confinement(
+                self.limits, identity, isolate, None, self.device, procs, trusted=True
+            )
+        identity = self.sandbox.identity
         spec = confinement(self.limits, identity, isolate, None, self.device, procs)
         # The worker account's view of the files (grader/sandbox/view.py).
         return with_view(spec, self.sandbox.root, self.sandbox.hidden)
@@ -82,7 +85,7 @@ SHARED, OWN, INTERPRETER = "shared fork server", "fork server", "new interpreter
 def launch(job: Launch, req_r: int, resp_w: int) -> subprocess.Popen | ForkedWorker:
     """The worker's process, reading requests from ``req_r`` and replying on ``resp_w``."""
     spec = job.confinement()
-    env = job.sandbox.environment(job.device, job.threads)
+    env = job.sandbox.environment(job.device, job.threads, trusted=job.trusted)
     forked = _forked(job, spec, env, (req_r, resp_w))
     if forked is not None:
         STARTS[SHARED if forked.server.adopted_pid is not None else OWN] += 1

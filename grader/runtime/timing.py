@@ -134,6 +134,9 @@ class BenchmarkRecord:
     leaderboard: dict[str, float] = field(default_factory=dict)  # tokens_per_s, speedup
     extra_rounds: int = 0  # rounds added to each measurement that missed (0: none needed)
     cut_short: bool = False  # a measurement stopped once something else decided the check
+    #: Why the reference's timings (the yardstick) are missing: the check was judged
+    #: without the comparison with them, a grader fault (grader/checks/yardstick.py).
+    grader_fault: str = ""
 
     def add(self, measurement: Measurement) -> None:
         """Keep the timings and the verdicts of one measurement."""
@@ -156,8 +159,12 @@ class BenchmarkRecord:
 
     @property
     def undecided(self) -> list[str]:
-        """The labels of the criteria its runs never decided (a TA may time them again)."""
-        return [c.label for c in self.criteria if c.undecided]
+        """The labels of the criteria its runs never decided (a TA may time them again),
+        and the comparison with the reference where its timings could not be measured."""
+        missing = (
+            ["over the reference's (not measured: a grader fault)"] if self.grader_fault else []
+        )
+        return [c.label for c in self.criteria if c.undecided] + missing
 
     @property
     def decided_late(self) -> list[str]:
@@ -176,6 +183,7 @@ class BenchmarkRecord:
             "cut_short": self.cut_short,
             "undecided": self.undecided,
             "decided_late": self.decided_late,
+            "grader_fault": self.grader_fault,
         }
 
 

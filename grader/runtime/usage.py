@@ -94,10 +94,81 @@ def cpu_used(before: dict[int, float] | None, after: dict[int, float] | None) ->
     return sum(max(0.0, used - before.get(pid, 0.0)) for pid, used in after.items())
 
 
+class Sampler:
+    """One thread that samples for a worker's whole life, during every request.
+
+    A thread started for a request and gone after it would show the worker when it is
+    timed: the grader's ``/proc/<pid>/task`` is readable by every account. This one is
+    started with the worker and stopped with it, whatever its requests are, so the
+    grader's thread count is the same during all of them (see :class:`WorkerClient`).
+    Its ``take`` functions are called under one lock, every ``interval_s`` while a
+    :func:`sampled` body runs.
+    """
+
+    def __init__(self, interval_s: float = 0.005) -> None:
+        self.interval_s = interval_s
+        self._cond = threading.Condition()
+        self._takes: list[list[Callable[[], bool]]] = []  # one slot per body running
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start the thread (once)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._serve, daemon=True, name="sampler")
+            self._thread.start()
+
+    def close(self) -> None:
+        """Stop the thread and wait for it."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and not self._closed
+
+    def _serve(self) -> None:
+        with self._cond:
+            while not self._closed:
+                if not self._takes:
+                    self._cond.wait()
+                    continue
+                self._cond.wait(self.interval_s)
+                for slot in self._takes:
+                    slot[:] = [take for take in slot if take()]
+
+    @contextmanager
+    def during(self, take: Callable[[], bool]) -> Iterator[None]:
+        """Call ``take`` every interval while the body runs (until it returns False)."""
+        slot = [take]
+        with self._cond:
+            self._takes.append(slot)
+            self._cond.notify_all()
+        try:
+            yield
+        finally:
+            with self._cond:  # not mid-sample: the last take below is the last one
+                self._takes.remove(slot)
+
+
 @contextmanager
-def sampled(take: Callable[[], bool], interval_s: float) -> Iterator[None]:
+def sampled(
+    take: Callable[[], bool], interval_s: float, sampler: Sampler | None = None
+) -> Iterator[None]:
     """Call ``take`` every ``interval_s`` in a thread while the body runs (until it returns
-    False), and once more after the body: the samplers of peak memory."""
+    False), and once more after the body: the samplers of peak memory. With a running
+    ``sampler``, its thread does it (at its own interval); else a thread of the body's own."""
+    if sampler is not None and sampler.alive:
+        try:
+            with sampler.during(take):
+                yield
+        finally:
+            take()
+        return
     done = threading.Event()
 
     def loop() -> None:
@@ -115,7 +186,9 @@ def sampled(take: Callable[[], bool], interval_s: float) -> Iterator[None]:
 
 
 @contextmanager
-def rss_peak(pid: int, interval_s: float = 0.005) -> Iterator[dict[str, int]]:
+def rss_peak(
+    pid: int, interval_s: float = 0.005, sampler: Sampler | None = None
+) -> Iterator[dict[str, int]]:
     """Sample the RSS of process ``pid`` in a thread while the body runs; the dict holds
     ``start`` and ``peak`` in bytes (both 0 if the process cannot be read).
 
@@ -138,5 +211,5 @@ def rss_peak(pid: int, interval_s: float = 0.005) -> Iterator[dict[str, int]]:
             return False
         return True
 
-    with sampled(take, interval_s):
+    with sampled(take, interval_s, sampler):
         yield stats

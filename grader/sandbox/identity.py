@@ -26,6 +26,9 @@ POOL_SIZE = 8
 LOCK_DIR = Path("/run/kvgrader") if Path("/run").is_dir() else Path("/var/lock/kvgrader")
 #: Used when running as root on a machine without the dedicated account.
 FALLBACK_USER = "nobody"
+#: The account of trusted workers (the reference solution timed as the yardstick), created
+#: with the pool: a root grader never runs the reference as root where it exists.
+TRUSTED_USER = f"{WORKER_USER}-ref"
 #: Set by ``batch``: where a grading writes its worker's uid and run gid, so that the
 #: batch can sweep the worker's processes even after killing that grading.
 RUN_RECORD_ENV = "KVGRADER_RUN_RECORD"
@@ -133,7 +136,8 @@ def claim_identity(preferred: str = WORKER_USER, size: int = POOL_SIZE) -> Worke
             pwd.getpwnam(name)
         except KeyError:
             continue
-        fd = os.open(LOCK_DIR / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(LOCK_DIR / f"{name}.lock", flags, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -158,3 +162,20 @@ def claim_identity(preferred: str = WORKER_USER, size: int = POOL_SIZE) -> Worke
     else:  # no pool: resolve_identity's warning already says which account is used
         return identity
     return dataclasses.replace(identity, warning="; ".join(filter(None, [identity.warning, note])))
+
+
+def trusted_identity(worker: WorkerIdentity, name: str = TRUSTED_USER) -> WorkerIdentity:
+    """The account a trusted worker (the reference solution) of a grading whose worker
+    runs as ``worker`` runs as: as root, the account ``name`` where it exists and can run
+    this interpreter, else root itself (its files and folders are still its own: see
+    ``Sandbox.trusted_dir``); the grader's own user when the grader is not root. Its gid
+    is given by the sandbox (a run gid of its own, as the worker's)."""
+    if not worker.dropped:
+        return dataclasses.replace(worker, warning="", lock_fd=-1)
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        return WorkerIdentity(0, 0, "root", dropped=False)
+    if not _interpreter_usable_by(entry.pw_uid, entry.pw_gid):
+        return WorkerIdentity(0, 0, "root", dropped=False)
+    return WorkerIdentity(entry.pw_uid, entry.pw_gid, name, dropped=True)

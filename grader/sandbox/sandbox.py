@@ -31,11 +31,13 @@ from grader.sandbox.identity import (  # noqa: F401  (re-exported: the sandbox's
     FALLBACK_USER,
     LOCK_DIR,
     POOL_SIZE,
+    TRUSTED_USER,
     WORKER_USER,
     WorkerIdentity,
     claim_identity,
     pool_names,
     resolve_identity,
+    trusted_identity,
 )
 from grader.sandbox.mounts import MountPlan
 from grader.sandbox.processes import kill_matching
@@ -106,18 +108,21 @@ def confinement(
     mounts: MountPlan | None = None,
     device: str = "cpu",
     cgroup_procs: str | None = None,
+    trusted: bool = False,
 ) -> Confinement:
     """What a worker's process applies to itself before it runs the submission: resource
     limits, a network namespace and a private view of the file system (as root, when
     asked), no new privileges, then the drop to the worker user (see :func:`confine`; a
     started worker applies it as its ``preexec_fn``, rather than through Popen's
-    ``user=``, because making the namespaces needs root and must come first)."""
+    ``user=``, because making the namespaces needs root and must come first). A
+    ``trusted`` worker (the reference, as ``TRUSTED_USER``) has no process limit: that
+    account is shared by the gradings of a batch, and its code is the kit's."""
     return Confinement(
         memory_resource=memory_limit(device),
         memory_bytes=limits.memory_bytes,
         max_file_bytes=limits.max_file_bytes,
         cpu_seconds=limits.cpu_seconds,
-        max_processes=limits.max_processes if identity.dropped else None,
+        max_processes=limits.max_processes if identity.dropped and not trusted else None,
         isolate_network=isolate_network,
         mounts=mounts,
         uid=identity.uid if identity.dropped else None,
@@ -161,7 +166,8 @@ ALLOCATOR_SETTINGS = {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"}
 
 
 def worker_environment(root: Path | None, device: str, threads: int) -> dict[str, str]:
-    """A worker's whole environment, its home and temporary folder in sandbox ``root``;
+    """A worker's whole environment, its home and temporary folder in ``root`` (the
+    sandbox's, or a trusted worker's own ``Sandbox.trusted_dir``);
     with no root (a fork server's, which has no sandbox) they point nowhere useful, and
     each forked worker gets its own sandbox's. Of the grader's environment only
     ``PASSED_FROM_GRADER`` goes through, where it is set; on a GPU, ``CUDA_ALLOCATOR``
@@ -239,6 +245,8 @@ class Sandbox:
     warnings: list[str] = field(default_factory=list)
     hidden: list[Path] = field(default_factory=list)  # folders the worker must not see
     expired: threading.Event = field(default_factory=threading.Event)  # the run's deadline
+    #: Who trusted workers run as (see :meth:`trusted_identity`), once asked.
+    trusted: WorkerIdentity | None = None
 
     @property
     def worker_dir(self) -> Path:
@@ -253,6 +261,36 @@ class Sandbox:
         return self.root / "out"
 
     @property
+    def trusted_dir(self) -> Path:
+        """The trusted workers' own ``home`` and ``tmp`` (their caches: tiktoken's, the
+        fonts matplotlib lists): nothing the submission made is on their paths."""
+        return self.root / "trusted"
+
+    def trusted_identity(self) -> WorkerIdentity:
+        """The account trusted workers run as (:func:`trusted_identity`: ``TRUSTED_USER``
+        under a root grader), with a run gid of its own, as the worker's."""
+        if self.trusted is None:
+            found = trusted_identity(self.identity)
+            if found.dropped:
+                found = dataclasses.replace(found, gid=fresh_gid())
+            self.trusted = found
+        return self.trusted
+
+    def trusted_folders(self) -> Path:
+        """:attr:`trusted_dir` with its ``home`` and ``tmp``, made once in the sandbox's root
+        (no worker writes there), owner-only, owned by the trusted account."""
+        top = self.trusted_dir
+        if not top.is_dir():
+            who = self.trusted_identity()
+            top.mkdir(mode=0o700)  # fails on anything already there: nothing is followed
+            for name in ("home", "tmp"):
+                (top / name).mkdir(mode=0o700)
+            if who.dropped:
+                for path in (top, top / "home", top / "tmp"):
+                    os.chown(path, who.uid, who.gid, follow_symlinks=False)
+        return top
+
+    @property
     def data_dir(self) -> Path:
         """Grader-provided files the worker may read but not change (public data only)."""
         return self.root / "data"
@@ -260,8 +298,9 @@ class Sandbox:
     def provide(self, source: Path, name: str, *, private: bool = False) -> Path:
         """Copy a public file or folder into :attr:`data_dir`, readable and not writable
         by the worker; return its path there (copied once). A ``private`` copy (the
-        reference solution) is the grader's alone for its whole life: owner-only, read
-        by a trusted worker that runs as the grader (``WorkerClient.trusted``)."""
+        reference solution) is the trusted workers' alone for its whole life: owner-only,
+        owned by their account (:meth:`trusted_identity`; the grader's where there is
+        none), read by them alone (``WorkerClient.trusted``)."""
         dest = self.data_dir / name
         if not dest.exists():
             self.data_dir.mkdir(mode=0o755, exist_ok=True)
@@ -273,8 +312,11 @@ class Sandbox:
             else:
                 shutil.copy2(source, dest)
             folder, file = (0o700, 0o600) if private else (0o755, 0o644)
+            owner = self.trusted_identity() if private else None
             for path in (dest, *dest.rglob("*")):
                 os.chmod(path, folder if path.is_dir() else file)
+                if owner is not None and owner.dropped:
+                    os.chown(path, owner.uid, owner.gid, follow_symlinks=False)
         return dest
 
     def withdraw(self, name: str) -> None:
@@ -312,9 +354,12 @@ class Sandbox:
                 os.chown(path, self.identity.uid, self.identity.gid, follow_symlinks=False)
             top.chmod(0o700)  # no other account (another grading's worker) may look in
 
-    def environment(self, device: str, threads: int) -> dict[str, str]:
-        """The worker's whole environment: of the parent's, only ``PASSED_FROM_GRADER``."""
-        return worker_environment(self.root, device, threads)
+    def environment(self, device: str, threads: int, trusted: bool = False) -> dict[str, str]:
+        """The worker's whole environment: of the parent's, only ``PASSED_FROM_GRADER``. A
+        ``trusted`` worker's ``HOME``, ``TMPDIR`` and caches are its own
+        (:meth:`trusted_folders`), never the submission's; every other variable is the same."""
+        root = self.trusted_folders() if trusted else self.root
+        return worker_environment(root, device, threads)
 
     def cleanup(self) -> None:
         """Remove the sandbox and whatever the worker user left in the shared temp folders."""

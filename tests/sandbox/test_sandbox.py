@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -15,12 +16,70 @@ from grader.sandbox.identity import claim_identity
 from grader.sandbox.sandbox import (
     Limits,
     Sandbox,
+    WorkerIdentity,
     confinement,
     resolve_identity,
+    trusted_identity,
 )
 from tests.conftest import in_param_count, refused
 
 ROOT_ONLY = os.geteuid() == 0
+
+
+def test_a_trusted_workers_home_and_temporary_folder_are_its_own() -> None:
+    """The reference's ``HOME``, ``TMPDIR`` and ``MPLCONFIGDIR`` (its caches) lie in a
+    folder of its own, owner-only, outside every folder the submission's worker writes;
+    every other variable is the worker's."""
+    box = Sandbox.create()
+    try:
+        box.hand_over()
+        worker, trusted = box.environment("cpu", 1), box.environment("cpu", 1, trusted=True)
+        assert worker.keys() == trusted.keys()
+        assert {k for k in worker if worker[k] != trusted[k]} == {"HOME", "TMPDIR", "MPLCONFIGDIR"}
+        own = box.trusted_dir
+        for name in ("HOME", "TMPDIR", "MPLCONFIGDIR"):
+            path = Path(trusted[name])
+            assert path.is_dir() and path.is_relative_to(own)
+            assert not any(path.is_relative_to(box.root / n) for n in ("home", "tmp", "out"))
+        info = own.stat()
+        assert stat.S_IMODE(info.st_mode) == 0o700
+        assert info.st_uid == box.trusted_identity().uid
+        if box.identity.dropped:  # a root grader: an account other than the worker's
+            assert box.trusted_identity().uid != box.identity.uid
+            assert box.trusted_identity().gid != box.identity.gid  # a run gid of its own
+    finally:
+        box.cleanup()
+
+
+def test_the_reference_copy_belongs_to_the_trusted_account(tmp_path: Path) -> None:
+    source = tmp_path / "reference"
+    (source / "llama").mkdir(parents=True)
+    (source / "question1.py").write_text("x = 1\n")
+    (source / "llama" / "model.py").write_text("y = 2\n")
+    box = Sandbox.create()
+    try:
+        dest = box.provide(source, "reference", private=True)
+        owner = box.trusted_identity()
+        for path in (dest, dest / "llama", dest / "question1.py", dest / "llama" / "model.py"):
+            info = path.stat()
+            assert info.st_uid == (owner.uid if owner.dropped else os.getuid())
+            assert stat.S_IMODE(info.st_mode) & 0o077 == 0  # no other account reads it
+    finally:
+        box.cleanup()
+
+
+@pytest.mark.needs_root(reason="the account pool is used by a root grader only")
+def test_without_the_trusted_account_the_reference_keeps_roots_account() -> None:
+    """A machine where the set-up did not create it: root, with its folders still its own
+    (see the test above); never the worker account."""
+    found = trusted_identity(resolve_identity(), name="kvgrader-absent-ref")
+    assert (found.uid, found.dropped) == (0, False)
+
+
+def test_a_grader_that_is_not_root_runs_the_reference_as_itself() -> None:
+    me = WorkerIdentity(os.getuid(), os.getgid(), "me", dropped=False, warning="w", lock_fd=7)
+    found = trusted_identity(me)
+    assert (found.uid, found.gid, found.dropped, found.lock_fd) == (me.uid, me.gid, False, -1)
 
 
 def test_environment_is_built_from_scratch(monkeypatch) -> None:
@@ -131,8 +190,13 @@ def test_setup_script_creates_the_worker_user_that_the_grader_then_uses() -> Non
         assert identity.dropped
         assert (identity.name, identity.uid) == (name, entry.pw_uid)
         assert identity.warning == ""
+        # and the reference's own account beside the pool, which trusted workers then use
+        trusted = trusted_identity(identity, name=f"{name}-ref")
+        assert trusted.dropped and trusted.uid == pwd.getpwnam(f"{name}-ref").pw_uid
+        assert trusted.uid != identity.uid
     finally:
         subprocess.run(["userdel", name], capture_output=True)
+        subprocess.run(["userdel", f"{name}-ref"], capture_output=True)
 
 
 @pytest.mark.needs_root(reason="dropping privileges needs root")
