@@ -30,6 +30,7 @@ from grader.core.feedback_items import ITEMS, PRINTED, Case, Cause, Feedback, Lo
 from grader.core.points import POINTS, part_of, points
 from grader.runtime.context import GradingContext
 from grader.runtime.outcomes import SubmissionError
+from grader.runtime.starvation import STARVED, taken
 from grader.runtime.timing import (
     FULL_TIMING,
     BenchmarkRecord,
@@ -280,7 +281,10 @@ class GradedTestCase(unittest.TestCase):
     def tearDown(self) -> None:
         """Hand this check's items, the ids of the causes it named and its details to the
         grading (``ctx.scratch``), which keeps them in the check's ``extra_data``: the
-        lines the check printed (its stdout, which the runner captures) lead its items."""
+        lines the check printed (its stdout, which the runner captures) lead its items;
+        and the requests a busy machine starved (:mod:`grader.runtime.starvation`)."""
+        if starved := taken():
+            self.note_detail(STARVED, starved)
         fb = self.feedback
         printed = sys.stdout.getvalue() if isinstance(sys.stdout, io.StringIO) else ""
         skip = {fb.count, *self.unsaid}
