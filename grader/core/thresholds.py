@@ -34,8 +34,8 @@ def _validated(text: str) -> dict[str, Any]:
         resources.files("grader.core").joinpath("schemas/thresholds.schema.json").read_text()
     )
     jsonschema.validate(data, schema)
-    for profile, tables in data.items():
-        part3 = tables.get("part3") if isinstance(tables, dict) else None
+    for profile in ("cpu", "cuda"):
+        part3 = data[profile].get("part3")
         if part3:  # each speedup names a timed batch size; at least one is judged
             judged, timed = set(part3["min_speedup"]), {str(b) for b in part3["batch_sizes"]}
             if not judged or not judged <= timed:
@@ -61,6 +61,12 @@ def thresholds_text() -> str:
 def load_thresholds(device: str) -> dict[str, Any]:
     """The profile for ``device`` ("cpu" or "cuda") from the packaged thresholds file."""
     return parse_thresholds(thresholds_text())[device]
+
+
+def probe_thresholds(part: str) -> dict[str, Any]:
+    """The limits of ``part``'s work and growth probes (``[probes.<part>]``): one table
+    for every device, since the probes run on the CPU in CPU time."""
+    return parse_thresholds(thresholds_text())["probes"][part]
 
 
 def profile_provisional(device: str) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from importlib import resources
 
 import jsonschema
@@ -14,6 +15,7 @@ from grader.core.thresholds import (
     leaderboard_settings,
     load_thresholds,
     parse_thresholds,
+    probe_thresholds,
     resolve_device,
 )
 from tests.conftest import ROOT
@@ -25,7 +27,7 @@ def shipped_text() -> str:
 
 def test_shipped_file_is_valid_and_has_both_profiles() -> None:
     data = parse_thresholds(shipped_text())
-    assert set(data) == {"cpu", "cuda", "leaderboard", "verdict"}
+    assert set(data) == {"cpu", "cuda", "leaderboard", "probes", "verdict"}
     assert load_thresholds("cpu") == data["cpu"]
     assert load_thresholds("cuda")["part2"]["min_speedup"] > 1
 
@@ -48,22 +50,37 @@ def test_benchmark_model_holds_the_workload_of_each_profile() -> None:
 
 @pytest.mark.parametrize(
     ("old", "new"),
-    [
-        ("min_speedup = 3.47", "min_speedup = 0.5"),  # a "speedup" below 1 passes anything
-        ("repeats = 5", 'repeats = "five"'),
-        ("[cuda.part2]", "[gpu.part2]"),
-        ("warmup = 1 ", "warmup = 1\nspeedup_min = 2 "),
-        ("enabled = false", 'enabled = "yes"'),
-        ('check = "3.11"', 'check = "4.6"'),  # 4.6 measures no tokens/s
-        ('min_speedup = { "1" = 1.6,', 'min_speedup = { "4" = 1.6,'),  # batch 4 is not timed
-        ('min_speedup = { "1" = 1.6, "8" = 3.69, "16" = 5.05 }', "min_speedup = {}"),
+    [  # regular expressions over the shipped text: no test quotes a threshold's value
+        (r"min_speedup = [\d.]+", "min_speedup = 0.5"),  # a "speedup" below 1 passes anything
+        (r"repeats = \d+", 'repeats = "five"'),
+        (r"\[cuda\.part2\]", "[gpu.part2]"),
+        (r"warmup = 1 ", "warmup = 1\nspeedup_min = 2 "),
+        (r"enabled = false", 'enabled = "yes"'),
+        (r'check = "3\.11"', 'check = "4.6"'),  # 4.6 measures no tokens/s
+        (r'min_speedup = \{ "1" =', 'min_speedup = { "4" ='),  # batch 4 is not timed
+        (r"min_speedup = \{[^}]*\}", "min_speedup = {}"),
+        (r"min_work_ratio = [\d.]+", "min_work_ratio = 1.0"),  # no less work passes
+        (r"\[probes\.part3\]", "[probes.part5]"),
+        (r"max_cached_growth = [\d.]+", 'max_cached_growth = "flat"'),
     ],
 )
 def test_malformed_thresholds_are_rejected(old: str, new: str) -> None:
     text = shipped_text()
-    assert old in text
+    assert re.search(old, text), old
     with pytest.raises(jsonschema.ValidationError):
-        parse_thresholds(text.replace(old, new, 1))
+        parse_thresholds(re.sub(old, lambda _: new, text, count=1))
+
+
+def test_the_probes_limits_are_read_from_the_file() -> None:
+    """Parts 2 and 3 judge their work and growth probes by ``[probes.<part>]``."""
+    from grader.parts.part2 import cases as part2
+    from grader.parts.part3 import cases as part3
+
+    probes = parse_thresholds(shipped_text())["probes"]
+    for cases, part in ((part2, "part2"), (part3, "part3")):
+        assert probe_thresholds(part) == probes[part]
+        assert probes[part]["min_work_ratio"] == cases.MIN_WORK_RATIO
+        assert probes[part]["max_cached_growth"] == cases.MAX_CACHED_GROWTH
 
 
 def test_each_reading_is_a_copy_of_its_own_and_a_bad_text_fails_every_time() -> None:

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from grader.core.thresholds import timed_rounds
+from grader.core.thresholds import probe_thresholds, timed_rounds
 from grader.parts.part2.adapter_weights import state_dict_shapes, weight_scale
 
 ATOL = 1e-2  # absolute tolerance on every logit, the handout's and the harness's
@@ -66,7 +66,6 @@ POOL_MIN_GAP = 1e-3
 WORK_ROUNDS, WORK_BATCH, WORK_PROMPT, WORK_NEW = 2, 8, 64, 96
 # The work model's positions: room for the growth probe's longest run (below).
 WORK_POSITIONS = 256
-MIN_WORK_RATIO = 3.0  # cache-free CPU time / cached CPU time the probe must reach
 # Check 2.9's growth probe: the cached path alone, one round (if it decides) or
 # GROWTH_ROUNDS rounds in all, each of one cached generate of GROWTH_SHORT and one of
 # GROWTH_LONG new tokens after GROWTH_PROMPT-token prompts (GROWTH_BATCH rows, fresh ones
@@ -77,13 +76,10 @@ MIN_WORK_RATIO = 3.0  # cache-free CPU time / cached CPU time the probe must rea
 # path (which the work ratio above, and check 2.11, compare against).
 GROWTH_ROUNDS, GROWTH_BATCH, GROWTH_PROMPT, GROWTH_SHORT = 3, 8, 8, 16
 GROWTH_LONG = WORK_POSITIONS - GROWTH_PROMPT  # 248: up to the work model's positions
-# Measured on a shared 2-core machine (one thread, grader's CPU time; medians of a probe,
-# its single runs in brackets): the reference 0.93-1.19x (0.71-1.42x) in 6 gradings; the
-# cache-free designs, each with a cache-free path slowed 5 times so that the work ratio
-# passes: the whole prefix recomputed (generate_recomputes_prefix's cached path)
-# 4.39-6.25x (4.03-6.67x) in 3 gradings, and the prefix recomputed but only the last
-# position projected to logits 3.25-4.81x (3.16-5.06x) in 5. Margins: 1.7x and 1.6x.
-MAX_CACHED_GROWTH = 2.0
+# The probes' limits (cache-free over cached CPU time in the work probe, the growth
+# probe's long run over its short one per new token) are thresholds.toml's [probes.part2].
+MIN_WORK_RATIO = probe_thresholds("part2")["min_work_ratio"]
+MAX_CACHED_GROWTH = probe_thresholds("part2")["max_cached_growth"]
 # Check 2.10's sampling probe: the first new token after one prompt, drawn SAMPLE_ROWS x
 # SAMPLE_CALLS times (seeds 0, 1, ...) with generate's temperature left at its default, 1.0.
 # The likeliest token's frequency must lie within SAMPLE_SIGMAS standard deviations of its

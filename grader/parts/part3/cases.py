@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from grader.core.thresholds import timed_rounds
+from grader.core.thresholds import probe_thresholds, timed_rounds
 from grader.parts.part3.adapter_weights import checkpoint_shapes, weight_scale
 
 N_RANKS = 4096  # BPE ranks kept from cl100k_base: 4096 + 256 special tokens = 4352 ids
@@ -65,7 +65,7 @@ POOL_MIN_GAP = 1e-3  # every expected greedy step wins by at least this (logits)
 # machine; a cached path that recomputes the prefix and projects only its last position
 # 1.7x (1.7-1.9x), one that recomputes it all about 1x. Check 3.11 separates the former.
 WORK_ROUNDS, WORK_BATCH, WORK_PROMPT, WORK_NEW = 3, 4, 32, 96
-MIN_WORK_RATIO = 2.0  # cache-free CPU time / cached CPU time the probe must reach
+MIN_WORK_RATIO = probe_thresholds("part3")["min_work_ratio"]  # thresholds.toml [probes.part3]
 # Check 3.7's growth probe: the cached path alone. Rounds of one cached generate of
 # GROWTH_SHORT and one of GROWTH_LONG new tokens after GROWTH_BATCH prompts of
 # GROWTH_PROMPT tokens (fresh ones every run) on the work model, in CPU time. Its CPU time
@@ -77,14 +77,8 @@ MIN_WORK_RATIO = 2.0  # cache-free CPU time / cached CPU time the probe must rea
 # overhead), a recomputing one by the layers over every position so far.
 GROWTH_BATCH, GROWTH_PROMPT, GROWTH_SHORT, GROWTH_LONG = 8, 8, 16, 256  # 264 <= 320 positions
 GROWTH_ROUNDS = 3  # after a first round that was not decided (see growth_probe)
-MAX_CACHED_GROWTH = 3.0  # CPU time per new token, GROWTH_LONG run over GROWTH_SHORT run
-# Calibration (CPU time, one thread, a busy 2-core machine, graded): the reference's
-# first rounds 0.79-1.41x in 9 of 10 gradings; the tenth was past 1.5x and its 3 more
-# rounds gave 1.13x (0.74-1.28x). prev_pos never advanced 7.42-8.86x (3 gradings); a cached
-# step that recomputes the prefix and projects only its last position 6.81-8.92x (4).
-# Timed in-process, 3 rounds each: 0.87-1.28x, 6.9-9.1x and 5.5-7.0x. Margins x2.1 over
-# the reference, x2.3 (x1.8 in-process) under the last-logits-only design. The short run
-# is about 25 ms of CPU time, within a few 10 ms clock ticks: hence the extra rounds.
+# CPU time per new token, GROWTH_LONG run over GROWTH_SHORT run: [probes.part3] too
+MAX_CACHED_GROWTH = probe_thresholds("part3")["max_cached_growth"]
 # Check 3.1's capacity probe (seeded tokens): max_batch_size rows of max_seq_len tokens,
 # prefill then one token per call, so the cached model writes and reads its last slot.
 CAPACITY_SEED = 4141
