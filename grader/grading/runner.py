@@ -158,13 +158,14 @@ class Grading:
         self.watchdog.start()
         protect_hidden(Path(self.cases_root) / "hidden", sandbox.identity)
         protect_hidden(SOLUTION, sandbox.identity)  # absent from the autograder zip
+        self.file_view = worker_view(sandbox.identity.dropped)  # results: "file_view"
         isolation = network_isolation()
         if self.limits.isolate_network and isolation:
-            sandbox.warnings.append(f"the worker keeps the network: {isolation}")
+            kept = "UDP alone, Landlock closes TCP" if self.file_view.closes_tcp else "the network"
+            sandbox.warnings.append(f"the worker keeps {kept}: {isolation}")
         # The grader's own files (a checkout's .git holds the solution) and whatever the
         # caller names (a batch's export) are covered in the worker's view.
         sandbox.hidden = [PROJECT_ROOT, *(Path(h) for h in hide)]
-        self.file_view = worker_view(sandbox.identity.dropped)  # results: "file_view"
         if self.file_view.warning:
             sandbox.warnings.append(self.file_view.warning)
         if sandbox.identity.dropped and ipc_isolation():

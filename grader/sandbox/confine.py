@@ -117,7 +117,9 @@ class Confinement:
                 **{k: tuple(tuple(v) if k in pairs else v for v in vs) for k, vs in mounts.items()}
             )
         if rules is not None:
-            rules = LandlockRules(**{k: tuple(v) for k, v in rules.items()})
+            rules = LandlockRules(
+                **{k: tuple(v) if isinstance(v, list) else v for k, v in rules.items()}
+            )
         return cls(**{**data, "mounts": mounts, "landlock": rules})
 
 

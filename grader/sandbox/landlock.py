@@ -8,9 +8,11 @@ to the worker account, to what :func:`grader.sandbox.visible.visible` lists: rea
 nodes it needs. A folder to cover inside a shown one (the grader's checkout) is left out
 by showing its neighbours one by one instead. Where the kernel offers scopes (ABI 6) the
 worker can also neither signal nor reach the abstract Unix sockets of processes outside
-its domain. What it cannot do that a tree of its own does: there is no private scratch
-(the host's ``/tmp`` is closed to it; its ``TMPDIR`` is in the sandbox), and it can still
-learn that a path exists (``stat``), never what a file holds or a folder lists.
+its domain; where it has no network namespace (ABI 4) it can neither connect nor listen
+over TCP. What it cannot do that a tree of its own does: there is no private scratch
+(the host's ``/tmp`` is closed to it; its ``TMPDIR`` is in the sandbox), it can still
+learn that a path exists (``stat``), never what a file holds or a folder lists, and UDP
+stays open where there is no network namespace.
 
 Plain data and the standard library only (the fork server imports it).
 """
@@ -39,6 +41,8 @@ READ = EXECUTE | READ_FILE | READ_DIR
 DEVICE = READ_FILE | WRITE_FILE | TRUNCATE | IOCTL_DEV
 #: ABI 6's scopes: no signal to, and no abstract Unix socket of, a process outside.
 SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1, 2
+#: ABI 4's network rights: binding and connecting TCP sockets.
+BIND_TCP, CONNECT_TCP = 1, 2
 
 
 class RulesetAttr(ctypes.Structure):
@@ -61,6 +65,9 @@ class LandlockRules:
     read: tuple[str, ...]
     write: tuple[str, ...]
     devices: tuple[str, ...]
+    #: No TCP at all (ABI 4): where no network namespace could be made, the worker
+    #: can still neither connect nor listen (UDP is not Landlock's to close).
+    close_tcp: bool = False
 
 
 def _syscall(number: int, *args: object) -> int:
@@ -107,13 +114,14 @@ def _shown_apart(folder: str, hidden: tuple[str, ...]) -> list[str]:
     return shown
 
 
-def rules_for(seen: Visible) -> LandlockRules:
-    """The rules that give a worker what ``seen`` lists, and only that."""
+def rules_for(seen: Visible, close_tcp: bool = False) -> LandlockRules:
+    """The rules that give a worker what ``seen`` lists, and only that (and no TCP,
+    where ``close_tcp``)."""
     read = ["/proc", "/sys"]
     for path in seen.read_only:
         read += _shown_apart(path, seen.hidden)
     read += [target for path, target in seen.links if os.path.isabs(target)]
-    return LandlockRules(read=tuple(read), write=seen.writable, devices=seen.devices)
+    return LandlockRules(tuple(read), seen.writable, seen.devices, close_tcp=close_tcp)
 
 
 def _add(ruleset: int, path: str, rights: int) -> None:
@@ -142,8 +150,9 @@ def restrict(rules: LandlockRules) -> None:
         raise OSError(38, "Landlock is not available")
     handled = handled_rights(abi)
     scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0
-    attr = RulesetAttr(handled_access_fs=handled, handled_access_net=0, scoped=scoped)
-    size = ctypes.sizeof(RulesetAttr) if abi >= 6 else 8
+    net = BIND_TCP | CONNECT_TCP if rules.close_tcp and abi >= 4 else 0
+    attr = RulesetAttr(handled_access_fs=handled, handled_access_net=net, scoped=scoped)
+    size = 24 if abi >= 6 else 16 if abi >= 4 else 8  # the fields this ABI knows
     ruleset = _syscall(CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), 0)
     if ruleset < 0:
         errno = ctypes.get_errno()

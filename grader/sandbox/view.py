@@ -40,6 +40,11 @@ class WorkerView:
     reason: str = ""  # why not a tree of the worker's own ("" when it is one)
 
     @property
+    def closes_tcp(self) -> bool:
+        """Whether its rules close TCP to a worker that has no network namespace."""
+        return self.kind == LANDLOCK and abi_version() >= 4
+
+    @property
     def warning(self) -> str:
         """What the run's warnings say of it: only a worker with no view of its own."""
         if self.kind != NONE:
@@ -76,10 +81,13 @@ def interpreter() -> list[Path]:
     return [Path(sys.prefix), Path(sys.base_prefix)]
 
 
-def with_view(spec: Confinement, sandbox_root: Path, hidden: list[Path]) -> Confinement:
+def with_view(
+    spec: Confinement, sandbox_root: Path, hidden: list[Path], *, offline: bool = True
+) -> Confinement:
     """``spec`` with the view :func:`worker_view` gives, for the worker of the sandbox
     ``sandbox_root``, ``hidden`` covered (the checkout, an export); ``spec`` itself for a
-    worker that runs as the grader's own user (``spec.uid`` None)."""
+    worker that runs as the grader's own user (``spec.uid`` None). A worker meant to be
+    ``offline`` that got no network namespace gets Landlock's TCP rule with its files'."""
     if spec.uid is None:
         return spec
     kind = worker_view().kind
@@ -88,5 +96,6 @@ def with_view(spec: Confinement, sandbox_root: Path, hidden: list[Path]) -> Conf
         return dataclasses.replace(spec, mounts=mounts, landlock=None)
     if kind == LANDLOCK:
         seen = visible(str(sandbox_root), [str(p) for p in hidden], list(map(str, interpreter())))
-        return dataclasses.replace(spec, mounts=None, landlock=rules_for(seen))
+        rules = rules_for(seen, close_tcp=offline and not spec.isolate_network)
+        return dataclasses.replace(spec, mounts=None, landlock=rules)
     return dataclasses.replace(spec, mounts=None, landlock=None)

@@ -5,9 +5,11 @@ alone, forked by the fork server or started as a new interpreter alike."""
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -20,9 +22,9 @@ from grader.sandbox import landlock, visible
 from grader.sandbox.confine import Confinement
 from grader.sandbox.forkserver import ForkServer, start_interpreter
 from grader.sandbox.identity import WorkerIdentity
-from grader.sandbox.landlock import LandlockRules, abi_version, rules_for
+from grader.sandbox.landlock import LandlockRules, abi_version, restrict, rules_for
 from grader.sandbox.mounts import mount_isolation, plan_for
-from grader.sandbox.sandbox import Limits, Sandbox, confinement
+from grader.sandbox.sandbox import Limits, Sandbox, confinement, network_isolation
 from grader.sandbox.view import (
     LANDLOCK,
     MOUNT_NAMESPACE,
@@ -145,6 +147,8 @@ def test_a_lesser_view_is_given_when_asked_and_a_none_view_warns(
     expected = LANDLOCK if abi_version() >= 1 else NONE
     assert worker_view().kind == expected
     assert WorkerView(LANDLOCK, "no mount namespace").warning == ""
+    assert WorkerView(LANDLOCK).closes_tcp == (abi_version() >= 4)
+    assert not WorkerView(MOUNT_NAMESPACE).closes_tcp and not WorkerView(NONE).closes_tcp
 
 
 def test_a_grader_that_is_not_root_gives_no_view_and_keeps_the_spec(tmp_path: Path) -> None:
@@ -162,6 +166,7 @@ import json, os, sys
 args = sys.argv[1:]
 opt = lambda name: args[args.index(name) + 1]
 clone, open_dir, tag = opt("--clone"), opt("--open"), opt("--tag")
+import socket
 def attempt(act):
     try:
         act()
@@ -183,6 +188,7 @@ facts = {
     "open_folder": attempt(lambda: write(os.path.join(open_dir, f"fill-{tag}"))),
     "tmp": attempt(lambda: write(f"/tmp/kvgrader-{tag}")),
     "home": attempt(lambda: os.listdir("/home")),
+    "tcp": attempt(lambda: socket.create_connection(("127.0.0.1", int(opt("--port"))), 5)),
     "sandbox": attempt(lambda: write(os.path.join(os.environ["TMPDIR"], "scratch"))),
     "torch_less_import": attempt(lambda: __import__("email.mime.text")),
 }
@@ -202,17 +208,20 @@ def elsewhere() -> Iterator[tuple[Path, Path]]:
     for path in (base, *base.rglob("*")):
         path.chmod(0o755 if path.is_dir() else 0o644)
     open_dir.chmod(0o1777)
-    yield clone, open_dir
+    with socket.create_server(("127.0.0.1", 0)) as listener:  # a service on the machine
+        yield clone, open_dir, listener
     shutil.rmtree(base)
 
 
 def _see(box: Sandbox, spec: Confinement, server: ForkServer | None, paths, tag: str) -> dict:
-    """What ``VIEW_PROBE`` reports, forked by ``server`` or started (``server`` None)."""
-    clone, open_dir = paths
+    """What ``VIEW_PROBE`` reports, forked by ``server`` or started (``server`` None);
+    ``paths``: the other checkout, the world-writable folder and a listening socket."""
+    clone, open_dir, listener = paths
+    port = str(listener.getsockname()[1])
     req_r, req_w = os.pipe()
     resp_r, resp_w = os.pipe()
     probe = str(box.worker_dir / "view_probe.py")
-    names = ["--clone", str(clone), "--open", str(open_dir), "--tag", tag]
+    names = ["--clone", str(clone), "--open", str(open_dir), "--tag", tag, "--port", port]
     launch = {"env": box.environment("cpu", 1), "cwd": str(box.submission_dir)}
     try:
         if server is None:
@@ -243,7 +252,8 @@ def test_the_worker_sees_no_other_checkout_and_writes_no_host_folder(
     (box.worker_dir / "view_probe.py").chmod(0o644)
     neighbour = Path(tempfile.mkdtemp(prefix="kvgrade-neighbour-"))  # another grading
     neighbour.chmod(0o755)
-    spec = with_view(confinement(Limits(), box.identity), box.root, [PROJECT_ROOT])
+    offline = not network_isolation()  # a namespace where one can be made, as a grading's
+    spec = with_view(confinement(Limits(), box.identity, offline), box.root, [PROJECT_ROOT])
     assert (spec.mounts is not None, spec.landlock is not None) == (
         kind == MOUNT_NAMESPACE,
         kind == LANDLOCK,
@@ -257,7 +267,7 @@ def test_the_worker_sees_no_other_checkout_and_writes_no_host_folder(
         server.close()
         shutil.rmtree(neighbour)
     assert forked == started  # the same view either way
-    for attempt in ("clone_git", "clone_listed", "run_lock", "open_folder", "home"):
+    for attempt in ("clone_git", "clone_listed", "run_lock", "open_folder", "home", "tcp"):
         assert forked[attempt] != "done", attempt
     assert forked["sandbox"] == forked["torch_less_import"] == "done"
     assert neighbour.name not in str(forked["above_cwd"])  # no way round through '..'
@@ -270,6 +280,8 @@ def test_the_worker_sees_no_other_checkout_and_writes_no_host_folder(
         assert not Path(f"/run/lock/kvgrader-{tag}").exists()
         assert not Path(f"/tmp/kvgrader-{tag}").exists()
     assert os.listdir(elsewhere[1]) == []
+    if spec.landlock is not None:  # no network namespace: Landlock closes TCP instead
+        assert spec.landlock.close_tcp == (not spec.isolate_network)
 
 
 @pytest.mark.skipif(not view_available(MOUNT_NAMESPACE), reason="no mount namespace here")
@@ -378,3 +390,36 @@ def test_mounts_inside_a_shown_folder_are_shown_read_only_and_a_covered_one_is_e
         "venv": "venv",
         "box": True,
     }
+
+
+@pytest.mark.skipif(abi_version() < 4, reason="no Landlock network rights here")
+@pytest.mark.parametrize("close_tcp", [True, False])
+def test_landlock_closes_tcp_where_asked(close_tcp: bool) -> None:
+    """Where the worker has no network namespace (a default Docker container), Landlock
+    refuses it every TCP connection, to this machine's own services too."""
+    from grader.sandbox.confine import no_new_privileges
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            try:
+                assert no_new_privileges() == 0
+                restrict(LandlockRules(read=(), write=(), devices=(), close_tcp=close_tcp))
+                with socket.socket() as client:  # nothing left to import: files are shut
+                    client.settimeout(5)
+                    client.connect(("127.0.0.1", port))
+                outcome = 0
+            except OSError as exc:
+                outcome = exc.errno or -1
+            except BaseException:
+                outcome = -2
+            os.write(w, str(outcome).encode())
+            os._exit(0)
+        os.close(w)
+        with os.fdopen(r) as f:
+            outcome = int(f.read())
+        os.waitpid(pid, 0)
+    assert outcome == (errno.EACCES if close_tcp else 0)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from grader.sandbox.landlock import abi_version
+from grader.sandbox.sandbox import network_isolation
 from grader.sandbox.view import LANDLOCK, MOUNT_NAMESPACE, NONE, VIEW_ENV
 from tests.conftest import (
     ATTACK,
@@ -143,3 +146,24 @@ def test_the_reference_solution_scores_full_marks_with_landlock_alone(
     assert lost == {}
     assert graded.results.extra_data["file_view"] == LANDLOCK
     assert graded.data["score"] == 104  # 100 and the Part 4 bonus
+
+
+@pytest.mark.skipif(not network_isolation(), reason="a network namespace closes it here")
+@pytest.mark.skipif(abi_version() < 4, reason="no Landlock network rights here")
+def test_without_a_network_namespace_a_submission_opens_no_tcp_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A default Docker container: no network namespace for the worker, and Landlock
+    refuses its TCP connections, to a service of this machine's too."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.settimeout(0.5)
+        port = listener.getsockname()[1]
+        code = (
+            "    import socket\n"
+            f"    socket.create_connection(('127.0.0.1', {port}), timeout=2).sendall(b'secret')"
+        )
+        graded = _grade(tmp_path, LANDLOCK, code, monkeypatch)
+        with pytest.raises(TimeoutError):
+            listener.accept()  # nothing ever connected
+    assert graded.score("1.1") == 0
+    assert "PermissionError" in graded.output("1.1")
