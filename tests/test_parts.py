@@ -32,11 +32,11 @@ def test_every_part_folder_is_declared() -> None:
 
 def test_a_folder_without_a_declaration_is_not_a_part(tmp_path: Path) -> None:
     shutil.copytree(PARTS_DIR, tmp_path / "parts", ignore=shutil.ignore_patterns("__pycache__"))
-    (tmp_path / "parts" / "part5").mkdir()
-    (tmp_path / "parts" / "part5" / "__init__.py").write_text("")
-    (tmp_path / "parts" / "part5" / "checks.py").write_text("")
-    assert "part5" in part_folders(tmp_path / "parts")
-    assert "part5" not in load_parts(tmp_path / "parts")  # so the test above fails
+    (tmp_path / "parts" / "part9").mkdir()
+    (tmp_path / "parts" / "part9" / "__init__.py").write_text("")
+    (tmp_path / "parts" / "part9" / "checks.py").write_text("")
+    assert "part9" in part_folders(tmp_path / "parts")
+    assert "part9" not in load_parts(tmp_path / "parts")  # so the test above fails
 
 
 @pytest.mark.parametrize("tag", list(PARTS))
@@ -47,24 +47,24 @@ def test_every_part_is_wired_everywhere(tag: str) -> None:
 def test_a_half_wired_fifth_part_is_named() -> None:
     """A fifth part declared with one check and nothing else: each missing piece named."""
     part = Part(
-        "part5",
+        "part9",
         "Paged attention",
-        "paged.py",
-        checks=(CheckDeclaration("5.1", "pages", "pages", points=2, hidden=True),),
+        "paged_attention.py",
+        checks=(CheckDeclaration("9.1", "pages", "pages", points=2, hidden=True),),
         ta=PartTooling(regen_order=5, mutation_timeout_s=0),
     )
     problems = "\n".join(wiring_problems(part, Places(ROOT)))
     for expected in (
-        "solution/paged.py is missing",
-        "grader/parts/part5/adapter.py is missing",
-        "grader.parts.part5.checks cannot be imported",
-        "check 5.1 is declared but grader.parts.part5.checks has no such check",
-        "hidden check 5.1 names no public counterpart",
-        "no builder for part5",
-        "grader/core/schemas/part5_cases.schema.json is missing",
-        "grader/ta/mutants/part5.toml is missing",
+        "solution/paged_attention.py is missing",
+        "grader/parts/part9/adapter.py is missing",
+        "grader.parts.part9.checks cannot be imported",
+        "check 9.1 is declared but grader.parts.part9.checks has no such check",
+        "hidden check 9.1 names no public counterpart",
+        "no builder for part9",
+        "grader/core/schemas/part9_cases.schema.json is missing",
+        "grader/ta/mutants/part9.toml is missing",
         "declares no mutation targets",
-        "tests/parts/part5/test_checks.py is missing",
+        "tests/parts/part9/test_checks.py is missing",
     ):
         assert expected in problems
 
