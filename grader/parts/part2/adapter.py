@@ -15,11 +15,25 @@ from typing import Any
 import numpy as np
 
 if __package__:  # grader.parts.part2.adapter: regen and the tests, in the grader's process
-    from grader.parts.part2.adapter_cache import kv_tensors, scramble, snapshot, written
+    from grader.parts.part2.adapter_cache import (
+        holds_an_input,
+        kv_tensors,
+        layer_inputs,
+        scramble,
+        snapshot,
+        written,
+    )
     from grader.parts.part2.adapter_calls import forward_calls
     from grader.parts.part2.adapter_weights import draw_on
 else:  # the worker, where the adapter's modules sit beside its main.py
-    from adapter_part2_cache import kv_tensors, scramble, snapshot, written
+    from adapter_part2_cache import (
+        holds_an_input,
+        kv_tensors,
+        layer_inputs,
+        scramble,
+        snapshot,
+        written,
+    )
     from adapter_part2_calls import forward_calls
     from adapter_part2_weights import draw_on
 
@@ -239,12 +253,14 @@ def cache_read_effect(model: Any, input_ids: np.ndarray, prefix: int, width: int
     returned. That cache is every :func:`kv_tensors` of what forward handed back, and every
     key- or value-shaped tensor the model keeps that the prefill wrote (:func:`written`: a
     cache kept on the layers, in a closure or in a helper module's globals, and handed
-    back as a copy), never a weight. A cache read at every step keeps
-    the prompt's scrambled keys and values to the end, so the last step changes; a forward
-    that recomputes the prefix at any step (at once, or every few calls) has healed by
-    then. The unscrambled steps follow the same prefill again. Infinite where only the
-    scrambled run is NaN; None where no such tensor exists or none can be written (a design
-    with no readable cache: the other probes judge it)."""
+    back as a copy), never a weight, nor a tensor that holds what one of the model's
+    linear layers was given (:func:`holds_an_input`: inputs kept to project the keys and
+    values again, which the next step reads instead of a cache). A cache read at every
+    step keeps the prompt's scrambled keys and values to the end, so the last step
+    changes; a forward that recomputes the prefix at any step (at once, or every few
+    calls) has healed by then. The unscrambled steps follow the same prefill again.
+    Infinite where only the scrambled run is NaN; None where no such tensor exists or none
+    can be written (a design with no readable cache: the other probes judge it)."""
     import torch
 
     ids = torch.as_tensor(input_ids, dtype=torch.long, device=_device_of(model))
@@ -258,9 +274,11 @@ def cache_read_effect(model: Any, input_ids: np.ndarray, prefix: int, width: int
 
     with torch.no_grad():
         before = snapshot(model, prefix, width)
-        _, past = _logits_of(model(ids[:, :prefix], use_cache=True))
-        found = [*kv_tensors(past, prefix, width, model), *written(model, before, prefix, width)]
-        del before
+        with layer_inputs(model) as inputs:
+            _, past = _logits_of(model(ids[:, :prefix], use_cache=True))
+        held = [t for t in written(model, before, prefix, width) if not holds_an_input(t, inputs)]
+        found = [*kv_tensors(past, prefix, width, model), *held]
+        del before, inputs
         if not scramble(list({id(t): t for t in found}.values()), gen):
             return None
         scrambled = steps(past)

@@ -7,11 +7,15 @@ containers nested to any depth, in a closure, an ``lru_cache`` or a weak diction
 a module-level container of the model's file or of a helper module of the submission's
 own (``tensor_search``). The probe must scramble what the next step reads, so it takes
 both: the key- and value-shaped tensors of what forward handed back, and those the model
-keeps that the prefill wrote; never the weights.
+keeps that the prefill wrote; never the weights, and never the layer inputs a design keeps
+to project its keys and values again from them (shaped like keys in Part 2, but what the
+next step reads instead of a cache: scrambling them must not pass for reading one).
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -49,6 +53,46 @@ def held_kv(model: Any, prefix: int, width: int) -> list[Any]:
     from tensor_search import held_tensors
 
     return [t for t in held_tensors(model) if kv_shaped(t, prefix, width)]
+
+
+@contextlib.contextmanager
+def layer_inputs(model: Any) -> Iterator[list[Any]]:
+    """The inputs of every ``nn.Linear`` of ``model`` during the block (what W_k and W_v
+    project: a layer's normed input), in a list filled as the calls happen."""
+    import torch
+
+    seen: list[Any] = []
+
+    def record(_module: Any, args: tuple[Any, ...]) -> None:
+        if args and isinstance(args[0], torch.Tensor):
+            seen.append(args[0])
+
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    hooks = [m.register_forward_pre_hook(record) for m in linears]
+    try:
+        yield seen
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+def holds_an_input(tensor: Any, inputs: list[Any]) -> bool:
+    """Whether ``tensor`` holds one of ``inputs`` (each (B, T, D), recorded by
+    :func:`layer_inputs`) in its first T positions, in a run of B consecutive rows: the
+    inputs a design keeps to project its keys and values again at every step. Keys and
+    values are what W_k and W_v return, never what they were given."""
+    import torch
+
+    for x in inputs:
+        if x.ndim != 3 or tensor.ndim < 2 or tensor.shape[-1] != x.shape[-1]:
+            continue
+        if tensor.shape[-2] < x.shape[1] or tensor.dtype != x.dtype:
+            continue
+        rows = tensor.reshape(-1, *tensor.shape[-2:])[:, : x.shape[1]]
+        for j in range(rows.shape[0] - x.shape[0] + 1):
+            if torch.equal(rows[j : j + x.shape[0]].to(x.device), x):
+                return True
+    return False
 
 
 def snapshot(model: Any, prefix: int, width: int) -> dict[int, tuple[Any, Any]]:

@@ -16,10 +16,14 @@ the weights are never written. Which tensors count as keys or values
 
 from __future__ import annotations
 
+import functools
 import math
 import shutil
+import sys
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -39,9 +43,12 @@ from grader.parts.part2.timed import (
 )
 from grader.ta.mutants import load_mutants
 from grader.ta.regen import import_path, one_thread
-from grader.worker.tensor_search import CACHE_DEPTH
-from tests.conftest import SOLUTION, patched_solution
-from tests.grading.test_partial_caches import LAYER_INPUT_CACHE, refreshed_in_forward
+from tests.conftest import SOLUTION, grade_checks, patched_solution
+from tests.grading.test_partial_caches import (
+    LAYER_INPUT_CACHE,
+    PART2_LIMITS,
+    refreshed_in_forward,
+)
 
 # The adapters import the worker's modules flat, as in the sandbox.
 pytestmark = pytest.mark.usefixtures("worker_modules_importable")
@@ -69,21 +76,35 @@ def ids() -> np.ndarray:
     return np.random.default_rng(0).integers(0, CONFIG["vocab_size"], shape)
 
 
-def effect_of(root: Path, ids: np.ndarray) -> float | None:
-    """The probe's figure for ``root``'s transformer_skeleton.py on the public model."""
-    module = import_path(root / FILE, f"part2_cache_read_{abs(hash(root))}")
-    model = load(module, PUBLIC_MODEL)
-    return adapter.cache_read_effect(model, ids, CACHE_READ_PREFIX, WIDTH)
+def effect_of(root: Path, ids: np.ndarray, weights_kept: bool = False) -> float | None:
+    """The probe's figure for ``root``'s transformer_skeleton.py on the public model, with
+    ``root`` on the import path as the submission's folder is in the sandbox (a helper
+    module beside the model file); ``weights_kept``: assert the probe wrote no weight."""
+    sys.path.insert(0, str(root))
+    try:
+        module = import_path(root / FILE, f"part2_cache_read_{abs(hash(root))}")
+        model = load(module, PUBLIC_MODEL)
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        effect = adapter.cache_read_effect(model, ids, CACHE_READ_PREFIX, WIDTH)
+    finally:
+        sys.path.remove(str(root))
+        sys.modules.pop("kv_store", None)
+    if weights_kept:
+        assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    return effect
 
 
 @pytest.mark.parametrize("layout", ["reference", *VARIANTS])
 def test_every_correct_variant_reads_its_cache(layout: str, ids: np.ndarray) -> None:
+    """The library's layouts include caches six containers deep, in a helper module's
+    globals, in an lru_cache and in a decorator's closure, each handed back as a copy:
+    each is found and scrambled, and no weight is written."""
     if layout == "reference":
-        effect = effect_of(SOLUTION, ids)
+        effect = effect_of(SOLUTION, ids, weights_kept=True)
     else:
         root = VARIANTS[layout].materialise()
         try:
-            effect = effect_of(root, ids)
+            effect = effect_of(root, ids, weights_kept=True)
         finally:
             shutil.rmtree(root, ignore_errors=True)
     assert effect is not None and effect > 100 * CACHE_READ_MIN_EFFECT
@@ -124,8 +145,82 @@ def test_a_cache_of_layer_inputs_is_read(tmp_path: Path, ids: np.ndarray) -> Non
     assert cache_read_verdict(effect_of(root, ids), CACHE_READ_PREFIX) == ""
 
 
-#: Where :class:`Kept` keeps its cache: a module-level list is one of the places.
+# The layer keeps its inputs in a helper module of the submission's own (kv_store.py) and
+# projects every position's keys and values again from them at every step: what forward
+# hands back is the right cache, but the next step never reads it.
+INPUTS_IN_A_HELPER_MODULE = [
+    (
+        "import torch.nn.functional as F  # F.softmax, F.relu\n",
+        "import torch.nn.functional as F  # F.softmax, F.relu\n\nimport kv_store\n",
+    ),
+    (
+        """        k = self.W_k(x)  # (B, T_new, D)
+        v = self.W_v(x)  # (B, T_new, D)
+        if use_cache and past_kv is not None:
+            k = torch.cat([past_kv[0], k], dim=1)  # (B, T_total, D)
+            v = torch.cat([past_kv[1], v], dim=1)  # (B, T_total, D)
+""",
+        """        seen = x
+        if use_cache:  # the layer's inputs so far, kept in the helper module
+            if past_kv is not None:
+                seen = torch.cat([kv_store.INPUTS[id(self)], x], dim=1)
+            kv_store.INPUTS[id(self)] = seen
+        k = self.W_k(seen)  # every position projected again, every step
+        v = self.W_v(seen)
+""",
+    ),
+]
+
+
+def inputs_in_a_helper_module(root: Path) -> Path:
+    """The reference under ``root`` rewritten as :data:`INPUTS_IN_A_HELPER_MODULE`."""
+    root = patched_solution(root, FILE, INPUTS_IN_A_HELPER_MODULE)
+    (root / "kv_store.py").write_text("INPUTS: dict = {}  # each layer's inputs, by its id\n")
+    return root
+
+
+def test_inputs_kept_in_a_helper_module_are_not_taken_for_its_cache(
+    tmp_path: Path, ids: np.ndarray
+) -> None:
+    """The kept inputs are shaped like keys and written by the prefill, but they are what
+    W_k and W_v were given: not scrambled, so the copy of the cache it hands back, which it
+    never reads, is all the probe writes."""
+    effect = effect_of(inputs_in_a_helper_module(tmp_path / "sub"), ids, weights_kept=True)
+    assert effect == 0.0
+    assert "forward does not read its cache" in cache_read_verdict(effect, CACHE_READ_PREFIX)
+
+
+def test_inputs_kept_in_a_helper_module_lose_2_11(tmp_path: Path) -> None:
+    """Graded: its cache holds the right keys and values (2.11's first look passes), its
+    calls are one token each; 2.11 names a forward that does not read its cache."""
+    root = inputs_in_a_helper_module(tmp_path / "sub")
+    graded = grade_checks(root, tmp_path / "out", "part2", {"2.11"}, PART2_LIMITS)
+    assert graded.score("2.11") == 0
+    assert "forward does not read its cache" in graded.output("2.11")
+
+
+#: Where :class:`Kept` keeps its cache: a module-level list is one of the places, a weak
+#: dictionary by layer another, a function's lru_cache a third.
 MODULE_CACHE: list[torch.Tensor] = []
+BY_LAYER: Any = weakref.WeakKeyDictionary()
+
+
+@functools.cache
+def layer_store(layer_id: int) -> dict[str, torch.Tensor]:
+    return {}
+
+
+def remembered(method: Any) -> Any:
+    """A decorator keeping what the method returns in its closure (on the class)."""
+    kept: dict[int, torch.Tensor] = {}
+
+    @functools.wraps(method)
+    def wrapper(self: Any, cache: torch.Tensor | None = None) -> torch.Tensor:
+        if cache is not None:
+            kept[id(self)] = method(self, cache)
+        return kept[id(self)]
+
+    return wrapper
 
 
 class Kept(nn.Module):
@@ -143,8 +238,20 @@ class Kept(nn.Module):
         self.layer.store = lambda: store  # a closure: the cache is in what it captured
         self.register_buffer("table", torch.ones(1, 128, WIDTH) if table else None)
 
+    @remembered
+    def remember(self, cache: torch.Tensor) -> torch.Tensor:
+        return cache
+
     def put(self, cache: torch.Tensor) -> None:
-        if self.where == "buffer":
+        if self.where == "deep":  # six containers deep: a dataclass-like object in a list
+            self.layer.state = [SimpleNamespace(tables={"layers": [[{"k": cache}]]})]
+        elif self.where == "weak dict":
+            BY_LAYER[self.layer] = {"k": cache}
+        elif self.where == "lru cache":
+            layer_store(id(self))["k"] = cache
+        elif self.where == "decorator closure":
+            self.remember(cache)
+        elif self.where == "buffer":
             self.layer.register_buffer("cache", cache, persistent=False)
         elif self.where == "dict":
             self.layer.cache = {"k": cache, "v": cache}
@@ -156,6 +263,14 @@ class Kept(nn.Module):
             self.layer.cache = cache
 
     def kept(self) -> torch.Tensor:
+        if self.where == "deep":
+            return self.layer.state[0].tables["layers"][0][0]["k"]
+        if self.where == "weak dict":
+            return BY_LAYER[self.layer]["k"]
+        if self.where == "lru cache":
+            return layer_store(id(self))["k"]
+        if self.where == "decorator closure":
+            return self.remember()
         if self.where == "dict":
             return self.layer.cache["k"]
         if self.where == "closure":
@@ -175,7 +290,12 @@ class Kept(nn.Module):
         return logits, [(cache.clone(), cache.clone())]  # a copy, never read back
 
 
-@pytest.mark.parametrize("where", ["attribute", "buffer", "dict", "closure", "module global"])
+#: Every place :class:`Kept` may keep its cache.
+PLACES = ["attribute", "buffer", "dict", "closure", "module global", "deep", "weak dict",
+          "lru cache", "decorator closure"]  # fmt: skip
+
+
+@pytest.mark.parametrize("where", PLACES)
 def test_a_cache_kept_by_the_model_and_handed_back_as_a_copy_is_read(
     ids: np.ndarray, where: str
 ) -> None:
@@ -187,6 +307,18 @@ def test_a_cache_kept_by_the_model_and_handed_back_as_a_copy_is_read(
         MODULE_CACHE.clear()
     assert effect is not None and effect > 100 * CACHE_READ_MIN_EFFECT
     assert cache_read_verdict(effect, CACHE_READ_PREFIX) == ""
+
+
+@pytest.mark.parametrize("where", PLACES)
+def test_a_cache_kept_anywhere_but_never_read_is_named(ids: np.ndarray, where: str) -> None:
+    """Found wherever it is kept, the cache is scrambled; a model that reads neither it
+    nor its copy shows no change."""
+    try:
+        effect = adapter.cache_read_effect(Kept(where, False), ids, CACHE_READ_PREFIX, WIDTH)
+    finally:
+        MODULE_CACHE.clear()
+    assert effect == 0.0
+    assert "forward does not read its cache" in cache_read_verdict(effect, CACHE_READ_PREFIX)
 
 
 @pytest.mark.parametrize("table", [False, True])
@@ -320,8 +452,17 @@ def test_keys_and_values_are_found_in_lists_tuples_dicts_and_objects() -> None:
 
     k = torch.zeros(1, 4, WIDTH)
     past = [(k, k), {"k": torch.zeros(1, 4, WIDTH)}, Pair(), None, "text"]
-    assert len(adapter.kv_tensors(past, 4, WIDTH)) == 5
+    assert len(adapter.kv_tensors(past, 4, WIDTH)) == 4  # k, held twice, is found once
     deep: Any = torch.zeros(1, 4, WIDTH)
-    for _ in range(CACHE_DEPTH + 1):
+    for _ in range(8):  # deeper than any fixed bound the search once had
         deep = [deep]
-    assert adapter.kv_tensors(deep, 4, WIDTH) == []
+    assert len(adapter.kv_tensors(deep, 4, WIDTH)) == 1
+
+
+def test_a_weight_handed_back_is_never_a_cache() -> None:
+    """A transposed weight handed back with the cache shares the model's memory: never
+    scrambled, wherever it sits."""
+    model = nn.Linear(WIDTH, WIDTH, bias=False)
+    past = [(model.weight.t(), torch.zeros(1, WIDTH, WIDTH))]
+    found = adapter.kv_tensors(past, 4, WIDTH, model)
+    assert len(found) == 1 and found[0] is past[0][1]
