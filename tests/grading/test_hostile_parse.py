@@ -31,18 +31,19 @@ from tests.conftest import (
 )
 from tests.grading.test_hostile_memory import CONTROLLER, LIMIT, V1, memory_cgroup
 from tests.parts.part1.test_course_script import ANSWERED, grade_script
+from tests.sandbox.test_notebook_child import PEAK
 
 pytestmark = ATTACK
 
 #: The grading, its own peak memory printed at its end.
-GRADE = (
-    "import json, resource, sys\n"
+GRADE = PEAK + (
+    "import sys\n"
     "from pathlib import Path\n"
     "from grader.grading.runner import grade\n"
     "submission, results, parts, numbers = sys.argv[1:5]\n"
     "grade(Path(submission), results_path=Path(results), parts=parts.split(','),\n"
     "      device='cpu', numbers=frozenset(numbers.split(',')))\n"
-    "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)\n"
+    "print(peak())\n"
 )
 #: The grader's own peak: a grading's is about 50 MiB (the 1 MiB cell parsed in the
 #: grader took it to 950 MiB), and the notebook's child (at most 320 MiB) and the worker
