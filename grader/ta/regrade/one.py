@@ -150,7 +150,10 @@ def _offered(shared: SharedForkServer | None, grading: GradingGroup) -> Offer | 
     share: the grading starts its own servers, inside)."""
     offer = shared.offer() if shared is not None else None
     if offer is not None and not grading.join(offer.pid):
-        kill_tree(offer.pid)
+        if offer.alive():
+            kill_tree(offer.pid)
+            with contextlib.suppress(OSError):
+                os.kill(offer.pid, signal.SIGKILL)  # itself, if it leads no group
         offer.handed_over()
         return None
     return offer
