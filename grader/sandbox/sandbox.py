@@ -41,6 +41,7 @@ from grader.sandbox.identity import (  # noqa: F401  (re-exported: the sandbox's
 )
 from grader.sandbox.mounts import MountPlan
 from grader.sandbox.processes import kill_matching
+from grader.sandbox.sysv import remove_ipc_objects
 
 KIB, MIB, GIB = 2**10, 2**20, 2**30
 
@@ -366,6 +367,7 @@ class Sandbox:
         remove_tree(self.root)
         if self.identity.dropped:
             remove_stray_files(self.identity.uid)
+            remove_ipc_objects(self.identity.uid)  # where it had no IPC namespace
         if self.identity.lock_fd >= 0:
             with contextlib.suppress(OSError):
                 os.close(self.identity.lock_fd)  # the account is free for the next grading
