@@ -219,3 +219,46 @@ def test_switched_off_a_grading_has_no_group_and_says_so(monkeypatch) -> None:
     assert cpu_share.recorded_mode() == cpu_share.ALONE
     monkeypatch.setenv(cpu_share.MODE_ENV, grading.mode)
     assert cpu_share.recorded_mode() == cpu_share.NO_GROUP
+
+
+def fake_hierarchy(root: Path, monkeypatch, *, delegates: bool) -> Path:
+    """A v2 hierarchy at ``root/v2`` offering cpu and pids (that takes them below it only
+    where it ``delegates``) beside v1 ``cpu`` and ``pids`` ones, this process at their tops."""
+    v2 = root / "v2"
+    v2.mkdir()
+    (v2 / "cgroup.controllers").write_text("cpu io memory pids\n")
+    if delegates:
+        (v2 / "cgroup.subtree_control").write_text("")
+    else:
+        (v2 / "cgroup.subtree_control").mkdir()  # a group with processes: writes refused
+    for name in ("cpu", "pids"):
+        (root / name).mkdir()
+    table = [(str(v2), "cgroup2", "rw"), (str(root / "cpu"), "cgroup", "rw,cpu"),
+             (str(root / "pids"), "cgroup", "rw,pids")]  # fmt: skip
+    monkeypatch.setattr(cpu_share, "mount_table", lambda: table)
+    monkeypatch.setattr(cpu_share, "own_path", lambda controller: "/")
+    return v2
+
+
+def test_cgroup_v2_gives_one_group_its_weight_quota_and_process_limit(
+    tmp_path: Path, monkeypatch
+) -> None:
+    v2 = fake_hierarchy(tmp_path, monkeypatch, delegates=True)
+    monkeypatch.setenv(cpu_share.CPUS_ENV, "2")
+    grading = cpu_share.create("v2")
+    assert [(g.version, g.controllers) for g in grading.groups] == [(2, ("cpu", "pids"))]
+    group = grading.groups[0].path
+    assert group.parent == v2 and (v2 / "cgroup.subtree_control").read_text()  # delegated
+    assert (group / "cpu.weight").read_text() == "100"
+    assert (group / "cpu.max").read_text() == "200000 100000"
+    assert (group / "pids.max").read_text() == str(cpu_share.GRADING_PIDS)
+    assert grading.mode.startswith("cgroup v2 cpu.weight 100, cpu.max (2 cores), pids.max")
+
+
+def test_a_v2_group_that_cannot_delegate_falls_back_to_v1(tmp_path: Path, monkeypatch) -> None:
+    fake_hierarchy(tmp_path, monkeypatch, delegates=False)
+    grading = cpu_share.create("v1")
+    assert [(g.version, g.controllers) for g in grading.groups] == [(1, ("cpu",)), (1, ("pids",))]
+    assert (grading.groups[0].path / "cpu.shares").read_text() == "1024"
+    assert grading.groups[0].path.parent == tmp_path / "cpu"
+    assert not any(p.name.startswith("kvgrading") for p in (tmp_path / "v2").iterdir())
