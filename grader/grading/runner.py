@@ -169,7 +169,8 @@ class Grading:
         if self.file_view.warning:
             sandbox.warnings.append(self.file_view.warning)
         if sandbox.identity.dropped and ipc_isolation():
-            sandbox.warnings.append(f"the worker shares System V IPC: {ipc_isolation()}")
+            shared = "the worker shares System V IPC while it runs (removed after)"
+            sandbox.warnings.append(f"{shared}: {ipc_isolation()}")
 
     def stop_workers(self) -> None:
         """The deadline passed: nothing more of the submission runs."""
