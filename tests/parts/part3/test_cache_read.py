@@ -52,8 +52,13 @@ HEADS = (PARAMS["n_kv_heads"], PARAMS["n_heads"])
 HEAD_DIM = PARAMS["dim"] // PARAMS["n_heads"]
 PREFIX = 9
 
-#: The correct variants that keep their cache in another way than the reference.
-LAYOUTS = ["eager_cache", "cat_grown_cache", "cloned_cache_per_step", "cache_passed_through_layers"]
+#: The correct variants that keep their cache in another way than the reference: Meta's
+#: preallocated, grown with torch.cat, copied at every step, handed through the layers; in
+#: a closure made at prefill time, a helper module's globals, an nn.ParameterList made at
+#: prefill time, a deque the layers turn.
+LAYOUTS = ["eager_cache", "cat_grown_cache", "cloned_cache_per_step", "cache_passed_through_layers",
+           "cache_in_closure", "cache_in_helper_module", "cache_in_parameter_list",
+           "cache_in_rotating_deque"]  # fmt: skip
 VARIANTS = {v.name: v for v in load_mutants("part3", variants=True)}
 
 #: Keys and values projected again, at every step, from the layer inputs the layer keeps
@@ -216,12 +221,46 @@ def test_what_looks_like_a_cache(shape: tuple[int, ...], named: bool, like: bool
     assert adapter_cache.cache_like(torch.zeros(shape), named, HEADS, HEAD_DIM, 5) is like
 
 
-def test_parameters_and_masks_are_never_a_cache() -> None:
-    weight = nn.Parameter(torch.zeros(1, 8, 2, 16))
-    assert not adapter_cache.cache_like(weight, True, HEADS, HEAD_DIM, 5)
+def test_masks_are_never_a_cache() -> None:
     assert not adapter_cache.cache_like(
         torch.zeros(1, 8, 2, 16, dtype=torch.bool), True, HEADS, 16, 5
     )
+
+
+class Slots(nn.Module):
+    """A weight shaped like a cache, a transposed view of it kept for speed, and, once
+    ``fill`` has run, a parameter list holding a cache (made by the call, as at prefill)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = nn.Parameter(torch.ones(1, 8, 2, 16))
+        self.slots: nn.ParameterList | None = None
+
+    def fill(self, values: torch.Tensor) -> None:
+        self.slots = nn.ParameterList([nn.Parameter(values.clone(), requires_grad=False)])
+        self.fast = self.table.transpose(1, 2)  # (1, 2, 8, 16): the weight's memory
+
+
+def test_a_parameter_is_a_cache_only_where_the_prefill_wrote_it() -> None:
+    """Parameters are searched (a parameter list may hold the cache) but the weights are
+    left out by their memory: by default every parameter's, and in the probe every one
+    that existed before the prefill and that it did not write."""
+    model = Slots()
+    model.fill(torch.zeros(1, 8, 2, 16))
+    assert adapter_cache.cache_tensors(model, 5, HEADS, HEAD_DIM) == []  # default: weights
+    found = adapter_cache.written_by(
+        model, lambda: model.fill(torch.randn(1, 8, 2, 16)), 5, HEADS, HEAD_DIM
+    )
+    assert [t for ts in found.values() for t in ts] == [model.slots[0]]
+    assert bool((model.table == 1).all())
+
+
+def test_a_table_the_prefill_did_not_write_is_not_scrambled() -> None:
+    """A fixed buffer shaped like a cache that every call reads is not what the prefill
+    wrote: scrambling it would change the logits of any forward, cache or no cache."""
+    model = Layer()
+    assert adapter_cache.written_by(model, lambda: None, 5, HEADS, HEAD_DIM) == {}
+    assert bool((model.buffered == 0).all())
 
 
 @dataclass
@@ -370,3 +409,88 @@ def test_the_layer_that_reads_keys_projected_again_loses_3_11(tmp_path: Path) ->
     assert graded.score("3.3") == graded.test("3.3")["max_score"]  # right logits
     assert graded.score("3.11") == 0
     assert "the cache held by layers.1.attention is not read" in graded.output("3.11")
+
+
+# A closure made at prefill time keeps the layer's inputs and the cache it writes, and
+# attention attends over keys and values projected again from the kept inputs: the cache
+# holds the right entries (3.7 and 3.11 look at that first), but no step reads it.
+CLOSURE_NOT_READ = [
+    (
+        "class Attention(nn.Module):",
+        '''def layer_keeper():
+    """A closure keeping the layer's inputs and the keys and values it is given."""
+    held: dict[str, torch.Tensor] = {}
+
+    def keep(x, freqs_cis, xk, xv, start_pos):
+        new = {"x": x, "f": freqs_cis, "k": xk, "v": xv}
+        if start_pos == 0:
+            held.update(new)
+        else:
+            for name, t in new.items():
+                dim = 0 if name == "f" else 1
+                old = held[name] if name == "f" else held[name][: x.shape[0]]
+                held[name] = torch.cat([old.narrow(dim, 0, start_pos), t], dim=dim)
+        return held
+
+    return keep
+
+
+class Attention(nn.Module):''',
+    ),
+    (
+        NO_CACHE_TENSOR[0][0],
+        """            if start_pos == 0 or getattr(self, "keep", None) is None:
+                self.keep = layer_keeper()
+            held = self.keep(x, freqs_cis, xk, xv, start_pos)
+            shape = (bsz, start_pos + seqlen, self.n_kv_heads, self.head_dim)
+            every = self.wk(held["x"]).view(shape)
+            _, keys = apply_rotary_emb(every, every, freqs_cis=held["f"])
+            values = self.wv(held["x"]).view(shape)
+""",
+    ),
+    (
+        "                layer.attention.cache_k = layer.attention.cache_v = None",
+        "                layer.attention.keep = None",
+    ),
+]
+
+
+@pytest.mark.usefixtures("torch_one_thread")
+def test_a_cache_kept_in_a_closure_but_never_read_is_named(
+    tmp_path: Path, tokens: np.ndarray
+) -> None:
+    """The closure's keys and values are found (it was made at prefill time) and written
+    with noise; the logits do not move, and no weight is written."""
+    root = patched_solution(tmp_path / "sub", "llama/model.py", CLOSURE_NOT_READ)
+    model = built(root)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    effect = adapter.cache_read_effect(model, tokens, PREFIX, HEADS, HEAD_DIM, CACHE_READ_STEPS)
+    assert effect is not None and effect <= CACHE_READ_MIN_EFFECT
+    assert "does not read its cache" in cache_read_verdict(effect, PREFIX)
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
+def test_a_cache_kept_in_a_closure_but_never_read_loses_3_11(tmp_path: Path) -> None:
+    """Graded: its logits and what its cache holds are right; 3.11 names it."""
+    root = patched_solution(tmp_path / "sub", "llama/model.py", CLOSURE_NOT_READ)
+    graded = grade_checks(root, tmp_path / "out", "part3", {"3.3", "3.11"}, PART3_LIMITS)
+    assert graded.score("3.3") == graded.test("3.3")["max_score"]  # right logits
+    assert graded.score("3.11") == 0
+    assert "attention does not read its cache" in graded.output("3.11")
+
+
+@pytest.mark.usefixtures("torch_one_thread")
+@pytest.mark.parametrize("layout", ["reference", *LAYOUTS])
+def test_no_honest_layout_has_a_weight_written(layout: str, tokens: np.ndarray) -> None:
+    """The probe writes noise into what the prefill wrote, wherever it is kept: never into
+    the model's weights (a parameter list that holds the cache is not a weight)."""
+    root = SOLUTION if layout == "reference" else VARIANTS[layout].materialise()
+    try:
+        model = built(root)
+        weights = {k: v.clone() for k, v in model.state_dict().items()}
+        adapter.cache_read_effect(model, tokens, PREFIX, HEADS, HEAD_DIM, CACHE_READ_STEPS)
+        held = model.state_dict()
+        assert all(torch.equal(held[k], v) for k, v in weights.items())
+    finally:
+        if root != SOLUTION:
+            shutil.rmtree(root, ignore_errors=True)
