@@ -89,14 +89,18 @@ def _graded_part_only(fn: Callable, num: str) -> Callable:
 
     @functools.wraps(fn)
     def guarded(self: GradedTestCase, *args: Any, **kwargs: Any) -> Any:
-        if self.ctx.bases.get(self.part) is None:
-            first = next(iter(POINTS[self.part]))
-            self.note_detail(NOT_GRADED, "missing" if num == first else "see_first")
-            if num == first:
-                self.fail(self.ctx.missing_message(self.part))
-            self.fail(f"Not graded: {self.part}'s files are not in your submission ({first} "
-                      "says which to upload).")  # fmt: skip
-        return fn(self, *args, **kwargs)
+        try:
+            if self.ctx.bases.get(self.part) is None:
+                first = next(iter(POINTS[self.part]))
+                self.note_detail(NOT_GRADED, "missing" if num == first else "see_first")
+                if num == first:
+                    self.fail(self.ctx.missing_message(self.part))
+                self.fail(f"Not graded: {self.part}'s files are not in your submission "
+                          f"({first} says which to upload).")  # fmt: skip
+            return fn(self, *args, **kwargs)
+        except self.failureException as exc:
+            self.feedback.end(str(exc))
+            raise
 
     return guarded
 
@@ -312,14 +316,6 @@ class GradedTestCase(unittest.TestCase):
         self.feedback.count = f"{passed} of {total} {what} correct."
         print(self.feedback.count)
 
-    def fail(self, msg: Any = None) -> NoReturn:
-        """Fail with a plain message of the check's own: its lines join the items (what it
-        says the submission printed kept apart)."""
-        if msg is not None:
-            self.feedback.line(str(msg))
-        self.feedback.ended = True
-        super().fail(msg)
-
     def fail_with(self, items: Feedback) -> NoReturn:
         """Fail with ``items`` (failing cases, lines, causes) added to this check's
         feedback; the message is their plain text."""
@@ -331,7 +327,7 @@ class GradedTestCase(unittest.TestCase):
         fb.name(items.causes)
         fb.printed = fb.printed or items.printed
         fb.ended = True
-        super().fail(fb.text())
+        self.fail(fb.text())
 
     def request(self, header: dict[str, Any], *, what: str, **kwargs: Any) -> Any:
         """Send a request to this part's worker; a submission problem fails the check."""

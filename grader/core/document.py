@@ -1,11 +1,11 @@
 """A check's feedback as structure, and its rendering for each place it is read.
 
-:mod:`grader.core.feedback` turns a check's plain sentences into blocks (a paragraph of
-lines, a list, a table, what the code printed, one thing to try), each line a list of
-spans (``[style, text]``, style ``text``, ``strong``, ``em`` or ``code``). The blocks are
-plain JSON, kept in a results file beside the Markdown (``extra_data.feedback``), so that
-every reader renders the same feedback for its medium and escapes the student's text
-exactly once there:
+:mod:`grader.core.feedback` lays a check's items (:mod:`grader.core.feedback_items`) out
+as blocks (a paragraph of lines, a list, a table, what the code printed, one thing to
+try), each line a list of spans (``[style, text]``, style ``text``, ``strong``, ``em`` or
+``code``). The blocks are plain JSON, kept in a results file beside the Markdown
+(``extra_data.feedback``), so that every reader renders the same feedback for its medium
+and escapes the student's text exactly once there:
 
 * :func:`to_markdown`: Gradescope's page (``output_format: "md"``);
 * :func:`to_text`: a terminal (``grade --details``, ``show``, the self-check), plain;

@@ -110,9 +110,9 @@ class Feedback:
     right, the likely causes, lines before the cases, the failing cases (``more`` of them
     left out), lines after them, measurements, and what the submission printed.
 
-    ``ended`` is set when the check ended on these items (it passed, or failed with a
-    message it gave); a check stopped another way (an exception of the grader's) has its
-    output shown as it is."""
+    ``ended`` is set when the check failed with a message of its own (:meth:`end`); a
+    check that passed ends on its items too, and one stopped another way (an exception of
+    the grader's) has its output shown as it is."""
 
     count: str = ""
     causes: list[Cause] = field(default_factory=list)
@@ -148,6 +148,13 @@ class Feedback:
             self.line(item)
         else:
             self.cases.append(item)
+
+    def end(self, message: str) -> None:
+        """The check failed with ``message``: a plain message of its own joins the items as
+        its lines (a message written from the items, :meth:`text`, is theirs already)."""
+        if not self.ended:
+            self.line(message)
+        self.ended = True
 
     def cause_ids(self) -> list[str]:
         """The named causes' ids, each once (``extra_data["causes"]``): a cause that is
