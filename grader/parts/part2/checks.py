@@ -40,47 +40,40 @@ class Part2ForwardChecks(Part2Base):
 
     @check("2.1")
     def test_load_state_dict(self) -> None:
-        """2.1 the course weights load into DecoderOnlyTransformer(1000, 50, 100, 2, 128)"""
         try:
             self.ensure_model("public", full=True)
         except SubmissionError as exc:
             self.fail(with_output(exc.message, exc.output))
 
-    @check("2.2", partial=True)
+    @check("2.2")
     def test_logits_without_cache(self, set_score: Any = None) -> None:
-        """2.2 logits without the cache (the 10 public cases, --mode evaluate)"""
         self.score("2.2", self.run_public("2.2", "no_cache", "expected_logits_no_cache"), set_score)
 
-    @check("2.3", partial=True)
+    @check("2.3")
     def test_logits_with_cache_full_sequence(self, set_score: Any = None) -> None:
-        """2.3 logits with the cache over the full sequence, and the cache's shapes"""
         outcome = self.run_public(
             "2.3", "full_cache", "expected_logits_with_cache", shapes_check=True
         )
         self.score("2.3", outcome, set_score)
 
-    @check("2.4", partial=True)
+    @check("2.4")
     def test_logits_one_token_at_a_time(self, set_score: Any = None) -> None:
-        """2.4 one token at a time with the cache (expected_logits_sequential)"""
         outcome = self.run_public(
             "2.4", "sequential", "expected_logits_sequential", shapes_check=True
         )
         self.score("2.4", outcome, set_score)
 
-    @check("2.5", partial=True)
+    @check("2.5")
     def test_prefill_then_chunks(self, set_score: Any = None) -> None:
-        """2.5 prefill, then decode in chunks of 3 tokens with the cache"""
         self.score("2.5", self.run_public("2.5", "chunks", "expected_logits_no_cache"), set_score)
 
-    @check("2.6", partial=True, hidden=True)
+    @check("2.6")
     def test_hidden_without_cache(self, set_score: Any = None) -> None:
-        """2.6 hidden: other weights and sizes, batches, up to max_seq_len, without the cache"""
         self.require_hidden()
         self.score("2.6", self.run_hidden("2.6"), set_score, what="hidden cases")
 
-    @check("2.7", partial=True, hidden=True)
+    @check("2.7")
     def test_hidden_with_cache(self, set_score: Any = None) -> None:
-        """2.7 hidden: the same with the cache, one token at a time and in chunks"""
         self.require_hidden()
         self.score("2.7", self.run_hidden("2.7"), set_score, what="hidden cases")
 
@@ -90,7 +83,6 @@ class Part2GenerateChecks(Part2Growth):
 
     @check("2.8")
     def test_generate_same_tokens(self) -> None:
-        """2.8 generate: same seed, same tokens with and without the cache"""
         cached, _, _ = self.generate_or_fail(use_cache=True)
         plain, _, _ = self.generate_or_fail(use_cache=False)
         print(self.generate_convention())
@@ -104,9 +96,8 @@ class Part2GenerateChecks(Part2Growth):
                 "Both must compute the same logits and sample them the same way."
             )
 
-    @check("2.9", yardstick=True)
+    @check("2.9")
     def test_generate_feeds_one_token(self) -> None:
-        """2.9 generate: with the cache, forward gets the prompt once, then one token per call"""
         # The forward calls are recorded in the worker, where the submission could rewrite
         # the record: they name a mistake, and only the work the grader measures (a cached
         # run must cost far less CPU time than a cache-free one) gives the points.
@@ -178,7 +169,6 @@ class Part2GenerateChecks(Part2Growth):
 
     @check("2.10")
     def test_temperature(self) -> None:
-        """2.10 generate: sampling follows softmax(logits / T), at a low and the default T"""
         settings = self.meta()["generate"]
         low = {
             "batch": settings["low_batch"],
@@ -299,9 +289,8 @@ class Part2GenerateChecks(Part2Growth):
 class Part2Benchmark(Part2CacheContents):
     """Runs after the other checks: a slow generate here cannot cost them their time."""
 
-    @check("2.11", yardstick=True, extra_tags=("benchmark",))
+    @check("2.11"))
     def test_benchmark_speedup(self) -> None:
-        """2.11 benchmark: cached generate is faster after a long prompt (timed by the grader)"""
         bench = load_thresholds(self.ctx.device)["part2"]
         self.require_pool(bench, bench_key(bench))
         variants = {"without the cache": False, "with the cache": True}

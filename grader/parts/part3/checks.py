@@ -52,7 +52,6 @@ class Part3ForwardChecks(Part3Probes):
 
     @check("3.1")
     def test_build(self) -> None:
-        """3.1 the model builds from Meta's layout; the cache serves its full size, only when on"""
         errors = []
         for cache in (True, False):  # both, so that this check shows either's failure
             try:
@@ -69,21 +68,18 @@ class Part3ForwardChecks(Part3Probes):
         if problems:
             self.fail("\n".join([*problems, self.reported_shapes()]).strip())
 
-    @check("3.2", partial=True)
+    @check("3.2")
     def test_forward_without_cache(self, set_score: Any = None) -> None:
-        """3.2 forward logits from position 0 with kv_caching off (course prompts, a batch)"""
         if self.rope() == UNSCALED:
             print(UNSCALED_NOTE)
         self.run_cases("3.2", ("no_cache",), set_score)
 
-    @check("3.3", partial=True)
+    @check("3.3")
     def test_forward_with_cache(self, set_score: Any = None) -> None:
-        """3.3 forward with the cache: one token per call, and chunks at start_pos > 0"""
         self.run_cases("3.3", ("cached", "chunked"), set_score)
 
-    @check("3.4", partial=True, hidden=True)
+    @check("3.4")
     def test_hidden_forward(self, set_score: Any = None) -> None:
-        """3.4 hidden: other sizes (6 query heads per 2 KV heads), batches, up to max_seq_len"""
         self.require_hidden()
         self.run_cases("3.4", ("no_cache", "cached", "chunked"), set_score)
 
@@ -95,7 +91,6 @@ class Part3ForwardChecks(Part3Probes):
 class Part3GenerateChecks(Part3CacheContents, Part3Timed, Part3Probes):
     @check("3.5")
     def test_greedy_generation(self) -> None:
-        """3.5 greedy generate: the reference's text with and without the cache (ragged batch)"""
         want = self.meta()["expected_texts"]
         problems = []
         for cache in (True, False):
@@ -159,7 +154,6 @@ class Part3GenerateChecks(Part3CacheContents, Part3Timed, Part3Probes):
 
     @check("3.6")
     def test_step_logits_agree(self) -> None:
-        """3.6 per-step logits of cached and cache-free generation agree within tolerance"""
         cached = self.handout_generation(True).arrays.get("step_logits")
         plain = self.handout_generation(False).arrays.get("step_logits")
         if not isinstance(cached, np.ndarray) or cached.ndim != 3 or cached.shape != plain.shape:
@@ -175,9 +169,8 @@ class Part3GenerateChecks(Part3CacheContents, Part3Timed, Part3Probes):
                 f"generation differ by {err[bad[0]]:.3g} (tolerance {self.atol():g})."
             )
 
-    @check("3.7", yardstick=True)
+    @check("3.7")
     def test_call_pattern(self) -> None:
-        """3.7 with the cache each decode step feeds one token per sequence; without it, all"""
         # The forward calls are recorded in the worker, where the submission could rewrite
         # the record: they name a mistake, and only the work the grader measures (a cached
         # run must cost far less CPU time than a cache-free one) gives the points.
@@ -223,7 +216,6 @@ class Part3GenerateChecks(Part3CacheContents, Part3Timed, Part3Probes):
 
     @check("3.8")
     def test_second_call_is_clean(self) -> None:
-        """3.8 generate calls leave no trace: a second call, and a switch of kv_caching"""
         gen = self.meta()["generate"]
         # A model built for this check alone, so earlier checks leave no trace in it.
         try:
@@ -259,9 +251,8 @@ class Part3GenerateChecks(Part3CacheContents, Part3Timed, Part3Probes):
             )
         self.check_mode_switches(gen)
 
-    @check("3.9", hidden=True)
+    @check("3.9")
     def test_hidden_generation(self) -> None:
-        """3.9 hidden: greedy generation on the hidden model, with and without the cache"""
         self.require_hidden()
         hidden = self.meta()["hidden_generate"]
         stop = hidden["stop"]
@@ -278,9 +269,8 @@ class Part3GenerateChecks(Part3CacheContents, Part3Timed, Part3Probes):
                         + self.generation_cause(reply, want)
                     )
 
-    @check("3.10", partial=True)
+    @check("3.10")
     def test_sample_top_p(self, set_score: Any = None) -> None:
-        """3.10 sampling: top-p keeps exactly the nucleus, generate applies the temperature"""
         # Half the points each: sample_top_p needs no model, so it is graded even when
         # the model cannot be built.
         problems = [self.top_p_problem()]
@@ -375,9 +365,8 @@ class Part3Benchmark(Part3CacheContents, Part3Timed):
             f"{Ratio.between(*peaks)} (the course expects at most {limit:g}x)"
         )
 
-    @check("3.11", yardstick=True, extra_tags=("benchmark",))
+    @check("3.11"))
     def test_benchmark(self) -> None:
-        """3.11 benchmark: the cache speeds up batched generate (timed by the grader)"""
         bench = load_thresholds(self.ctx.device)["part3"]
         self.require_pool(bench, bench_key(bench))
         contents = self.cache_contents_problem()  # decided before anything is timed
