@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader.checks.base import declared_title
 from grader.core.registry import CheckDeclaration, Part
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,9 +69,10 @@ def flag_problems(declared: CheckDeclaration, method: Callable) -> Iterator[str]
     for key, value in wanted.items():
         if coded[key] != value:
             yield f"check {declared.number}: declared {key} = {value}, its code says {coded[key]}"
-    title = " ".join((method.__doc__ or "").split()).removeprefix(f"{declared.number} ")
-    if title != declared.title:
-        yield f"check {declared.number}: its title in the code is {title!r}"
+    if inspect.unwrap(method).__doc__:
+        yield f"check {declared.number}: its code writes a title too (the declaration holds it)"
+    if method.__doc__ != f"{declared.number} {declared_title(declared)}":
+        yield f"check {declared.number}: its title on the page is {method.__doc__!r}"
 
 
 def table_problems(part: Part, coded: dict[str, Callable]) -> Iterator[str]:

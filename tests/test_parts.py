@@ -79,7 +79,17 @@ def test_a_check_whose_code_disagrees_with_its_row_is_named() -> None:
     assert "check 2.9: declared points = 5.0, its code says 3.0" in problems
     assert "check 2.9: declared timed = False, its code says True" in problems
     assert "check 2.9: declared partial = True, its code says False" in problems
-    assert any(p.startswith("check 2.9: its title in the code is") for p in problems)
+    assert any(p.startswith("check 2.9: its title on the page is") for p in problems)
+
+
+def test_a_title_that_states_a_size_follows_its_constant() -> None:
+    from grader.parts.part2 import cases
+    from tests.part_wiring import coded_checks
+
+    title = coded_checks(PARTS["part2"].checks_module)["2.1"].__doc__
+    config = cases.PUBLIC_MODEL["config"]
+    assert f"DecoderOnlyTransformer({config['vocab_size']}, {config['d_model']}," in title
+    assert "{" not in title
 
 
 def test_the_handout_tables_are_the_declared_checks() -> None:

@@ -28,6 +28,7 @@ from grader.checks import yardstick
 from grader.core.feedback import CUT_SHORT, GPU_HELD, NOT_GRADED, confirmed, memory_label
 from grader.core.feedback_items import ITEMS, PRINTED, Case, Cause, Feedback, LogitCase
 from grader.core.points import POINTS, part_of, points
+from grader.core.registry import PARTS, CheckDeclaration, fill
 from grader.runtime.context import GradingContext
 from grader.runtime.outcomes import SubmissionError
 from grader.runtime.starvation import STARVED, taken
@@ -43,43 +44,43 @@ from grader.runtime.timing import (
 )
 
 
-def check(
-    num: str,
-    *,
-    vis: str = "visible",
-    partial: bool = False,
-    hidden: bool = False,
-    bonus: bool = False,
-    yardstick: bool = False,
-    extra_tags: tuple[str, ...] = (),
-) -> Callable[[Callable], Callable]:
-    """Mark a test method as graded check ``num`` with its points, part tag and visibility.
+def check(num: str, *, vis: str = "visible") -> Callable[[Callable], Callable]:
+    """Mark a test method as graded check ``num`` as its part declares it
+    (``grader/parts/<tag>/part.toml``): its title, points, part tag and flags.
 
-    ``hidden`` checks use cases only the autograder has; they carry the tag
-    "hidden", so a student's self-check can leave them out. A ``bonus`` check
-    has a maximum of 0 and awards its points (``points.BONUS``) through
-    ``set_score``: Gradescope's extra credit. A ``yardstick`` check compares the
-    submission's times with the reference's, timed in the same grading
-    (:meth:`GradedTestCase.yardstick`).
+    ``hidden`` checks use cases only the autograder has; they carry the tag "hidden", so a
+    student's self-check can leave them out. A ``bonus`` check has a maximum of 0 and
+    awards its points (``points.BONUS``) through ``set_score``: Gradescope's extra credit.
+    A ``timed`` check compares the submission's times with the reference's, timed in the
+    same grading (:meth:`GradedTestCase.yardstick`). The title's ``{...}`` fields are
+    filled from the part's ``cases`` module, so a title that states a size changes with it.
     """
-    if hidden:
-        extra_tags = (*extra_tags, "hidden")
-    if bonus:
-        extra_tags = (*extra_tags, "bonus")
-        partial = True
+    declared = PARTS[part_of(num)].check(num)
+    flags = {"benchmark": declared.benchmark, "hidden": declared.hidden,
+             "bonus": bool(declared.bonus)}  # fmt: skip
+    partial = declared.partial or bool(declared.bonus)
 
     def decorate(fn: Callable) -> Callable:
-        w = 0.0 if bonus else points(num)
+        w = 0.0 if declared.bonus else points(num)
         fn = _graded_part_only(fn, num)
         if partial:
             fn = partial_credit(w)(fn)
         fn = weight(w)(fn)
         fn = gs_number(num)(fn)
         fn = visibility(vis)(fn)
-        fn.__yardstick__ = yardstick
-        return tags(part_of(num), *extra_tags)(fn)
+        fn.__yardstick__ = declared.timed
+        fn = tags(part_of(num), *(tag for tag, on in flags.items() if on))(fn)
+        fn.__doc__ = f"{num} {declared_title(declared)}"
+        return fn
 
     return decorate
+
+
+def declared_title(declared: CheckDeclaration) -> str:
+    """A check's declared title with its fields filled from its part's ``cases`` module
+    (imported by the part's checks before they are declared)."""
+    cases = sys.modules.get(f"grader.parts.{part_of(declared.number)}.cases")
+    return fill(declared.title, cases=cases)
 
 
 def _graded_part_only(fn: Callable, num: str) -> Callable:

@@ -289,7 +289,7 @@ class Part2GenerateChecks(Part2Growth):
 class Part2Benchmark(Part2CacheContents):
     """Runs after the other checks: a slow generate here cannot cost them their time."""
 
-    @check("2.11"))
+    @check("2.11")
     def test_benchmark_speedup(self) -> None:
         bench = load_thresholds(self.ctx.device)["part2"]
         self.require_pool(bench, bench_key(bench))

@@ -365,7 +365,7 @@ class Part3Benchmark(Part3CacheContents, Part3Timed):
             f"{Ratio.between(*peaks)} (the course expects at most {limit:g}x)"
         )
 
-    @check("3.11"))
+    @check("3.11")
     def test_benchmark(self) -> None:
         bench = load_thresholds(self.ctx.device)["part3"]
         self.require_pool(bench, bench_key(bench))

@@ -251,7 +251,7 @@ class Part4Checks(Part4LatencyRuns):
         if problems:
             self.fail("\n".join(problems))
 
-    @check("4.6"))
+    @check("4.6")
     def test_latency(self) -> None:
         bench = load_thresholds(self.ctx.device)["part4"]
         clock = clock_for(self.ctx.device)
