@@ -31,28 +31,49 @@ from tests.conftest import (
 ROOT_ONLY = pytest.mark.needs_root(reason="needs a root grader")
 PARTS = ["part1", "part3"]
 
-#: A Part 1 that leaves ``{make}`` (a link or a FIFO) where the reference's libraries keep
-#: their caches when they share the worker's ``TMPDIR`` and ``HOME``: tiktoken's
-#: ``$TMPDIR/data-gym-cache``, the ``~/.cache`` and ``~/.config`` of most others.
-PLANT = """\
+#: A Part 1 that leaves links where the reference's libraries keep their caches when they
+#: share the worker's ``TMPDIR`` and ``HOME``: tiktoken's ``$TMPDIR/data-gym-cache``, the
+#: ``~/.cache`` and ``~/.config`` of most others, each to a folder the worker cannot write.
+LINKS = """\
     import os as _os
     for _base, _name, _to in ((_os.environ["TMPDIR"], "data-gym-cache", {secret!r}),
                               (_os.environ["HOME"], ".cache", {results!r}),
                               (_os.environ["HOME"], ".config", {secret!r})):
         _path = _os.path.join(_base, _name)
         if not _os.path.lexists(_path):
-            {make}"""
-LINK = "_os.symlink(_to, _path)"
-FIFO = "_os.mkfifo(_path)"
+            _os.symlink(_to, _path)"""
+#: The same places as FIFOs: ``~/.cache`` and ``~/.config``, and in tiktoken's cache
+#: folder the file its cache of Part 3's tokenizer (``data/tiny_llama/tokenizer.model`` in
+#: the sandbox, a path the worker can tell) would be read from: an ``open`` of it blocks.
+FIFOS = """\
+    import hashlib as _hashlib, os as _os
+    _cache = _os.path.join(_os.environ["TMPDIR"], "data-gym-cache")
+    _model = _os.path.dirname(_os.environ["TMPDIR"]) + "/data/tiny_llama/tokenizer.model"
+    _os.makedirs(_cache, exist_ok=True)
+    for _path in (_os.path.join(_cache, _hashlib.sha1(_model.encode()).hexdigest()),
+                  _os.path.join(_os.environ["HOME"], ".cache"),
+                  _os.path.join(_os.environ["HOME"], ".config")):
+        if not _os.path.lexists(_path):
+            _os.mkfifo(_path)"""
+#: The submission's own tokenizer keeps no cache, so that only a reader of the planted
+#: FIFOs other than the submission blocks on them.
+NO_OWN_CACHE = (
+    "import tiktoken\n",
+    "import os\n\nimport tiktoken\n\nos.environ['TIKTOKEN_CACHE_DIR'] = ''\n",
+)
 
 
 def _timed_scores(graded) -> dict[str, float]:
     return {n: graded.score(n) for n in ("3.7", "3.11")}
 
 
-def _graded_with(tmp_path: Path, make: str, secret: Path, results: Path):
-    code = PLANT.format(make=make, secret=str(secret), results=str(results))
+def _graded_with(tmp_path: Path, plant: str, secret: Path, results: Path):
+    code = plant.format(secret=str(secret), results=str(results))
     submission = patched_solution(tmp_path / "submission", "question1.py", [in_param_count(code)])
+    tokenizer = submission / "llama" / "tokenizer.py"
+    text = tokenizer.read_text()
+    assert text.count(NO_OWN_CACHE[0]) == 1
+    tokenizer.write_text(text.replace(*NO_OWN_CACHE))
     began = time.monotonic()
     graded = run_grade(submission, results, parts=PARTS)
     return graded, time.monotonic() - began
@@ -69,15 +90,15 @@ def unplanted(tmp_path_factory: pytest.TempPathFactory):
 
 @ATTACK
 @ROOT_ONLY
-@pytest.mark.parametrize("make", [LINK, FIFO], ids=["link", "fifo"])
+@pytest.mark.parametrize("plant", [LINKS, FIFOS], ids=["links", "fifos"])
 def test_a_plant_on_the_workers_paths_is_never_touched_by_the_reference(
-    tmp_path: Path, unplanted, make: str
+    tmp_path: Path, unplanted, plant: str
 ) -> None:
     secret = tmp_path / "root-only"  # a folder the worker account cannot even list
     secret.mkdir(mode=0o700)
     results = tmp_path / "results"
     results.mkdir()
-    graded, seconds = _graded_with(tmp_path, make, secret, results)
+    graded, seconds = _graded_with(tmp_path, plant, secret, results)
     plain, plain_seconds, plain_files = unplanted
     assert os.listdir(secret) == []  # nothing written through the link
     assert sorted(os.listdir(results)) == plain_files
