@@ -75,7 +75,10 @@ def starved(
 
 def _thread_clocks(pids: list[int]) -> tuple[float, float] | None:
     """(seconds run, seconds waited on a run queue) of every thread of ``pids``, from
-    ``schedstat``; None where the kernel keeps none."""
+    ``schedstat``; None where the kernel keeps none. No process is no time (a worker's
+    group before the worker has joined it)."""
+    if not pids:
+        return 0.0, 0.0
     ran = waited = 0.0
     seen = False
     for pid in pids:

@@ -12,6 +12,7 @@ import time
 import psutil
 import pytest
 
+from grader.runtime import starvation
 from grader.runtime.starvation import (
     Reading,
     figures,
@@ -159,3 +160,24 @@ def test_a_worker_with_processes_of_its_own_and_no_group_is_never_called_starved
             child.kill()
         proc.kill()
         proc.wait()
+
+
+def test_a_crowd_born_during_the_request_is_counted_whole() -> None:
+    """The request's first reading may come before the worker joined its group: an empty
+    group reads as no time, so the 128 loops it starts afterwards still count as its own
+    crowd (their waits sum to far more than the wall time), and it is never starved."""
+    group = cgroups.create("crowd")
+    if group is None:
+        pytest.skip("no writable cgroup hierarchy here")
+    before = read(group, None)
+    assert (before.cpu_s, before.queued_s) == (0.0, 0.0)
+    pid = worker("import os\nfor _ in range(7):\n    os.fork()\n" + BUSY, group)
+    try:
+        time.sleep(2.0)
+        after = read(group, pid, final=True)
+    finally:
+        group.remove()
+        os.waitpid(pid, 0)
+    assert after.queued_s is not None
+    assert after.queued_s - before.queued_s > starvation.CROWD * (after.at - before.at)
+    assert not was_starved(before, after)
