@@ -27,8 +27,9 @@ SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 #: What the C library and the dynamic loader read from ``/etc``: the accounts (without
 #: them ``getpass.getuser()`` fails, and torch's compiler names its cache folder with
 #: it), where libraries lie (the GPU driver's, on a CUDA machine), host names, the time
-#: zone, and the system's alternatives that links in ``/usr/bin`` lead through. The rest
-#: of ``/etc`` stays out.
+#: zone, the system's alternatives that links in ``/usr/bin`` lead through, and
+#: fontconfig's settings (matplotlib asks ``fc-list`` for the fonts). The rest of
+#: ``/etc`` stays out.
 ETC = (
     "passwd",
     "group",
@@ -39,6 +40,7 @@ ETC = (
     "localtime",
     "hosts",
     "alternatives",
+    "fonts",
 )
 #: Device nodes every process may use, then the GPU's (NVIDIA's, WSL's), where present.
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")

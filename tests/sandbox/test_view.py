@@ -288,8 +288,12 @@ def test_the_worker_sees_no_other_checkout_and_writes_no_host_folder(
 def test_the_workers_tree_holds_only_what_is_listed(box: Sandbox) -> None:
     """The new root's top level, /etc and /dev, as the worker account lists them."""
     script = (
-        "import json, os\n"
-        "print(json.dumps({p: sorted(os.listdir(p)) for p in ('/', '/etc', '/dev')}))"
+        "import json, os, shutil, subprocess\n"
+        "seen = {p: sorted(os.listdir(p)) for p in ('/', '/etc', '/dev')}\n"
+        "fc = shutil.which('fc-list')\n"  # matplotlib asks it for the fonts
+        "listed = subprocess.run([fc], capture_output=True, text=True) if fc else None\n"
+        "seen['fc-list'] = listed.stderr if listed else ''\n"
+        "print(json.dumps(seen))"
     )
     spec = with_view(confinement(Limits(), box.identity), box.root, [PROJECT_ROOT])
     proc = subprocess.run(
@@ -310,6 +314,7 @@ def test_the_workers_tree_holds_only_what_is_listed(box: Sandbox) -> None:
     assert "shadow" not in seen["/etc"]
     assert {"null", "zero", "urandom", "shm", "fd"} <= set(seen["/dev"])
     assert not [d for d in seen["/dev"] if d.startswith(("tty", "vd", "sd", "loop", "kmsg"))]
+    assert seen["fc-list"] == ""  # no "Fontconfig error: Cannot load default config file"
 
 
 def _confine(spec: Confinement) -> None:
