@@ -24,6 +24,7 @@
 #                                 and with a shared fork server, as a class regrade grades)
 #   make throughput [JOBS=2]      submissions a minute of a class regrade (20, every part)
 #   make slurm-tests              start a single-node Slurm here (root, apt), grade through it
+#   make browser                  headless Chromium for the rendered-page tests (root, apt)
 #   make format / make clean      ruff's formatting applied / the venv and build outputs removed
 
 # The system interpreter is preferred: the sandboxed worker runs as an
@@ -68,7 +69,7 @@ help:
 	@sed -n '1,/^$$/{s/^# \{0,1\}//p}' $(firstword $(MAKEFILE_LIST))
 
 .PHONY: help grade test lint format regen check-cases venv clean dist bench calibrate stability mbu budget slow-tests lock \
-	run-local mutants mutation batch slurm-tests mutant-tests attack-tests throughput
+	run-local mutants mutation batch slurm-tests mutant-tests attack-tests throughput browser
 
 venv: $(STAMP)
 
@@ -88,6 +89,17 @@ lock: $(STAMP)
 grade: $(STAMP)
 	$(PY) -m grader grade $(SUBMISSION) --results $(RESULTS) $(if $(PARTS),--parts $(PARTS),) --table
 
+# Headless Chromium for tests/ta/regrade/test_rendered_pages.py, from the system's packages
+# (Debian's chromium-headless-shell, as root with apt); where none can be installed, those
+# tests skip and say why. The Gradescope image never needs it.
+BROWSERS := chromium-headless-shell chromium chromium-browser google-chrome
+browser:
+	@for b in $(BROWSERS); do command -v $$b >/dev/null && exit 0; done; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+	  chromium-headless-shell; then exit 0; fi; \
+	echo "no headless Chromium ($(BROWSERS)): the rendered-page tests will skip" >&2
+
 # pytest exits 5 when it collected no tests: that is a failure, not a pass.
 # One torch thread per test process: pytest-xdist already runs a worker per core, and more
 # threads than cores spin against each other (the graded workers use one too).
@@ -97,7 +109,7 @@ grade: $(STAMP)
 TEST_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE=
 # TEST_JOBS pytest-xdist workers (default: cores + 1; 0: no workers); modules with
 # expensive fixtures stay on one worker (--dist loadgroup, their xdist_group mark).
-test: $(STAMP)
+test: $(STAMP) | browser
 	@$(TEST_ENV) $(PY) -m pytest -m "not slow and not slurm and not mutants and not attacks" -q -n $(TEST_JOBS) --dist loadgroup $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$status
 

@@ -33,6 +33,8 @@ pre { white-space: pre-wrap; background: #f7f7f7; padding: .6em; max-width: 60em
 img { max-width: 100%; }
 .failed { color: #a00; }
 """
+#: The pictures' resolution (matplotlib's points are 1/72 in: a 10 pt label is 12.5 px).
+DPI = 90
 
 
 def whole_counts(ax: Any) -> None:
@@ -88,12 +90,26 @@ def draw_measure(ax: Any, m: Measure) -> None:
     ax.set_ylabel("submissions")
 
 
-def measure_plots(found: list[Measure]) -> str:
+def text_px(fig: Any, dpi: int) -> dict[str, float]:
+    """The smallest chart title and the largest tick label of ``fig``, in the picture's own
+    pixels at ``dpi``: the page states them beside the picture, so a browser that scales
+    the picture can tell what size a TA reads them at."""
+    axes = [ax for ax in fig.axes if ax.get_title()]
+    ticks = [t for ax in axes for t in ax.get_xticklabels() + ax.get_yticklabels()]
+    size = {
+        "title": min((ax.title.get_fontsize() for ax in axes), default=0.0),
+        "tick": max((t.get_fontsize() for t in ticks if t.get_text()), default=0.0),
+    }
+    return {k: round(v * dpi / 72, 2) for k, v in size.items()}
+
+
+def measure_plots(found: list[Measure]) -> tuple[str, dict[str, float]]:
     """Each benchmark criterion's class distribution, its threshold a dashed line and the
-    failing side shaded ("" when the regrade timed nothing)."""
+    failing side shaded ("" when the regrade timed nothing), with its text sizes
+    (:func:`text_px`)."""
     found = [m for m in found if m.values]
     if not found:
-        return ""
+        return "", {}
     plt = pyplot()
     cols = min(3, len(found))
     rows = -(-len(found) // cols)
@@ -103,7 +119,9 @@ def measure_plots(found: list[Measure]) -> str:
     for ax in list(axes.flat)[len(found) :]:
         ax.axis("off")
     fig.tight_layout()
-    return png_uri(fig)
+    fig.canvas.draw()  # the tick labels' texts exist once the figure is drawn
+    sizes = text_px(fig, DPI)
+    return png_uri(fig, dpi=DPI), sizes
 
 
 def esc(value: Any) -> str:
@@ -217,10 +235,11 @@ def render(rows: list[Row], results: dict[str, dict[str, Any]], title: str) -> s
     """The whole page. ``results``: submission id -> its results data."""
     causes = census(results)
     histograms = part_histograms(rows)
-    plots = measure_plots(measures(results))
+    plots, sizes = measure_plots(measures(results))
     images = f'<img alt="scores per part" src="{histograms}">' if histograms else ""
     bench = (f'<p>Each criterion\'s median ratio across the class; the side of the dashed '
              f'threshold that loses the points is shaded.</p><img alt="benchmark measurements" '
+             f'data-title-px="{sizes.get("title")}" data-tick-px="{sizes.get("tick")}" '
              f'src="{plots}">' if plots
              else "<p>No benchmark check was timed in this regrade.</p>")  # fmt: skip
     return (
