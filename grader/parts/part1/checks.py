@@ -45,6 +45,7 @@ from grader.parts.part1.knock_on import (
     number,
     pointer,
 )
+from grader.parts.part1.probe import isolate
 from grader.parts.part1.script import NOT_ASKED, grade_case, script_run
 from grader.parts.part1.seal import Verdict
 from grader.runtime.outcomes import SubmissionError
@@ -124,7 +125,7 @@ class Part1Checks(GradedTestCase):
             return True, "", ""
         explained = self.explain_table if isinstance(got, dict) else self.explain
         remarks, causes = explained(case, verdict, got)
-        self.name(causes)
+        self.name(causes if isinstance(got, dict) else isolate(self, case, verdict, got, causes))
         remark = " ".join(r for r in remarks if r)
         return False, replace(wrong_value(what, got, verdict), remark=remark), "value"
 
