@@ -53,10 +53,13 @@ def weight_memory(model: Any) -> set[int | None]:
 class Search:
     """Every tensor reachable from the values given to :meth:`tensors`, each object
     visited once across calls (cycles end there) and at most :data:`MAX_VISITS` in all.
-    ``own``: the globals dicts of the submission's own modules, which are entered when
-    reached (a module object, a class defined there); ``stop``: objects never entered
-    (the model's registered modules, each searched as a root of its own). ``modules``:
-    whether an ``nn.Module`` reached is entered (not inside what forward hands back)."""
+    ``own``: the globals dicts of the submission's own modules, whose classes are entered
+    when reached (their attributes: a decorator's closure on a method); a module object is
+    never entered (the own ones are roots of their own, :func:`reachable`). ``stop``:
+    objects never entered (the model's registered modules, each a root of its own).
+    ``modules``: whether an ``nn.Module`` reached is entered (not inside what forward
+    hands back). An object that cannot be looked into (a property that raises) is passed
+    over: the search never fails on what a submission holds."""
 
     def __init__(
         self, own: tuple[dict[str, Any], ...] = (), stop: tuple[Any, ...] = (), modules: bool = True
@@ -82,7 +85,10 @@ class Search:
             if isinstance(obj, torch.Tensor):
                 found.append(obj)
                 continue
-            items = self.children(obj)
+            try:
+                items = self.children(obj)
+            except Exception:  # an object that resists being looked into holds no cache
+                items = []
             if len(items) <= MAX_ITEMS:
                 stack.extend(reversed(items))
         return found
@@ -183,8 +189,10 @@ def _is_library(path: Path) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _python_prefixes() -> frozenset[Path]:
-    """Where this Python and its environment are installed."""
-    return frozenset(Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix))
+    """Where this Python and its environment are installed (never the file system's root:
+    a Python installed there would make every folder a library's)."""
+    found = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    return frozenset(p for p in found if p.parent != p)
 
 
 @functools.lru_cache(maxsize=8192)

@@ -240,3 +240,16 @@ def test_parameters_are_found_for_callers_to_judge() -> None:
     held = reachable(model)
     assert [t for _, t in held["slots"]] == [model.slots[0]]
     assert held_tensors(model) == []
+
+
+class Resists:
+    """An object whose attributes cannot be read: its ``__dict__`` raises."""
+
+    @property
+    def __dict__(self) -> Any:  # type: ignore[override]
+        raise RuntimeError("not today")
+
+
+def test_an_object_that_resists_being_looked_into_is_passed_over() -> None:
+    k = torch.zeros(1, 4, 8)
+    assert tensors_in([Resists(), k]) == [k]
