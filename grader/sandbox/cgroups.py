@@ -151,6 +151,24 @@ def parents() -> list[tuple[Path, int]]:
     return sorted(found, key=lambda f: -f[1])
 
 
+def sweep(parent: Path, prefix: str) -> None:
+    """Delete the empty groups in ``parent`` named ``<prefix>-<pid>-...`` whose maker
+    ``pid`` is gone (a grader killed before it removed them), and the empty groups inside
+    them. Nothing is killed: the kernel refuses to delete a group that holds a process."""
+    try:
+        stale = [p for p in parent.iterdir() if p.name.startswith(f"{prefix}-")]
+    except OSError:
+        return
+    for group in stale:
+        maker = group.name.split("-")[1]
+        if not maker.isdigit() or os.path.exists(f"/proc/{maker}"):
+            continue
+        with contextlib.suppress(OSError):
+            for child in [c for c in group.iterdir() if c.is_dir()]:
+                child.rmdir()
+            group.rmdir()
+
+
 def create(label: str) -> CpuGroup | None:
     """A new, empty group for one worker (None where no hierarchy can be written, or
     where ``KVGRADER_CGROUPS=0``). ``label`` goes into the folder's name for a reader of
@@ -159,6 +177,7 @@ def create(label: str) -> CpuGroup | None:
         return None
     name = f"kvgrader-{os.getpid()}-{next(_COUNTER)}-{label}"
     for parent, version in parents():
+        sweep(parent, "kvgrader")
         group = CpuGroup(parent / name, version)
         try:
             group.path.mkdir(mode=0o755)

@@ -37,7 +37,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.sandbox.cgroups import CpuGroup, mount_table, own_path
+from grader.sandbox.cgroups import CpuGroup, mount_table, own_path, sweep
 
 #: Set to "0" to grade side by side without a group per grading (a TA's diagnosis).
 SWITCH = "KVGRADER_CPU_SHARE"
@@ -228,6 +228,7 @@ def create(label: str) -> GradingGroup:
         for version, parent in ((2, _v2_parent(controller)), (1, _v1_parent(controller))):
             if parent is None:
                 continue
+            sweep(parent, "kvgrading")
             files = _limits(controller, version, cores, pids)
             if _make(parent / name, version, files):
                 _record(grading, parent / name, version, controller, _settings(files, cores))

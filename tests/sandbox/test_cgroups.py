@@ -262,3 +262,18 @@ def test_a_v2_group_that_cannot_delegate_falls_back_to_v1(tmp_path: Path, monkey
     assert (grading.groups[0].path / "cpu.shares").read_text() == "1024"
     assert grading.groups[0].path.parent == tmp_path / "cpu"
     assert not any(p.name.startswith("kvgrading") for p in (tmp_path / "v2").iterdir())
+
+
+def test_groups_left_by_a_grader_that_is_gone_are_swept_and_no_other(tmp_path: Path) -> None:
+    """A grader killed before it removed its groups leaves them empty: the next one to
+    make a group deletes them; a live maker's, a busy one and another program's stay."""
+    gone, alive = "kvgrading-999999999-0-a", f"kvgrading-{os.getpid()}-0-b"
+    (tmp_path / gone / "kvgrader-999999999-0-part1").mkdir(parents=True)
+    (tmp_path / alive).mkdir()
+    (tmp_path / "kvgrading-999999998-0-busy").mkdir()
+    (tmp_path / "kvgrading-999999998-0-busy" / "cgroup.procs").write_text("1")  # rmdir refused
+    (tmp_path / "other-999999999").mkdir()
+    cgroups.sweep(tmp_path, "kvgrading")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [alive, "kvgrading-999999998-0-busy", "other-999999999"]
+    )
