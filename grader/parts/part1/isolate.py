@@ -154,7 +154,7 @@ def _factor_findings(func: str, p: Mapping[str, Any], got: float, is_right: IsRi
             "quantity enters (or should enter) the formula"
         )
         op = "times" if way == "small" else "divided by"
-        evidence = f"{got:,.6g} {op} {f:g} is right"
+        evidence = f"your value {op} {f:g} is the right one"
         yield Finding(Cause(f"isolated:factor_{keys}", text, evidence))
 
 
@@ -169,7 +169,7 @@ def value_findings(
         return []
     found: list[Finding] = []
     if call.func == "max_batch_size":
-        found += _batch_findings(got, is_right, quotient)
+        found += batch_findings(got, is_right, quotient)
         if found:
             return found
     found += list(_factor_findings(call.func, p, got, is_right))
@@ -178,12 +178,12 @@ def value_findings(
             if is_right(candidate):
                 text = f"your {call.func} is {way} by exactly {words}"
                 op = "plus" if way == "short" else "minus"
-                evidence = f"{got:,.6g} {op} {amount:,} is right"
+                evidence = f"your value {op} {amount:,} is the right one"
                 found.append(Finding(Cause(f"isolated:{way}_by_{key}", text, evidence)))
     return found
 
 
-def _batch_findings(got: float, is_right: IsRight, quotient: float | None) -> list[Finding]:
+def batch_findings(got: float, is_right: IsRight, quotient: float | None) -> list[Finding]:
     """A batch that is negative where 0 is right, or the student's own quotient rounded
     (or rounded up) where floored it is right."""
     if got < 0 and is_right(0):
@@ -191,7 +191,7 @@ def _batch_findings(got: float, is_right: IsRight, quotient: float | None) -> li
             "your max_batch_size returns a negative batch when the weights do not fit; the "
             "handout asks for 0 then (max(..., 0))"
         )
-        return [Finding(Cause("isolated:negative_batch", text, f"{got:,} where 0 is right"), True)]
+        return [Finding(Cause("isolated:negative_batch", text, f"{got:,} where 0 is"), True)]
     if quotient is None or not math.isfinite(quotient) or quotient < 0:
         return []
     floor = math.floor(quotient)
@@ -204,7 +204,7 @@ def _batch_findings(got: float, is_right: IsRight, quotient: float | None) -> li
     )
     evidence = (
         f"your own weight_bytes and kv_cache_bytes_per_request give {quotient:,.3f} caches; "
-        f"floored ({floor:,}) that is right, you returned {got:,}"
+        f"floored that is right, and you returned {got:,}"
     )
     return [Finding(Cause("isolated:not_floored", text, evidence), True)]
 

@@ -24,6 +24,7 @@ from grader.core.feedback_items import Cause
 from grader.parts.part1.causes import HARD_CODED
 from grader.parts.part1.isolate import (
     Finding,
+    batch_findings,
     experiments,
     read_experiment,
     spec_of,
@@ -79,10 +80,9 @@ def quotient(checks: Checks, call: Call) -> float | None:
     return (p["tp"] * p["gpu_mem_bytes"] - weights) / per_request
 
 
-def findings(
-    checks: Checks, call: Call, verdict: Verdict, got: float
-) -> tuple[list[Finding], bool]:
-    """Every finding for ``got``, and whether some variation moved the student's value."""
+def experiment_findings(checks: Checks, call: Call, got: float) -> tuple[list[Finding], bool]:
+    """What varying each argument alone shows, and whether some variation moved the
+    student's value."""
     found, moved = [], False
     for exp in experiments(call):
         before = got if exp.base is None else checks.own(exp.base)
@@ -93,10 +93,7 @@ def findings(
         finding = read_experiment(call, exp, before, after, checks.rel_tol())
         if finding is not None:
             found.append(finding)
-    if any(not f.decisive for f in found):  # the place is narrowed already
-        return found, moved
-    q = quotient(checks, call) if call.func == "max_batch_size" else None
-    return found + value_findings(call, got, judge(verdict), q), moved
+    return found, moved
 
 
 def isolate(
@@ -120,11 +117,18 @@ def isolate(
     if upstream:  # the functions it follows from: their decisive causes, where found
         found = [c for u in upstream for c in states.get(u.func, {}).get("decisive", [])]
         return list(dict.fromkeys(found)) or known
-    found, moved = findings(checks, call, verdict, got)
+    found, moved = experiment_findings(checks, call, got)
+    if call.func == "max_batch_size" and not any(f.decisive for f in found):
+        found += batch_findings(got, judge(verdict), quotient(checks, call))
     causes = state.setdefault("causes", {})  # one sentence per id: named once a check
     decisive = [causes.setdefault(f.cause.id, f.cause) for f in found if f.decisive]
     if decisive:
         state["decisive"] = list(dict.fromkeys(decisive))
         return state["decisive"]
     kept = [c for c in known if not (moved and c.id == HARD_CODED)]
-    return kept or list(dict.fromkeys(causes.setdefault(f.cause.id, f.cause) for f in found))
+    if kept:
+        return kept
+    # nothing known is left: the place, by experiment, else by the value alone (judged
+    # against the expected value candidate by candidate, so only where it is needed)
+    found = found or value_findings(call, got, judge(verdict))
+    return list(dict.fromkeys(causes.setdefault(f.cause.id, f.cause) for f in found))

@@ -266,3 +266,35 @@ def test_a_right_submission_runs_no_experiment(tmp_path, trace_lines) -> None:
     grade_checks(submission, tmp_path / "bad", "part1", {"1.5"})
     extra = [line["what"] for line in trace_lines()[before:] if "(" not in line["what"]]
     assert "max_batch_size" in extra
+
+
+@pytest.fixture(scope="module")
+def student_zip(tmp_path_factory: pytest.TempPathFactory):
+    """``student.zip`` built from the committed cases and unpacked."""
+    import zipfile
+
+    from grader.ta import dist
+    from tests.parts.part1.test_student_zip import TOP
+
+    out = tmp_path_factory.mktemp("dist")
+    with zipfile.ZipFile(dist.build_student(out=out / "student.zip", check_cases=False)) as zf:
+        zf.extractall(out)
+    return out / TOP
+
+
+def test_the_self_check_isolates_through_the_seals(student_zip, tmp_path) -> None:
+    """The student's self-check holds no answer in plain form: the experiments and the
+    candidates are judged through the seals, so the same cause is named there, and the
+    right values appear nowhere in the feedback."""
+    from tests.conftest import patched_solution
+    from tests.parts.part1.test_student_zip import ANSWERS, forms, selfcheck
+
+    for name, number in (("kv_at_weights_precision", "1.3"), ("batch_rounded", "1.4")):
+        submission = patched_solution(tmp_path / name, "question1.py", EDITS[name])
+        output = selfcheck(student_zip, submission / "question1.py")[number]["output"]
+        (cause,) = NAMED[name][number]
+        assert SAYS[cause] in output, output
+        assert all(d not in output for d in DIAGNOSES.values())
+        for cid, answer in ANSWERS.items():
+            if cid.startswith(f"{number} ") and abs(answer["expected"]) >= 100:
+                assert all(form not in output for form in forms(answer["expected"])), cid
