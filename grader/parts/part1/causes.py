@@ -8,11 +8,18 @@ combination of the mistakes that change it, under the names of its parts joined 
 once, and a value that equals no single mistake then still gets its causes named. The
 catalogue (``diagnoses``) holds single mistakes only; a combination is named by the
 diagnoses of its parts, and every part's id is recorded for reports.
+
+Some mistakes nobody listed give a known mistake's value on some inputs (:data:`TWINS`):
+the isolating experiments (:mod:`grader.parts.part1.probe`) decide between them, and
+where the deciding experiment gives no answer both are named, with the fact that would
+tell them apart.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 #: JOIN joins the names of a combination's parts into the name it is stored under (and
 #: a cause's id where it names them at once).
@@ -86,3 +93,54 @@ def hard_coded_cause(label: str) -> list[Cause]:
         "from the arguments instead of writing it in"
     )
     return [Cause(HARD_CODED, text, f"the value is the answer for {label}")]
+
+
+@dataclass(frozen=True)
+class Twin:
+    """A mistake nobody listed that gives a known mistake's value on some inputs: the
+    known mistake, the argument whose experiment tells them apart, when the two coincide
+    (on the call's parameters), and the sentence that names the other candidate with the
+    fact that decides."""
+
+    known: str
+    arg: str
+    coincide: Callable[[Mapping[str, Any]], bool]
+    text: str
+
+
+def _bytes_per_param(params: Mapping[str, Any]) -> int:
+    return params["spec"]["__spec__"].get("bytes_per_param", 2)
+
+
+TWINS = (
+    Twin(
+        "kv_missing_factor_2",
+        "bytes_per_elem",
+        lambda p: p.get("bytes_per_elem") == 2 * _bytes_per_param(p),
+        "your kv_cache_bytes_per_request sizes the cache at the weights' precision "
+        "(spec.bytes_per_param) whatever bytes_per_elem says, which gives the same value "
+        "here: if your value doubles when bytes_per_elem doubles, it is the factor 2; if it "
+        "stays the same, it is the precision",
+    ),
+    Twin(
+        "tp_cache_not_split",
+        "tp",
+        lambda p: p.get("tp", 1) > 1,
+        "your max_batch_size ignores tp, which can give the same value here: if your batch "
+        "grows with tp, it is the split; if it stays the same, tp is ignored",
+    ),
+)
+
+
+def twin_candidates(
+    known: Sequence[Cause], params: Mapping[str, Any], decided: Iterable[str]
+) -> list[Cause]:
+    """The other candidates of the ``known`` causes for a call with ``params``: each twin
+    whose values coincide there and whose deciding argument's experiment gave no answer
+    (``decided``: the arguments whose experiments did), named beside the known cause."""
+    ids, done = {c.id for c in known}, set(decided)
+    return [
+        Cause(f"isolated:candidate_ignores_{t.arg}", t.text, f"{t.arg} could not be varied")
+        for t in TWINS
+        if t.known in ids and t.arg not in done and t.coincide(params)
+    ]

@@ -10,7 +10,8 @@ What is named:
 * a decisive finding (an argument ignored, a batch rounded or negative) replaces the
   known causes: the evidence singles it out, and no known mistake ignores an argument;
 * otherwise the known causes, except a value "written in" when varying an input moved
-  the value (it is computed, not written in);
+  the value (it is computed, not written in), each with its twin where the experiment
+  that tells them apart gave no answer (:data:`grader.parts.part1.causes.TWINS`);
 * where no known cause is left, the findings that narrow the place (a factor or a
   difference in the spec's quantities, an argument the value depends on wrongly).
 """
@@ -21,7 +22,7 @@ import math
 from typing import Any, Protocol
 
 from grader.core.feedback_items import Cause
-from grader.parts.part1.causes import HARD_CODED
+from grader.parts.part1.causes import HARD_CODED, twin_candidates
 from grader.parts.part1.isolate import (
     Finding,
     batch_findings,
@@ -80,20 +81,23 @@ def quotient(checks: Checks, call: Call) -> float | None:
     return (p["tp"] * p["gpu_mem_bytes"] - weights) / per_request
 
 
-def experiment_findings(checks: Checks, call: Call, got: float) -> tuple[list[Finding], bool]:
-    """What varying each argument alone shows, and whether some variation moved the
-    student's value."""
-    found, moved = [], False
+def experiment_findings(
+    checks: Checks, call: Call, got: float
+) -> tuple[list[Finding], bool, set[str]]:
+    """What varying each argument alone shows, whether some variation moved the student's
+    value, and the arguments whose experiments gave an answer."""
+    found, moved, decided = [], False, set()
     for exp in experiments(call):
         before = got if exp.base is None else checks.own(exp.base)
         after = checks.own(exp.call)
         if before is None or after is None:
             continue
+        decided.add(exp.arg)
         moved |= not math.isclose(after, before, rel_tol=checks.rel_tol())
         finding = read_experiment(call, exp, before, after, checks.rel_tol())
         if finding is not None:
             found.append(finding)
-    return found, moved
+    return found, moved, decided
 
 
 def isolate(
@@ -117,7 +121,7 @@ def isolate(
     if upstream:  # the functions it follows from: their decisive causes, where found
         found = [c for u in upstream for c in states.get(u.func, {}).get("decisive", [])]
         return list(dict.fromkeys(found)) or known
-    found, moved = experiment_findings(checks, call, got)
+    found, moved, decided = experiment_findings(checks, call, got)
     if call.func == "max_batch_size" and not any(f.decisive for f in found):
         found += batch_findings(got, judge(verdict), quotient(checks, call))
     causes = state.setdefault("causes", {})  # one sentence per id: named once a check
@@ -127,7 +131,7 @@ def isolate(
         return state["decisive"]
     kept = [c for c in known if not (moved and c.id == HARD_CODED)]
     if kept:
-        return kept
+        return kept + twin_candidates(kept, call.bound() or {}, decided)
     # nothing known is left: the place, by experiment, else by the value alone (judged
     # against the expected value candidate by candidate, so only where it is needed)
     found = found or value_findings(call, got, judge(verdict))

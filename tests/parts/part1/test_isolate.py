@@ -298,3 +298,37 @@ def test_the_self_check_isolates_through_the_seals(student_zip, tmp_path) -> Non
         for cid, answer in ANSWERS.items():
             if cid.startswith(f"{number} ") and abs(answer["expected"]) >= 100:
                 assert all(form not in output for form in forms(answer["expected"])), cid
+
+
+def test_twins_are_named_together_only_where_the_deciding_experiment_gave_no_answer() -> None:
+    from grader.core.feedback_items import Cause
+    from grader.parts.part1.causes import twin_candidates
+
+    factor_2 = [Cause("kv_missing_factor_2", "your code forgets the factor 2")]
+    fp32 = Call("kv_cache_bytes_per_request", (SPEC, 8192, 4)).bound()
+    fp16 = Call("kv_cache_bytes_per_request", (SPEC, 8192, 2)).bound()
+    (twin,) = twin_candidates(factor_2, fp32, decided=())
+    assert twin.id == "isolated:candidate_ignores_bytes_per_elem"
+    assert "if your value doubles when bytes_per_elem doubles" in twin.text
+    assert twin_candidates(factor_2, fp32, decided={"bytes_per_elem"}) == []
+    assert twin_candidates(factor_2, fp16, decided=()) == []  # the two differ at fp16
+
+
+def test_a_factor_2_whose_experiment_fails_is_named_with_its_twin(tmp_path) -> None:
+    """A cache without the factor 2 whose function refuses bytes_per_elem = 8: the fp32
+    case is half, as at the weights' precision, and the experiment that tells them apart
+    gets no value. Both are named, with the fact that decides."""
+    from tests.conftest import patched_solution
+
+    mutant = next(m for m in MUTANTS if m.name == "kv_missing_factor_2")
+    guard = (
+        "    if bytes_per_elem not in (1, 2, 4):\n"
+        '        raise ValueError("bytes_per_elem must be 1, 2 or 4")\n'
+        f"    {KV_RETURN}"
+    )
+    edits = [*mutant.edits, (f"    {KV_RETURN}", guard)]
+    submission = patched_solution(tmp_path / "submission", "question1.py", edits)
+    result = grade_checks(submission, tmp_path / "out", "part1", {"1.3"})
+    causes = result.test("1.3")["extra_data"]["causes"]
+    assert causes == ["kv_missing_factor_2", "isolated:candidate_ignores_bytes_per_elem"]
+    assert "if it stays the same, it is the precision" in result.output("1.3")
