@@ -100,8 +100,9 @@ def _graded_part_only(fn: Callable, num: str) -> Callable:
                           f"({first} says which to upload).")  # fmt: skip
             return fn(self, *args, **kwargs)
         except self.failureException as exc:
+            # The message is written again from the items: the causes named apart too.
             self.feedback.end(str(exc))
-            raise
+            raise self.failureException(self.feedback.text()) from None
 
     return guarded
 

@@ -33,13 +33,14 @@ def test_plain_value_decodes_the_workers_encoding() -> None:
 
 def test_a_cached_generation_feeding_more_than_one_token_is_told() -> None:
     case = {"label": "lab model", "ids": [[1, 2, 3, 4]]}
-    problem = generation_problem(case, True, 0, [4, 5, 6], lambda names: "")
+    problem = generation_problem(case, True, 0, [4, 5, 6], lambda names: "").sentence()
     assert "forward received [4, 5, 6] tokens per call" in problem
 
 
 def test_a_continuation_that_refeeds_the_prompt_is_named() -> None:
     case = {"label": "lab model", "ids": [[1, 2, 3, 4]]}
-    problem = generation_problem(case, True, 2, [4, 1], lambda names: f"named {names}")
+    problem = generation_problem(case, True, 2, [4, 1], lambda names: f" named {names}")
+    problem = problem.sentence()
     assert "feed only the 2 it does not hold" in problem
     assert "named ['cache_from_refeeds_prompt']" in problem
 
