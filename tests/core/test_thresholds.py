@@ -91,7 +91,7 @@ def test_each_reading_is_a_copy_of_its_own_and_a_bad_text_fails_every_time() -> 
     first["part3"]["batch_sizes"].append(99)
     again = load_thresholds("cpu")
     assert again["part2"]["min_speedup"] > 1 and 99 not in again["part3"]["batch_sizes"]
-    bad = shipped_text().replace("min_speedup = 3.47", "min_speedup = 0.5", 1)
+    bad = re.sub(r"min_speedup = [\d.]+", "min_speedup = 0.5", shipped_text(), count=1)
     for _ in range(2):
         with pytest.raises(jsonschema.ValidationError):
             parse_thresholds(bad)
