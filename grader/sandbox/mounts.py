@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import functools
 import os
 import platform
@@ -66,8 +67,8 @@ def _libc() -> ctypes.CDLL:
 
 
 def _fail(what: str) -> OSError:
-    errno = ctypes.get_errno()
-    return OSError(errno, f"{what}: {os.strerror(errno)}")
+    code = ctypes.get_errno()
+    return OSError(code, f"{what}: {os.strerror(code)}")
 
 
 def _mount(source: str, target: str, fstype: str | None, flags: int, data: str | None) -> None:
@@ -184,7 +185,7 @@ def _pivot(root: str) -> None:
     """Make ``root`` the process's ``/`` and let go of the host's tree entirely."""
     number = PIVOT_ROOT.get(platform.machine())
     if number is None:
-        raise OSError(0, f"pivot_root: unknown on {platform.machine()}")
+        raise OSError(errno.ENOSYS, f"pivot_root: unknown on {platform.machine()}")
     os.chdir(root)
     if _libc().syscall(number, b".", b".") != 0:
         raise _fail("pivot_root")
