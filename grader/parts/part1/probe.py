@@ -22,7 +22,7 @@ import math
 from typing import Any, Protocol
 
 from grader.core.feedback_items import Cause
-from grader.parts.part1.causes import HARD_CODED, twin_candidates
+from grader.parts.part1.causes import HARD_CODED, parts_of, twin_candidates
 from grader.parts.part1.isolate import (
     Finding,
     batch_findings,
@@ -37,12 +37,16 @@ from grader.parts.part1.seal import Verdict
 
 class Checks(Protocol):
     """What :func:`isolate` uses of a Part 1 check: the student's value of a call (cached
-    per grading, None where it fails), the calls a value follows from, the tolerance, and
-    the grading's scratch space."""
+    per grading, None where it fails), the calls a value follows from, a case's plain
+    answer, the tolerance, and the grading's scratch space (with the index of cases by
+    call that the check's ``judge`` builds)."""
 
     ctx: Any
+    part: str
 
     def own(self, call: Call) -> int | float | None: ...
+
+    def answer(self, case: dict[str, Any]) -> dict[str, Any] | None: ...
 
     def follows(self, got: Any, uses: Any) -> list[Call]: ...
 
@@ -100,6 +104,72 @@ def experiment_findings(
     return found, moved, decided
 
 
+def judged_case(checks: Checks, call: Call) -> tuple[Call, dict[str, Any]] | None:
+    """A case that judges ``call``, or for a KV cache a case of the same spec and context
+    at another bytes_per_elem (the cache is linear in it, and so is each known mistake's:
+    the student's value there shows the same mistakes); with the call it judges."""
+    index = checks.ctx.scratch.setdefault(f"{checks.part}.by_call", {})
+    if not index:  # as the check's judge builds it: the first case of a call wins
+        for c in reversed(checks.ctx.cases(checks.part)["cases"]):
+            index[Call.of(c).key()] = c
+    case = index.get(call.key())
+    if case is not None:
+        return call, case
+    if call.func != "kv_cache_bytes_per_request":
+        return None
+    p = call.bound() or {}
+    for other in index.values():
+        q = Call.of(other).bound() or {}
+        same = other["func"] == call.func and q.get("spec") == p.get("spec")
+        if same and q.get("context_len") == p.get("context_len"):
+            return Call.of(other), other
+    return None
+
+
+def mistakes_shown(checks: Checks, call: Call) -> tuple[set[str], set[str]] | None:
+    """The known mistakes the student's own value of ``call`` shows, and those that would
+    change it (by their parts); None where no case judges it or the call fails."""
+    found = judged_case(checks, call)
+    value = checks.own(found[0]) if found else None
+    if found is None or value is None:
+        return None
+    case = found[1]
+    verdict = Verdict(case, checks.answer(case), checks.rel_tol())
+    value = int(value) if verdict.kinds() == "int" and float(value).is_integer() else value
+    answer = checks.answer(case)
+    stored = answer["mistakes"] if answer is not None else case["sealed"]["mistakes"]
+    shown = {p for name in verdict.mistakes(value) for p in parts_of(name)}
+    return shown, {p for name in stored for p in parts_of(name)}
+
+
+def upstream_known(checks: Checks, upstream: list[Call], known: list[Cause]) -> list[Cause]:
+    """The known causes of a knock-on value that are mistakes of the functions it follows
+    from, as the student's own values of those calls show them. Another known mistake that
+    happens to give the same batch (a TP mistake beside a KV cache sized as MHA) is a
+    coincidence, not named. All of ``known`` where a call it follows from is not judged."""
+    parts: set[str] = set()
+    for call in upstream:
+        seen = mistakes_shown(checks, call)
+        if seen is None:
+            return known
+        parts |= seen[0]
+    return [c for c in known if parts_of(c.id) <= parts]
+
+
+def contradicted(checks: Checks, uses: list[Call], known: list[Cause]) -> list[Cause]:
+    """``known`` without the alternatives that the functions a value is built from rule
+    out: a mistake of one of them (it would change its value) that the student's own value
+    of it does not show. Only where another alternative is left: a value computed inline
+    may hold a mistake its function does not."""
+    ruled_out: set[str] = set()
+    for call in uses:
+        seen = mistakes_shown(checks, call)
+        if seen is not None:
+            ruled_out |= seen[1] - seen[0]
+    left = [c for c in known if not parts_of(c.id) & ruled_out]
+    return left or known
+
+
 def isolate(
     checks: Checks, case: dict[str, Any], verdict: Verdict, got: Any, known: list[Cause]
 ) -> list[Cause]:
@@ -120,7 +190,8 @@ def isolate(
     upstream = checks.follows(got, uses) if uses else []
     if upstream:  # the functions it follows from: their decisive causes, where found
         found = [c for u in upstream for c in states.get(u.func, {}).get("decisive", [])]
-        return list(dict.fromkeys(found)) or known
+        return list(dict.fromkeys(found)) or upstream_known(checks, upstream, known)
+    known = contradicted(checks, uses[0], known) if uses and len(known) > 1 else known
     found, moved, decided = experiment_findings(checks, call, got)
     if call.func == "max_batch_size" and not any(f.decisive for f in found):
         found += batch_findings(got, judge(verdict), quotient(checks, call))

@@ -332,3 +332,31 @@ def test_a_factor_2_whose_experiment_fails_is_named_with_its_twin(tmp_path) -> N
     causes = result.test("1.3")["extra_data"]["causes"]
     assert causes == ["kv_missing_factor_2", "isolated:candidate_ignores_bytes_per_elem"]
     assert "if it stays the same, it is the precision" in result.output("1.3")
+
+
+#: Library mistakes that were also told a mistake they did not make, and what each of
+#: these checks names now: its own mistakes alone.
+LIBRARY: dict[str, dict[str, list[str]]] = {
+    # A KV cache sized as MHA: its batches equal TP's unsplit cache on some inputs; the
+    # batch follows from the student's own KV cache, whose value shows MHA alone.
+    "mha_kv_cache": {"1.5": ["mha_kv_cache"], "1.12": ["mha_kv_cache"]},
+    # TP's unsplit cache: the student's own KV cache is right, so MHA is ruled out.
+    "tp_cache_not_split": {"1.5": ["tp_cache_not_split"], "1.12": ["tp_cache_not_split"]},
+    # No output head: a two-matrix FFN gives the same batch, not the same weights.
+    "no_output_head": {"1.4": ["no_output_head"], "1.12": ["no_output_head"]},
+    # The prefill intensity of two mistakes at once is not an answer written in.
+    "s_p_once_and_one_flop_per_multiply_add": {
+        "1.13": ["multiply_add_one_flop", "s_p_not_round_tripped"]
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(LIBRARY))
+def test_a_library_mistake_is_named_without_a_cause_it_did_not_make(tmp_path, name) -> None:
+    from tests.conftest import patched_solution
+
+    mutant = next(m for m in load_mutants("part1") if m.name == name)
+    submission = patched_solution(tmp_path / "submission", "question1.py", list(mutant.edits))
+    result = grade_checks(submission, tmp_path / "out", "part1", set(LIBRARY[name]))
+    for number, causes in LIBRARY[name].items():
+        assert sorted(result.test(number)["extra_data"]["causes"]) == causes, number
