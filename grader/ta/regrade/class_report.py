@@ -11,6 +11,7 @@ mail attachment or a shared drive, with no server.
 from __future__ import annotations
 
 import html
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,8 @@ img { max-width: 100%; }
 """
 #: The pictures' resolution (matplotlib's points are 1/72 in: a 10 pt label is 12.5 px).
 DPI = 90
+#: The characters of a benchmark chart's title line: what a 4.2 in chart holds at 12 pt.
+TITLE_CHARS = 34
 
 
 def whole_counts(ax: Any) -> None:
@@ -85,7 +88,9 @@ def draw_measure(ax: Any, m: Measure) -> None:
                color="tab:red", alpha=0.1)  # fmt: skip
     ax.set_xlim(lo, hi)
     whole_counts(ax)
-    ax.set_title(m.key)  # matplotlib's title size: larger than the tick labels
+    # matplotlib's title size (larger than the tick labels), wrapped to the chart's width
+    # so that a long criterion is neither cut at the figure's edge nor drawn over the next
+    ax.set_title(textwrap.fill(m.key, TITLE_CHARS))
     ax.set_xlabel(f"median ratio (threshold {m.limit:g}x dashed)")
     ax.set_ylabel("submissions")
 
@@ -103,6 +108,21 @@ def text_px(fig: Any, dpi: int) -> dict[str, float]:
     return {k: round(v * dpi / 72, 2) for k, v in size.items()}
 
 
+def measure_figure(found: list[Measure]) -> Any:
+    """Each criterion's class distribution (:func:`draw_measure`), three charts a row."""
+    plt = pyplot()
+    cols = min(3, len(found))
+    rows = -(-len(found) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 2.9 * rows), squeeze=False)
+    for ax, m in zip(axes.flat, found, strict=False):
+        draw_measure(ax, m)
+    for ax in list(axes.flat)[len(found) :]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.canvas.draw()  # the tick labels' texts exist once the figure is drawn
+    return fig
+
+
 def measure_plots(found: list[Measure]) -> tuple[str, dict[str, float]]:
     """Each benchmark criterion's class distribution, its threshold a dashed line and the
     failing side shaded ("" when the regrade timed nothing), with its text sizes
@@ -110,16 +130,7 @@ def measure_plots(found: list[Measure]) -> tuple[str, dict[str, float]]:
     found = [m for m in found if m.values]
     if not found:
         return "", {}
-    plt = pyplot()
-    cols = min(3, len(found))
-    rows = -(-len(found) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 2.8 * rows), squeeze=False)
-    for ax, m in zip(axes.flat, found, strict=False):
-        draw_measure(ax, m)
-    for ax in list(axes.flat)[len(found) :]:
-        ax.axis("off")
-    fig.tight_layout()
-    fig.canvas.draw()  # the tick labels' texts exist once the figure is drawn
+    fig = measure_figure(found)
     sizes = text_px(fig, DPI)
     return png_uri(fig, dpi=DPI), sizes
 

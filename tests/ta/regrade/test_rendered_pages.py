@@ -19,6 +19,7 @@ from grader import cli
 from grader.core.figures import pyplot
 from grader.grading import selfcheck_report
 from grader.ta.regrade import class_report
+from grader.ta.regrade.census import measures
 from grader.ta.regrade.report import make_row
 from tests.conftest import ROOT, Graded
 from tests.ta.chromium import WIDTH, assert_fits, measure, needs_browser, overflow
@@ -75,6 +76,29 @@ def test_class_report_chart_titles_are_no_smaller_than_their_ticks(
     monkeypatch.setattr(class_report, "draw_measure", old_style)
     with pytest.raises(AssertionError):
         assert_titles_readable(class_page(solution_graded, blank_graded))
+
+
+def assert_titles_fit(fig: Any) -> None:
+    """Every chart title lies inside the picture and clear of every other title."""
+    renderer = fig.canvas.get_renderer()
+    boxes = [ax.title.get_window_extent(renderer) for ax in fig.axes if ax.get_title()]
+    pyplot().close(fig)
+    assert boxes
+    for box in boxes:
+        assert box.x0 >= 0 and box.x1 <= fig.bbox.width, box
+    for k, box in enumerate(boxes):
+        assert not any(box.overlaps(other) for other in boxes[k + 1 :]), box
+
+
+def test_class_report_chart_titles_are_neither_cut_nor_overlapping(
+    solution_graded: Graded, blank_graded: Graded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real criteria's titles (3.11's are over 60 characters) at the title size."""
+    found = [m for m in measures({"a": solution_graded.file, "b": blank_graded.file}) if m.values]
+    assert_titles_fit(class_report.measure_figure(found))
+    monkeypatch.setattr(class_report, "TITLE_CHARS", 1000)  # one line each, as before
+    with pytest.raises(AssertionError):
+        assert_titles_fit(class_report.measure_figure(found))
 
 
 def test_class_reports_fit_the_window(
