@@ -6,12 +6,12 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
 import psutil
 
-from grader.sandbox.processes import orphans
+from grader.sandbox.processes import STARTED
 
 
 def _threads_cpu(pid: int) -> float:
@@ -40,6 +40,37 @@ def _process_cpu(process: psutil.Process, reaped: bool) -> float:
     return own + (t.children_user + t.children_system if reaped else 0.0)
 
 
+def _process_table(gids: bool) -> dict[int, tuple[int, int | None, bool]]:
+    """Every process, by pid: its parent, its real gid (with ``gids``, else None) and
+    whether it is a zombie, read straight from ``/proc`` in one pass: what a fresh
+    ``children(recursive=True)`` and a gid scan would each read again."""
+    table = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rpartition(b")")[2].split()
+            gid = None
+            if gids:
+                with open(f"/proc/{name}/status", "rb") as f:
+                    gid = int(f.read().split(b"\nGid:", 1)[1].split()[0])
+            table[int(name)] = (int(fields[1]), gid, fields[0] == b"Z")
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile, or unreadable
+    return table
+
+
+def _descendants(children: dict[int, list[int]], root: int) -> list[int]:
+    """The pids below ``root`` in the tree ``children`` (parent -> its children)."""
+    found, todo = [], list(children.get(root, ()))
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, ()))
+    return found
+
+
 def cpu_snapshot(
     pid: int, run_gid: int | None = None, reapers: Sequence[int] = ()
 ) -> dict[int, float] | None:
@@ -57,31 +88,34 @@ def cpu_snapshot(
     its own children hides nothing. ``reapers`` (the fork server that forked the worker)
     count only the children they reaped, under their negated pid: a helper the worker
     made a sibling of itself (``clone(CLONE_PARENT)``) is reaped there. This is the
-    fallback where the worker has no cgroup (:mod:`grader.sandbox.cgroups`)."""
+    fallback where the worker has no cgroup (:mod:`grader.sandbox.cgroups`). Every request
+    takes two, timed or not, so the machine's processes are read in one pass."""
     try:
-        process = psutil.Process(pid)
-        out = {pid: _process_cpu(process, reaped=True)}
-        for child in process.children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                out[child.pid] = _process_cpu(child, reaped=True)
+        out = {pid: _process_cpu(psutil.Process(pid), reaped=True)}
     except psutil.Error:
         return None
-    for zombie in orphans(keep=[pid]):  # descendants that exited, reaped by no one yet
-        with contextlib.suppress(psutil.Error):
-            out.setdefault(zombie.pid, _process_cpu(zombie, reaped=False))
+    table = _process_table(gids=run_gid is not None)
+    children: dict[int, list[int]] = {}
+    for child, (parent, *_) in table.items():
+        children.setdefault(parent, []).append(child)
+
+    def count(pids: Iterable[int], reaped: bool) -> None:
+        for other in pids:
+            if other not in out:
+                with contextlib.suppress(psutil.Error):
+                    out[other] = _process_cpu(psutil.Process(other), reaped=reaped)
+
+    count(_descendants(children, pid), reaped=True)
+    keep = {*STARTED, pid}  # descendants that exited, reaped by no one yet
+    mine = children.get(os.getpid(), ())
+    count((c for c in mine if c not in keep and table[c][2]), reaped=False)
     for reaper in reapers:  # what it reaped, and its children it has not reaped yet
         with contextlib.suppress(psutil.Error):
-            server = psutil.Process(reaper)
-            t = server.cpu_times()
+            t = psutil.Process(reaper).cpu_times()
             out[-reaper] = t.children_user + t.children_system
-            for child in server.children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    out.setdefault(child.pid, _process_cpu(child, reaped=True))
+            count(_descendants(children, reaper), reaped=True)
     if run_gid is not None:
-        for other in psutil.process_iter(["gids"]):
-            with contextlib.suppress(psutil.Error, TypeError):
-                if other.pid not in out and other.info["gids"].real == run_gid:
-                    out[other.pid] = _process_cpu(other, reaped=False)
+        count((o for o, row in table.items() if row[1] == run_gid), reaped=False)
     return out
 
 

@@ -2,21 +2,30 @@
 
 As root (always on Gradescope) the worker drops to an account created by the
 set-up; gradings running side by side each hold their own account through a
-lock, so they share neither a process limit nor files nor signals. Without
-root the worker runs as the current user and the run records a warning.
+lock, so they share neither a process limit nor files nor signals, and each
+grading's processes carry a run gid of its own (:func:`fresh_gid`), by which they are
+all killed. The reference solution's trusted workers run as an account of their own
+(:data:`TRUSTED_USER`), never as root where the set-up made it. Without root the
+worker runs as the current user and the run records a warning.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import functools
 import os
 import pwd
+import secrets
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
+
+from grader.sandbox.processes import kill_matching
 
 #: The dedicated accounts created by the Gradescope set-up (``setup.sh``): ``kvgrader``
 #: and ``kvgrader1`` ... ``kvgrader7``, one per grading running at the same time.
@@ -73,13 +82,45 @@ def _interpreter_usable_by(uid: int, gid: int) -> bool:
     return result.returncode == 0
 
 
-def missing_account(preferred: str, used: str) -> str:
-    """The warning when the worker account is missing, with the one command (as root) that
-    creates the pool, as Gradescope's set-up does."""
+def fresh_gid() -> int:
+    """A group id no running process has: this grading run's tag.
+
+    The worker runs as (worker user, this gid). An unprivileged process cannot
+    change its real gid, so everything the submission starts, even after
+    ``setsid`` or a double fork, carries it, and only this run's processes are
+    killed at the end, never those of a grading running beside it.
+    """
+    in_use = set()
+    for proc in psutil.process_iter(["gids"]):
+        with contextlib.suppress(psutil.Error, TypeError):
+            in_use.add(proc.info["gids"].real)
+    while True:
+        gid = secrets.randbelow(2**30) + 2**24  # far above any gid in /etc/group
+        if gid not in in_use:
+            return gid
+
+
+def kill_user_processes(identity: WorkerIdentity) -> int:
+    """Kill every process of this grading run (worker user and run gid); return how many.
+
+    Repeated until none is left, so a process forking while it is killed is caught too.
+    """
+    if not identity.dropped:
+        return 0
+    return kill_matching(
+        lambda p: p.info["uids"].real == identity.uid and p.info["gids"].real == identity.gid,
+        ["uids", "gids"],
+    )
+
+
+def missing_account(preferred: str, used: str, who: str = "student code") -> str:
+    """The warning when an account of the set-up (the worker's, or the reference's) is
+    missing, with the one command (as root) that creates them, as Gradescope's set-up does."""
     script = Path(__file__).resolve().with_name("create_worker_user.sh")
+    pool = WORKER_USER if preferred == TRUSTED_USER else preferred
     return (
-        f"user {preferred!r} does not exist; using {used!r}. Create the worker accounts "
-        f"once, as root: bash {script} {preferred} {POOL_SIZE}"
+        f"user {preferred!r} does not exist; {who} runs as {used!r}. Create the worker "
+        f"accounts once, as root: bash {script} {pool} {POOL_SIZE}"
     )
 
 

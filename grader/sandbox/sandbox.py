@@ -14,7 +14,6 @@ import dataclasses
 import functools
 import os
 import resource
-import secrets
 import shutil
 import subprocess
 import tempfile
@@ -22,8 +21,6 @@ import threading
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import psutil
 
 from grader.core.paths import CACHE_PATTERNS, PARTS_SOURCE, WORKER_SOURCE
 from grader.sandbox.confine import Confinement, ipc_isolation, unshare_network
@@ -35,12 +32,14 @@ from grader.sandbox.identity import (  # noqa: F401  (re-exported: the sandbox's
     WORKER_USER,
     WorkerIdentity,
     claim_identity,
+    fresh_gid,
+    kill_user_processes,
+    missing_account,
     pool_names,
     resolve_identity,
     trusted_identity,
 )
 from grader.sandbox.mounts import MountPlan
-from grader.sandbox.processes import kill_matching
 from grader.sandbox.sysv import remove_ipc_objects
 
 KIB, MIB, GIB = 2**10, 2**20, 2**30
@@ -196,37 +195,6 @@ def worker_environment(root: Path | None, device: str, threads: int) -> dict[str
     }
 
 
-def fresh_gid() -> int:
-    """A group id no running process has: this grading run's tag.
-
-    The worker runs as (worker user, this gid). An unprivileged process cannot
-    change its real gid, so everything the submission starts, even after
-    ``setsid`` or a double fork, carries it, and only this run's processes are
-    killed at the end, never those of a grading running beside it.
-    """
-    in_use = set()
-    for proc in psutil.process_iter(["gids"]):
-        with contextlib.suppress(psutil.Error, TypeError):
-            in_use.add(proc.info["gids"].real)
-    while True:
-        gid = secrets.randbelow(2**30) + 2**24  # far above any gid in /etc/group
-        if gid not in in_use:
-            return gid
-
-
-def kill_user_processes(identity: WorkerIdentity) -> int:
-    """Kill every process of this grading run (worker user and run gid); return how many.
-
-    Repeated until none is left, so a process forking while it is killed is caught too.
-    """
-    if not identity.dropped:
-        return 0
-    return kill_matching(
-        lambda p: p.info["uids"].real == identity.uid and p.info["gids"].real == identity.gid,
-        ["uids", "gids"],
-    )
-
-
 def copy_worker_scripts(target: Path) -> None:
     """The worker's scripts, flat in ``target``: ``grader/worker``'s modules, each part's
     adapter as ``adapter_<part>.py`` and the adapter's own modules (``adapter_<name>.py``)
@@ -274,6 +242,8 @@ class Sandbox:
             found = trusted_identity(self.identity)
             if found.dropped:
                 found = dataclasses.replace(found, gid=fresh_gid())
+            elif self.identity.dropped:  # root, and the set-up made no account for it
+                self.warnings.append(missing_account(TRUSTED_USER, "root", "the reference"))
             self.trusted = found
         return self.trusted
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import subprocess
@@ -74,6 +75,25 @@ def test_without_the_trusted_account_the_reference_keeps_roots_account() -> None
     (see the test above); never the worker account."""
     found = trusted_identity(resolve_identity(), name="kvgrader-absent-ref")
     assert (found.uid, found.dropped) == (0, False)
+
+
+@pytest.mark.needs_root(reason="the account pool is used by a root grader only")
+def test_a_reference_run_as_root_is_named_in_the_runs_warnings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from grader.sandbox import sandbox as sandbox_module
+
+    absent = functools.partial(trusted_identity, name="kvgrader-absent-ref")
+    monkeypatch.setattr(sandbox_module, "trusted_identity", absent)
+    box = Sandbox.create()
+    try:
+        assert not box.trusted_identity().dropped
+        (warning,) = [w for w in box.warnings if "reference" in w]
+        assert "runs as 'root'" in warning and "create_worker_user.sh kvgrader 8" in warning
+        box.trusted_identity()
+        assert len([w for w in box.warnings if "reference" in w]) == 1  # said once
+    finally:
+        box.cleanup()
 
 
 def test_a_grader_that_is_not_root_runs_the_reference_as_itself() -> None:
