@@ -298,9 +298,9 @@ class GradedTestCase(unittest.TestCase):
         number = self.check_number()
         if fb.cause_ids():
             self.ctx.scratch.setdefault("causes", {})[number] = fb.cause_ids()
-        details = {**self.details, **({} if fb.empty() else {ITEMS: fb.to_json()})}
-        if details:
-            self.ctx.scratch.setdefault("details", {})[number] = details
+        # Kept even when empty: a check that says nothing shows nothing but its verdict.
+        details = {**self.details, ITEMS: fb.to_json()}
+        self.ctx.scratch.setdefault("details", {})[number] = details
 
     def note_detail(self, key: str, value: Any) -> None:
         """Keep plain JSON data about this check for reports (the self-check's pictures):

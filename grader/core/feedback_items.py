@@ -162,9 +162,6 @@ class Feedback:
         :data:`JOIN`)."""
         return list(dict.fromkeys(i for c in self.causes for i in c.id.split(JOIN) if i))
 
-    def empty(self) -> bool:
-        return self == Feedback() or self == Feedback(ended=True)
-
     # ------------------------------------------------------------------ plain text
 
     def text(self) -> str:

@@ -61,3 +61,42 @@ def test_a_yardstick_that_fails_ahead_is_timed_again_by_the_check_that_asks() ->
     assert probe.yardstick("work") == {"with the cache": "timing"}
     probe.time_yardstick_ahead()  # kept: not timed a third time
     assert probe.yardstick("work") == {"with the cache": "timing"} and runs == ["timed"] * 2
+
+
+def test_a_check_hands_over_its_items_even_when_it_said_nothing() -> None:
+    """A benchmark that passed printed only its measurements (drawn from its record as
+    tables): its items are handed over empty, so its page is its verdict and tables, not
+    the printed lines; the lines it printed for the page lead its items."""
+    import contextlib
+    import io
+    import types
+
+    from grader.checks.base import GradedTestCase
+    from grader.core.feedback import feedback_blocks
+    from grader.core.feedback_items import ITEMS
+    from grader.core.results import TestResult
+
+    class Timed(GradedTestCase):
+        part = "part2"
+
+        def test_it(self) -> None:
+            """2.11 timed"""
+
+    def run(said: str, unsaid: str) -> dict:
+        check = Timed("test_it")
+        check.ctx = types.SimpleNamespace(scratch={})
+        check.setUp()
+        with contextlib.redirect_stdout(io.StringIO()):
+            print("\n".join(x for x in (said, unsaid) if x))
+            check.unsaid.add(unsaid)
+            check.tearDown()
+        return next(iter(check.ctx.scratch["details"].values()))[ITEMS]
+
+    items = run("", "  with the cache: median 65.2 ms")
+    assert items["lead"] == [] and items["cases"] == []
+    test = TestResult("2.11 timed", 3, 3, "passed", "2.11", "  with the cache: median 65.2 ms",
+                      ["part2"], extra_data={ITEMS: items})  # fmt: skip
+    assert [b["kind"] for b in feedback_blocks(test, None, "cpu")] == ["paragraph"]  # verdict
+    assert run("Note: the yardstick was not measured.", "  x")["lead"] == [
+        "Note: the yardstick was not measured."
+    ]
