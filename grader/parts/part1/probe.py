@@ -7,6 +7,10 @@ are right costs nothing more, and a failing one a few calls per failing case.
 
 What is named:
 
+* first, the known causes are checked against the functions the value is built from
+  (the student's own weight_bytes and kv_cache_bytes_per_request for a batch): a value
+  that follows from theirs names only the mistakes their values show, and an alternative
+  they rule out is dropped where another is left;
 * a decisive finding (an argument ignored, a batch rounded or negative) replaces the
   known causes: the evidence singles it out, and no known mistake ignores an argument;
 * otherwise the known causes, except a value "written in" when varying an input moved
