@@ -20,6 +20,7 @@ import numpy as np
 from grader.checks.base import check, likely_cause, with_output
 from grader.checks.logits import position
 from grader.core.thresholds import load_thresholds
+from grader.parts.part2 import isolate
 from grader.parts.part2.cases import frequency_band, softmax64
 from grader.parts.part2.support import Part2Base
 from grader.parts.part2.timed import Part2CacheContents, Part2Growth, bench_key, calls_problem
@@ -254,6 +255,12 @@ class Part2GenerateChecks(Part2Growth):
             f"without the cache) {freq:.3f} of the time; accepted: {max(0.0, p - band):.3f} "
             f"to {min(1.0, p + band):.3f}."
         ]
+        # The draws came from a batch through the cached prefill: the sampler is named only
+        # when those logits are the prompt alone's (grader/parts/part2/isolate.py).
+        if other := isolate.sampling_not_to_blame(self, probe["prompt"], probe["rows"]):
+            self.name([other])
+            lines.append(f"Before the sampler is blamed: {other.evidence}.")
+            self.fail("\n".join(lines))
         try:
             explicit, _, _, _ = self.sampling_frequency(1.0)
         except self.failureException:
