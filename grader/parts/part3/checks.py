@@ -20,6 +20,7 @@ from grader.checks.base import Outcome, check, with_output
 from grader.core.feedback import memory_label
 from grader.core.points import points
 from grader.core.thresholds import load_thresholds
+from grader.parts.part3 import isolate
 from grader.parts.part3.cache_contents import Part3CacheContents
 from grader.parts.part3.cases import TOP_P, TOP_P_NUCLEUS, TOP_P_PROBS
 from grader.parts.part3.course import UNSCALED, UNSCALED_NOTE
@@ -191,6 +192,10 @@ class Part3GenerateChecks(Part3CacheContents, Part3Timed, Part3Probes):
                         f"feed only the newest token, at start_pos={expect} (prev_pos)."
                     )
                     problems.append(self.name_mistakes("generate_cached_calls", cached))
+                    # The pattern of the calls, where it singles a mistake out (isolate.py).
+                    causes, line = isolate.call_causes(cached, plain, self.meta()["diagnoses"])
+                    self.name(causes)
+                    problems.append(line)
                     break
                 expect += 1
         for i, (start, length) in enumerate(plain):

@@ -16,6 +16,7 @@ import numpy as np
 
 from grader.checks.logits import compare
 from grader.core.arrays import decode_array
+from grader.parts.part3.isolate import kept_stop_causes, ran_past_stop
 
 #: The RoPE conventions the case files hold expected values for.
 SCALED, UNSCALED = "scaled", "unscaled"
@@ -101,11 +102,9 @@ def generation_causes(
             f"{max_seq_len}: total_len must be min(max_seq_len, max_prompt_len + max_gen_len) "
             "(the model holds max_seq_len positions: a cache drops the writes past them)."
         )
-    ran_on = [
-        i + 1
-        for i, (g, w) in enumerate(zip(got, want, strict=False))
-        if isinstance(g, str) and g != w and g.startswith(w + EOT)
-    ]
+    # The text against the reference's: the stop token kept at the end is not a run-on.
+    ran_on = ran_past_stop(got, want, EOT)
+    causes.update(kept_stop_causes(got, want, EOT))
     if ran_on:
         causes["no_eot_stop"] = (
             f"generate did not stop at {EOT} (prompt(s) {ran_on} went on after it): Llama 3 "
