@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from grader.parts.part2.isolate import BATCH_ROWS_DIFFER, Departure, departure
+from grader.parts.part2.isolate import BATCH_ROWS_DIFFER, PREFILL_DIFFERS, Departure, departure
 from tests.parts.part2.test_checks import grade_edit
 
 SAMPLER = "sample must draw from softmax(logits / temperature)"
@@ -61,3 +61,19 @@ def test_a_wrong_sampler_is_still_named_after_the_batch_agrees(tmp_path: Path) -
     assert "in a batch than for the prompt alone" not in message
     causes = graded.test("2.10").get("extra_data", {}).get("causes", [])
     assert not [c for c in causes if c.startswith("isolated:")]
+
+
+def test_a_cached_prefill_that_differs_is_named_not_the_sampler(tmp_path: Path) -> None:
+    """The causal mask left out with the cache on: the prompt alone already gets other
+    logits from its cached prefill, so the batch is not blamed either."""
+    unmasked = (
+        'scores = scores.masked_fill(mask, float("-inf"))',
+        'scores = scores if use_cache else scores.masked_fill(mask, float("-inf"))',
+    )
+    graded = grade_edit(tmp_path, [unmasked], {"2.10"})
+    message = graded.output("2.10")
+    assert graded.score("2.10") == 0
+    assert "gives a prompt fed in one call other logits than without the cache" in message, message
+    assert SAMPLER not in message
+    assert "in a batch than for the prompt alone" not in message
+    assert graded.test("2.10")["extra_data"]["causes"] == [PREFILL_DIFFERS]
