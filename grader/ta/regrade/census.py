@@ -17,6 +17,10 @@ from grader.runtime.starvation import STARVED
 EXAMPLE_CHARS = 600
 
 
+#: The prefix of a cause narrowed by experiment, not drawn from a mutant library.
+ISOLATED = "isolated:"
+
+
 @dataclass
 class Cause:
     """One named cause across the class."""
@@ -29,6 +33,12 @@ class Cause:
     @property
     def count(self) -> int:
         return len(self.submissions)
+
+    @property
+    def kind(self) -> str:
+        """ "isolated": narrowed by the grader's own experiments (an ``isolated:`` id), for a
+        mistake nobody listed; "known": a mistake of the part's library."""
+        return "isolated" if self.cause.startswith(ISOLATED) else "known"
 
 
 @dataclass(frozen=True)
@@ -143,6 +153,7 @@ def census_records(causes: list[Cause], submissions: int) -> list[dict[str, Any]
     return [
         {
             "cause": c.cause,
+            "kind": c.kind,
             "submissions": c.count,
             "percent": round(100 * c.count / submissions, 1) if submissions else 0.0,
             "submission_ids": list(c.submissions),
@@ -157,8 +168,10 @@ CENSUS_MD = """
 ## Mistake census
 
 How many submissions each named mistake was found in, most frequent first: what to
-explain in the next lecture. A cause named only beside another (its look-alike on some
-input) is not counted as a second mistake. Examples: `report.html`.
+explain in the next lecture. A cause is *known* (a mistake of the part's library) or
+*isolated* (a mistake nobody listed, narrowed by the grader's experiments: the argument a
+function ignores, the factor a value is off by). A cause named only beside another (its
+look-alike on some input) is not counted as a second mistake. Examples: `report.html`.
 
 """
 
@@ -169,12 +182,15 @@ def census_markdown(causes: list[Cause], submissions: int) -> str:
     if not causes:
         return CENSUS_MD + "No known mistake was named.\n"
     rows = [
-        f"| `{r['cause']}` | {r['submissions']} | {r['percent']:.0f} | "
+        f"| `{r['cause']}` | {r['kind']} | {r['submissions']} | {r['percent']:.0f} | "
         + ", ".join(f"{n} ({k})" for n, k in r["checks"].items())
         + " |"
         for r in census_records(causes, submissions)
     ]
-    head = "| cause | submissions | % | named by check (how many) |\n| --- | --- | --- | --- |\n"
+    head = (
+        "| cause | kind | submissions | % | named by check (how many) |\n"
+        "| --- | --- | --- | --- | --- |\n"
+    )
     return CENSUS_MD + head + "\n".join(rows) + "\n"
 
 

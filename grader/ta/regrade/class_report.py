@@ -146,11 +146,15 @@ def census_table(causes: list[Cause]) -> str:
     for c in causes:
         checks = ", ".join(f"{n} ({k})" for n, k in c.checks.items())
         rows.append(
-            f'<tr><td><code>{esc(c.cause)}</code></td><td class="num">{c.count}</td>'
+            f"<tr><td><code>{esc(c.cause)}</code></td><td>{c.kind}</td>"
+            f'<td class="num">{c.count}</td>'
             f"<td>{esc(checks)}</td><td><details><summary>example</summary>"
             f"<pre>{esc(c.example)}</pre></details></td></tr>"
         )
-    head = "<tr><th>cause</th><th>submissions</th><th>named by (how many)</th><th></th></tr>"
+    head = (
+        "<tr><th>cause</th><th>kind</th><th>submissions</th><th>named by (how many)</th>"
+        "<th></th></tr>"
+    )
     return f'<table id="census">{head}{"".join(rows)}</table>'
 
 
