@@ -101,6 +101,7 @@ class WorkerClient:
         become_subreaper()
         # Its memory sampler lives as long as it does, so that the grader's threads are the
         # same during every request, timed or not; NVML is loaded before it starts, too.
+        self._close_sampler()  # one a start that failed before its worker ran left
         self._sampler = Sampler()
         self._sampler.start()
         if self.device == "cuda":
