@@ -33,9 +33,13 @@ MIN_TITLE_PX = 12.0
 REFERENCE = ROOT / "grader/gradescope/student/reference_benchmarks.json"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _browser() -> None:
-    needs_browser()
+#: The browser tests: skipped, saying what to install, before their gradings are built.
+BROWSER = pytest.mark.usefixtures("chromium")
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    return needs_browser()
 
 
 def class_page(*graded: Graded) -> str:
@@ -62,6 +66,7 @@ def assert_titles_readable(page: str) -> None:
     assert shown["title"] >= shown["tick"] and shown["title"] >= MIN_TITLE_PX, shown
 
 
+@BROWSER
 def test_class_report_chart_titles_are_no_smaller_than_their_ticks(
     solution_graded: Graded, blank_graded: Graded, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -101,6 +106,7 @@ def test_class_report_chart_titles_are_neither_cut_nor_overlapping(
         assert_titles_fit(class_report.measure_figure(found))
 
 
+@BROWSER
 def test_class_reports_fit_the_window(
     regraded: Regraded, solution_graded: Graded, blank_graded: Graded
 ) -> None:
@@ -161,6 +167,7 @@ def hidden_panes(page: Path) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+@BROWSER
 def test_similarity_highlights_are_on_each_panes_first_screen(similarity_page) -> None:
     page, whole = similarity_page
     assert hidden_panes(page) == []
@@ -208,6 +215,7 @@ def selfcheck_page(graded: Graded) -> str:
     return selfcheck_report.render(graded.file, json.loads(REFERENCE.read_text()))
 
 
+@BROWSER
 def test_selfcheck_report_shows_parts_in_order_with_their_curves(
     solution_graded: Graded, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -224,6 +232,7 @@ def test_selfcheck_report_shows_parts_in_order_with_their_curves(
     assert [p.split(":")[0] for p in reversed_parts] == ["Part 4", "Part 3", "Part 2"]
 
 
+@BROWSER
 def test_a_picture_without_curves_is_told_from_one_with_them(solution_graded: Graded) -> None:
     """The curves' measure on the same page with each picture redrawn as its bare axes."""
     plt = pyplot()
