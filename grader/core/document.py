@@ -47,6 +47,11 @@ ESCAPED = re.compile(r"\\([!-/:-@\[-`{-~])")
 TEXT_TABLE_WIDTH = 100
 
 
+def counted(n: int, noun: str) -> str:
+    """ "1 prompt", "4 prompts": a count with its noun, singular for one."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def escape(text: str) -> str:
     """``text`` safe in a Markdown paragraph or table cell: HTML and the characters that
     start links, images, code or tables are escaped, and so is whatever would make one of

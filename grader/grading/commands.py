@@ -69,10 +69,22 @@ def cmd_grade(args: argparse.Namespace) -> int:
         print(terminal_report(results, details=args.details, local=args.public_only))
         failed = sum(t.status == "failed" for t in results.tests)
         if failed and not args.details:
-            print(f"{failed} check(s) failed: `python -m grader show {args.results}` prints their "
-                  "feedback as Gradescope words it (or grade again with --details)")  # fmt: skip
+            print(f"{failed} check(s) failed: `{this_python()} -m grader show {args.results}` "
+                  "prints their feedback as Gradescope words it (or grade again with "
+                  "--details)")  # fmt: skip
     print(f"results written to {args.results}")
     return 0
+
+
+def this_python() -> str:
+    """The interpreter running the grader, as a TA can type it (``.venv/bin/python`` from
+    the checkout): the shell's ``python`` may be another one, without the grader's
+    packages."""
+    here = Path(sys.executable)
+    try:
+        return str(here.relative_to(Path.cwd()))
+    except ValueError:
+        return str(here)
 
 
 def add_grade(sub: argparse._SubParsersAction) -> None:

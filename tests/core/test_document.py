@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from grader.core.document import to_html, to_markdown, to_text, unescape
+from grader.core.document import counted, to_html, to_markdown, to_text, unescape
 from grader.core.feedback import (
     FEEDBACK,
     blocks_of,
@@ -111,3 +111,8 @@ def test_show_prints_a_stored_file_as_text() -> None:
     data = markdown_results(GradingResults(tests=[failed()])).to_gradescope()
     shown = terminal_report(GradingResults.from_gradescope(data), details=True)
     assert "**" not in shown and "&lt;" not in shown and RAISED in shown
+
+
+def test_a_count_of_one_takes_the_singular() -> None:
+    assert counted(1, "prompt") == "1 prompt"
+    assert [counted(n, "prompt") for n in (0, 2, 16)] == ["0 prompts", "2 prompts", "16 prompts"]

@@ -20,6 +20,7 @@ from grader.checks.logits import (
     signature_matches,
 )
 from grader.checks.timed_pools import build_pool
+from grader.core.document import counted
 from grader.core.feedback_items import Case, Cause, LogitCase
 from grader.core.thresholds import load_thresholds
 from grader.parts.part3 import live_pools
@@ -256,7 +257,7 @@ class Part3Base(GradedTestCase):
             header["device"] = "cpu"
         if model != "public":  # other models share the public checkpoint's tokenizer
             self.ensure("public", True)
-        what = f"generate({len(prompts)} prompts, kv_caching={cache})"
+        what = f"generate({counted(len(prompts), 'prompt')}, kv_caching={cache})"
         return self.call(header, {}, what, **kw)
 
     def generate_or_fail(self, prompts: list[str], cache: bool, **kw: Any) -> Reply:
