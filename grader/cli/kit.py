@@ -99,7 +99,7 @@ def build_skeleton(out: Path | None) -> int:
 
 def cmd_run_local(args: argparse.Namespace) -> int:
     """1 when the zip cannot be built or its set-up fails; else 0, whatever the score."""
-    from grader.core.report import terminal_report
+    from grader.core.terminal import terminal_report
     from grader.ta.dist import StaleCases, build_autograder
     from grader.ta.run_local import IMAGE_VENV, KEPT_RESULTS, SetupFailed, run_local
 

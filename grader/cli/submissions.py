@@ -107,8 +107,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     import jsonschema
 
-    from grader.core.report import terminal_report
     from grader.core.results import GradingResults, validate_results
+    from grader.core.terminal import terminal_report
 
     try:
         data = json.loads(Path(args.results).read_text())

@@ -75,7 +75,7 @@ def check_score(check: Check) -> Score:
     return Score(regular=score, max_score=max_score)
 
 
-def check_text(check: Check) -> str:
+def points_label(check: Check) -> str:
     """One check's points as a report heads it: ``"0 / 2"``, or ``"4 bonus"``."""
     _, _, score, max_score = _fields(check)
     return f"{score:g} bonus" if is_bonus(check) else f"{score:g} / {max_score:g}"

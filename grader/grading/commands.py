@@ -40,7 +40,7 @@ def tag_set(text: str) -> frozenset[str] | None:
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
-    from grader.core.report import terminal_report
+    from grader.core.terminal import terminal_report
     from grader.grading.runner import grade
 
     if not Path(args.submission).is_dir():  # a typo, not a submission that scores 0
@@ -56,7 +56,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
         hide=tuple(Path(h) for h in args.hide),
     )
     if args.report:
-        from grader.grading.selfcheck_report import write_report
+        from grader.grading.selfcheck_page import write_report
 
         reference = Path(args.reference) if args.reference else None
         page = write_report(Path(args.results), Path(args.report), reference)

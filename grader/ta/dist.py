@@ -44,7 +44,7 @@ from grader.core.paths import (
     TEST_CASES,
 )
 from grader.core.registry import PARTS
-from grader.grading.selfcheck_report import REFERENCE_FILE
+from grader.grading.selfcheck_page import REFERENCE_FILE
 from grader.sandbox.forkserver import SERVER_MODULE
 from grader.ta.freshness import StaleCases, Step, ensure_fresh_cases  # noqa: F401 (the CLI's)
 

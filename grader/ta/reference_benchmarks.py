@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.core.paths import GRADESCOPE_FILES, SOLUTION
-from grader.grading.selfcheck_report import REFERENCE_FILE
+from grader.grading.selfcheck_page import REFERENCE_FILE
 
 OUT = GRADESCOPE_FILES / "student" / REFERENCE_FILE
 #: The checks whose records the report draws.

@@ -39,7 +39,7 @@ from grader.core.registry import PARTS
 from grader.sandbox.layout import part_files
 from grader.ta.regrade.batch import parse_metadata
 from grader.ta.regrade.export import METADATA, ExportError, find_export, submission_folders
-from grader.ta.regrade.report import natural_key, safe_cell
+from grader.ta.regrade.outputs import natural_key, safe_cell
 from grader.ta.similarity_html import Code, report_html
 
 #: Files larger than this are not compared (generated data, not a student's code).

@@ -17,8 +17,8 @@ from grader.core.feedback import (
     shorten_arrays,
 )
 from grader.core.feedback_items import ITEMS, Case, Feedback
-from grader.core.report import terminal_report
 from grader.core.results import GradingResults, TestResult
+from grader.core.terminal import terminal_report
 
 #: What a student's code can make a message say: HTML, Markdown, a long list of numbers.
 RAISED = "forward raised NameError: <module> has no *x* [link](http://e)"

@@ -5,10 +5,10 @@ from __future__ import annotations
 from grader.core.results import TestResult
 from grader.core.score import (
     Score,
-    check_text,
     file_score,
     is_bonus,
     part_scores,
+    points_label,
     points_text,
     score_of,
 )
@@ -25,7 +25,7 @@ def test_the_bonus_is_kept_apart_and_the_total_holds_it() -> None:
     assert part_scores(tests) == {"part4": score}
     as_dicts = [t.to_gradescope() for t in tests]
     assert score_of(as_dicts) == score and file_score({"tests": as_dicts}) == score
-    assert [check_text(t) for t in tests] == ["16 / 20", "4 bonus"]
+    assert [points_label(t) for t in tests] == ["16 / 20", "4 bonus"]
 
 
 def test_a_check_is_extra_credit_by_tag_by_number_or_by_its_zero_maximum() -> None:

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from grader.core.report import score_table
 from grader.core.results import GradingResults, TestResult
+from grader.core.terminal import score_table
 from grader.ta.regen import import_path
 from tests.conftest import ROOT
 

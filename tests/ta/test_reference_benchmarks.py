@@ -11,7 +11,7 @@ import pytest
 from grader.core.results import GradingResults
 from grader.core.thresholds import load_thresholds
 from grader.grading import runner
-from grader.grading.selfcheck_report import per_token_curve, speedups
+from grader.grading.selfcheck_page import per_token_curve, speedups
 from grader.ta import reference_benchmarks
 
 

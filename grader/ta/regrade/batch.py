@@ -41,11 +41,11 @@ from grader.grading.runner import limits_for, worker_threads
 from grader.sandbox.sandbox import worker_environment
 from grader.sandbox.shared import SharedForkServer, start_shared
 from grader.ta.regrade.census import census, timing_doubts
-from grader.ta.regrade.class_report import write_class_report
+from grader.ta.regrade.class_page import write_class_page
 from grader.ta.regrade.cluster import ClusterOptions, planned_device
 from grader.ta.regrade.export import METADATA, ExportError, find_export, submission_folders
 from grader.ta.regrade.one import allow_running, grade_one, load_valid, stop_running
-from grader.ta.regrade.report import (
+from grader.ta.regrade.outputs import (
     STATUSES,
     BatchSummary,
     CheckRate,
@@ -251,7 +251,7 @@ def main(
     results = {f: data for f in folders if (data := load_valid(results_of[f]))}
     summary = summarise(out_dir, [rows[f] for f in folders], results, died, started)
     write_outputs(summary)
-    write_class_report(out_dir, summary.rows, results, f"Regrade of {export_dir.name}")
+    write_class_page(out_dir, summary.rows, results, f"Regrade of {export_dir.name}")
     return summary
 
 

@@ -1,6 +1,6 @@
 """What a class got wrong, counted from its results files: the mistake census and the
 distribution of every benchmark measurement. Pure functions over results data; the
-class report (:mod:`grader.ta.regrade.class_report`) draws and writes them."""
+class report (:mod:`grader.ta.regrade.class_page`) draws and writes them."""
 
 from __future__ import annotations
 

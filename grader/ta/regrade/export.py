@@ -20,7 +20,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from grader.ta.regrade.report import natural_key
+from grader.ta.regrade.outputs import natural_key
 
 #: The export's list of submissions and their submitters.
 METADATA = "submission_metadata.yml"

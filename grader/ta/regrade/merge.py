@@ -34,8 +34,8 @@ from grader.core.points import part_total
 from grader.core.registry import PARTS
 from grader.core.results import validate_results, write_results
 from grader.core.score import file_score
-from grader.ta.regrade.class_report import write_class_report
-from grader.ta.regrade.report import (
+from grader.ta.regrade.class_page import write_class_page
+from grader.ta.regrade.outputs import (
     Submitter,
     make_row,
     natural_key,
@@ -275,7 +275,7 @@ def main(*, cpu: Path, gpu: Path | None, out_dir: Path) -> MergeSummary:
     doc = {"cpu": str(cpu), "gpu": gpu and str(gpu), "counts": summary.counts,
            "submissions": records}  # fmt: skip
     (out_dir / "merge.json").write_text(json.dumps(doc, indent=2) + "\n")
-    write_class_report(out_dir, rows, merged, "Merged regrade")
+    write_class_page(out_dir, rows, merged, "Merged regrade")
     return summary
 
 

@@ -500,7 +500,7 @@ def test_a_grader_that_writes_no_results_is_an_error_with_a_fallback(tmp_path: P
 
 
 def test_cells_that_look_like_formulas_are_written_as_text(tmp_path: Path) -> None:
-    from grader.ta.regrade.report import safe_cell
+    from grader.ta.regrade.outputs import safe_cell
 
     assert safe_cell('=HYPERLINK("http://x")') == '\'=HYPERLINK("http://x")'
     assert safe_cell("+1") == "'+1" and safe_cell("@SUM(A1)") == "'@SUM(A1)"
@@ -648,7 +648,7 @@ def test_the_histogram_counts_whole_submissions_and_marks_full_marks_and_bonus(
 ) -> None:
     from matplotlib.figure import Figure
 
-    from grader.ta.regrade.report import save_histogram
+    from grader.ta.regrade.outputs import save_histogram
 
     saved: list[Figure] = []
     monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: saved.append(fig))

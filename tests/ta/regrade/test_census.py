@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from grader.ta.regrade.census import census, census_markdown, census_records
-from grader.ta.regrade.class_report import census_table
+from grader.ta.regrade.class_page import census_table
 
 
 def failed(number: str, *causes: str) -> dict[str, Any]:

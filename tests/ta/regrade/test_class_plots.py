@@ -10,8 +10,8 @@ import pytest
 from grader.core.figures import pyplot
 from grader.core.points import part_total
 from grader.ta.regrade.census import Measure
-from grader.ta.regrade.class_report import draw_measure, draw_part
-from grader.ta.regrade.report import histogram, save_histogram
+from grader.ta.regrade.class_page import draw_measure, draw_part
+from grader.ta.regrade.outputs import histogram, save_histogram
 
 
 @pytest.fixture

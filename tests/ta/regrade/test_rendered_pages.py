@@ -17,10 +17,10 @@ import pytest
 
 from grader import cli
 from grader.core.figures import pyplot
-from grader.grading import selfcheck_report
-from grader.ta.regrade import class_report
+from grader.grading import selfcheck_page
+from grader.ta.regrade import class_page
 from grader.ta.regrade.census import measures
-from grader.ta.regrade.report import make_row
+from grader.ta.regrade.outputs import make_row
 from tests.conftest import ROOT, Graded
 from tests.ta.chromium import WIDTH, assert_fits, measure, needs_browser, overflow
 from tests.ta.regrade.conftest import Regraded
@@ -42,12 +42,12 @@ def chromium() -> str:
     return needs_browser()
 
 
-def class_page(*graded: Graded) -> str:
+def class_page_of(*graded: Graded) -> str:
     """report.html of a class of the given gradings (their results files, as a batch
     reads them back)."""
     results = {f"submission_{i}": g.file for i, g in enumerate(graded, 1)}
     rows = [make_row(k, [], d, "graded") for k, d in results.items()]
-    return class_report.render(rows, results, "Regrade of a class")
+    return class_page.render(rows, results, "Regrade of a class")
 
 
 #: The benchmark picture's scale in the page and its text sizes as the TA sees them.
@@ -67,20 +67,20 @@ def assert_titles_readable(page: str) -> None:
 
 
 @BROWSER
-def test_class_report_chart_titles_are_no_smaller_than_their_ticks(
+def test_class_page_chart_titles_are_no_smaller_than_their_ticks(
     solution_graded: Graded, blank_graded: Graded, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert_titles_readable(class_page(solution_graded, blank_graded))
+    assert_titles_readable(class_page_of(solution_graded, blank_graded))
 
-    drawn = class_report.draw_measure
+    drawn = class_page.draw_measure
 
     def old_style(ax: Any, m: Any) -> None:  # the titles the issue found: 8 pt, 10 pt ticks
         drawn(ax, m)
         ax.set_title(m.key, fontsize=7)
 
-    monkeypatch.setattr(class_report, "draw_measure", old_style)
+    monkeypatch.setattr(class_page, "draw_measure", old_style)
     with pytest.raises(AssertionError):
-        assert_titles_readable(class_page(solution_graded, blank_graded))
+        assert_titles_readable(class_page_of(solution_graded, blank_graded))
 
 
 def assert_titles_fit(fig: Any) -> None:
@@ -95,25 +95,25 @@ def assert_titles_fit(fig: Any) -> None:
         assert not any(box.overlaps(other) for other in boxes[k + 1 :]), box
 
 
-def test_class_report_chart_titles_are_neither_cut_nor_overlapping(
+def test_class_page_chart_titles_are_neither_cut_nor_overlapping(
     solution_graded: Graded, blank_graded: Graded, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The real criteria's titles (3.11's are over 60 characters) at the title size."""
     found = [m for m in measures({"a": solution_graded.file, "b": blank_graded.file}) if m.values]
-    assert_titles_fit(class_report.measure_figure(found))
-    monkeypatch.setattr(class_report, "TITLE_CHARS", 1000)  # one line each, as before
+    assert_titles_fit(class_page.measure_figure(found))
+    monkeypatch.setattr(class_page, "TITLE_CHARS", 1000)  # one line each, as before
     with pytest.raises(AssertionError):
-        assert_titles_fit(class_report.measure_figure(found))
+        assert_titles_fit(class_page.measure_figure(found))
 
 
 @BROWSER
-def test_class_reports_fit_the_window(
+def test_class_pages_fit_the_window(
     regraded: Regraded, solution_graded: Graded, blank_graded: Graded
 ) -> None:
     """The batch's own report.html (20 submissions, their feedback) and a class with
     benchmark charts: no horizontal scroll at 1280 px."""
     assert_fits((regraded.out / "report.html").read_text())
-    page = class_page(solution_graded, blank_graded)
+    page = class_page_of(solution_graded, blank_graded)
     assert_fits(page)
     unwrapped = page.replace("white-space: pre-wrap;", "white-space: pre;")  # before the fix
     long_line = "<pre>" + "x" * 400 + "</pre></body>"
@@ -211,15 +211,15 @@ def shown_parts(page: str) -> tuple[list[str], dict[str, int]]:
     return parts, {p["alt"]: p["coloured"] for p in found["pictures"]}
 
 
-def selfcheck_page(graded: Graded) -> str:
-    return selfcheck_report.render(graded.file, json.loads(REFERENCE.read_text()))
+def selfcheck_page_of(graded: Graded) -> str:
+    return selfcheck_page.render(graded.file, json.loads(REFERENCE.read_text()))
 
 
 @BROWSER
-def test_selfcheck_report_shows_parts_in_order_with_their_curves(
+def test_selfcheck_page_shows_parts_in_order_with_their_curves(
     solution_graded: Graded, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    page = selfcheck_page(solution_graded)
+    page = selfcheck_page_of(solution_graded)
     parts, pictures = shown_parts(page)
     assert [p.split(":")[0] for p in parts] == ["Part 2", "Part 3", "Part 4"]
     curves = [t for t in parts if t.startswith(("Part 3", "Part 4"))]
@@ -227,8 +227,8 @@ def test_selfcheck_report_shows_parts_in_order_with_their_curves(
     assert min(pictures.values()) >= MIN_CURVE_PIXELS, pictures
     assert_fits(page)
 
-    monkeypatch.setattr(selfcheck_report, "PICTURES", selfcheck_report.PICTURES[::-1])
-    reversed_parts, _ = shown_parts(selfcheck_page(solution_graded))
+    monkeypatch.setattr(selfcheck_page, "PICTURES", selfcheck_page.PICTURES[::-1])
+    reversed_parts, _ = shown_parts(selfcheck_page_of(solution_graded))
     assert [p.split(":")[0] for p in reversed_parts] == ["Part 4", "Part 3", "Part 2"]
 
 
@@ -242,7 +242,7 @@ def test_a_picture_without_curves_is_told_from_one_with_them(solution_graded: Gr
     fig.savefig(buffer, format="png", dpi=90)
     plt.close(fig)
     bare = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
-    page = selfcheck_page(solution_graded)
+    page = selfcheck_page_of(solution_graded)
     head, *rest = page.split('src="data:image/png;base64,')
     page = head + "".join(f'src="{bare}' + r[r.index('"') :] for r in rest)
     _, pictures = shown_parts(page)

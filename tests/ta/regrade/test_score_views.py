@@ -13,13 +13,13 @@ import pytest
 
 from grader import cli
 from grader.core.feedback import markdown_results
-from grader.core.report import score_table
 from grader.core.results import GradingResults, TestResult, write_results
+from grader.core.terminal import score_table
 from grader.grading.runner import summary
-from grader.grading.selfcheck_report import render as selfcheck_page
+from grader.grading.selfcheck_page import render as selfcheck_page
 from grader.ta.regrade import merge
-from grader.ta.regrade.class_report import render as class_page
-from grader.ta.regrade.report import BatchSummary, Submitter, make_row, write_outputs
+from grader.ta.regrade.class_page import render as class_page
+from grader.ta.regrade.outputs import BatchSummary, Submitter, make_row, write_outputs
 
 #: 77 of 86 regular points and the 4-point bonus: Gradescope records 81.
 TOTAL = "77 / 86 + 4 bonus"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from grader.runtime.starvation import STARVED
 from grader.ta.regrade.census import timing_doubts
-from grader.ta.regrade.class_report import doubts_table
-from grader.ta.regrade.report import doubts_markdown
+from grader.ta.regrade.class_page import doubts_table
+from grader.ta.regrade.outputs import doubts_markdown
 
 EVENT = {"request": "generate(prompt 3)", "wall_s": 20.0, "cpu_s": 0.3, "waiting_s": 19.5}
 

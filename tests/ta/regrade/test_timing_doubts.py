@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from grader.core.feedback import decision_words
 from grader.ta.regrade.census import timing_doubts
-from grader.ta.regrade.class_report import doubts_table
+from grader.ta.regrade.class_page import doubts_table
 
 UNDECIDED = {"label": "vs reference", "decision": "undecided", "passed": True}
 OWN_NOISE = {"label": "speedup", "decision": "own noise", "passed": False}
@@ -15,7 +15,7 @@ def results(record: dict) -> dict:
     return {"extra_data": {"benchmarks": {"3.11": record}}, "tests": []}
 
 
-def test_the_class_report_lists_every_undecided_or_late_check() -> None:
+def test_the_class_page_lists_every_undecided_or_late_check() -> None:
     found = timing_doubts({
         "sub_10": results({"passed": True, "undecided": ["vs reference"], "decided_late": []}),
         "sub_2": results({"passed": True, "undecided": [], "decided_late": ["speedup"]}),
@@ -40,7 +40,7 @@ def test_the_summary_files_list_the_checks_to_time_again(tmp_path) -> None:
     of it when every timed check was decided in its ordinary rounds."""
     import json
 
-    from grader.ta.regrade.report import BatchSummary, Row, write_outputs
+    from grader.ta.regrade.outputs import BatchSummary, Row, write_outputs
 
     doubts = timing_doubts(
         {"sub_7": results({"passed": True, "undecided": ["vs reference"], "decided_late": []})}

@@ -19,9 +19,9 @@ from grader.core.feedback import check_html, page_text
 from grader.core.figures import png_uri, pyplot
 from grader.core.points import part_total
 from grader.core.registry import PARTS
-from grader.core.score import check_text as points_of
+from grader.core.score import points_label as points_of
 from grader.ta.regrade.census import Cause, Measure, census, measures, timing_doubts
-from grader.ta.regrade.report import Row, pass_rates, score_sentence, spread, total_sentence
+from grader.ta.regrade.outputs import Row, pass_rates, score_sentence, spread, total_sentence
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 70em; color: #222; }
@@ -271,7 +271,7 @@ def render(rows: list[Row], results: dict[str, dict[str, Any]], title: str) -> s
     )
 
 
-def write_class_report(
+def write_class_page(
     out_dir: Path, rows: list[Row], results: dict[str, dict[str, Any]], title: str
 ) -> Path:
     """Write ``out_dir/report.html`` and return its path."""

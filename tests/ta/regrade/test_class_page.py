@@ -12,8 +12,8 @@ import pytest
 from PIL import Image
 
 from grader.ta.regrade.census import census, measures, submission_causes
-from grader.ta.regrade.class_report import render
-from grader.ta.regrade.report import make_row
+from grader.ta.regrade.class_page import render
+from grader.ta.regrade.outputs import make_row
 from tests.ta.regrade.conftest import Regraded
 
 pytestmark = pytest.mark.xdist_group("batch")
@@ -141,7 +141,7 @@ def test_the_feedback_is_html_with_the_students_text_escaped_once() -> None:
 def test_the_page_states_the_class_score_and_total_as_the_summary_does() -> None:
     """report.html says the class's mean/median/min/max, the bonus apart and with it, as
     summary.md does (one rule: grader.core.score)."""
-    from grader.ta.regrade.report import Row
+    from grader.ta.regrade.outputs import Row
 
     rows = [
         Row("s1", [], "graded", {"part1": 20.0}, total=84.0, max_score=100.0, bonus=4.0),

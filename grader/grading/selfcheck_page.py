@@ -24,7 +24,7 @@ from typing import Any
 
 from grader.core.feedback import check_html, page_text
 from grader.core.figures import png_uri, pyplot
-from grader.core.score import check_text
+from grader.core.score import points_label
 
 #: The reference's benchmark records, measured by ``python -m grader reference-benchmarks``
 #: and shipped beside selfcheck.py.
@@ -213,7 +213,7 @@ def render(data: dict[str, Any], reference: dict[str, Any]) -> str:
     page = data.get("extra_data") or {}
     checks = "".join(
         f'<h3 class="{"passed" if t.get("status") == "passed" else "failed"}">'
-        f"{esc(str(t.get('name', '')))} ({esc(check_text(t))})</h3>"
+        f"{esc(str(t.get('name', '')))} ({esc(points_label(t))})</h3>"
         f'<div class="feedback">{check_html(t, page, local=True)}</div>'
         for t in data.get("tests", [])
     )

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from grader.grading.selfcheck_report import (
+from grader.grading.selfcheck_page import (
     latency_figure,
     per_token_curve,
     render,

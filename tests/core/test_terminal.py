@@ -1,9 +1,9 @@
-"""grader/core/report.py: what a grading prints to a terminal."""
+"""grader/core/terminal.py: what a grading prints to a terminal."""
 
 from __future__ import annotations
 
-from grader.core.report import failure_details, score_table, terminal_report, terminal_safe
 from grader.core.results import GradingResults, TestResult
+from grader.core.terminal import failure_details, score_table, terminal_report, terminal_safe
 
 #: What a hostile submission prints: clear the screen, a forged green PASS line, an OSC 52
 #: clipboard write, a C1 control.
