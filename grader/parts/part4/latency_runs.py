@@ -14,7 +14,9 @@ from grader.checks.calls import fed_once, shown
 from grader.core.thresholds import load_thresholds
 from grader.parts.part4.latency import latency_figures
 from grader.parts.part4.latency_clock import CLOCKED_CASES, generations_of, timed_problem
+from grader.parts.part4.latency_isolate import EXPERIMENTS, Run, latency_causes, runs_table
 from grader.parts.part4.support import Part4Base, plain_value
+from grader.runtime.outcomes import SubmissionError
 from grader.runtime.timing import Sample, round_length
 
 
@@ -66,6 +68,7 @@ class Part4LatencyRuns(Part4Base):
         name, and its model calls are not the handout's), nothing can be judged."""
         problems: list[str] = []
         unseen: list[str] = []
+        named: list[str] = []
         for case in CLOCKED_CASES:
             timeout = max(self.ctx.limits.request_timeout_s, 60.0)
             reply = self.call(case.request(), {}, case.what, timeout=timeout)
@@ -79,8 +82,11 @@ class Part4LatencyRuns(Part4Base):
                 elif not problem:  # the defaults are suspect once the case passing all is right
                     suspect = not case.args and problems == [""]
                     problem, name = timed_problem(case, got, gens, defaults_only=suspect)
+            named += [name] if name else []
             problems.append(f"{problem}\n{self.cause([name] if name else [])}".strip())
         if any(problems):
+            if not named:  # the library's names give the most precise words
+                problems.append(self.isolate_latency())
             self.fail("\n".join(p for p in problems if p))
         if unseen:
             print(
@@ -92,6 +98,29 @@ class Part4LatencyRuns(Part4Base):
         judged = [c.what for c in CLOCKED_CASES if c.what not in unseen]
         if judged:
             print(f"Timed by the grader, generation by generation: {'; '.join(judged)}.")
+
+    def isolate_latency(self) -> str:
+        """Name what the isolating calls of :mod:`grader.parts.part4.latency_isolate`
+        single out (``measure_latency`` again with warmup varied alone and repeats varied
+        alone) for a 4.8 that failed without a catalogued cause. Returns a line saying how
+        many generations each call made ("" where none could be read)."""
+        runs: dict[str, Run] = {}
+        for case in EXPERIMENTS:
+            timeout = max(self.ctx.limits.request_timeout_s, 60.0)
+            try:
+                reply = self.call(case.request(), {}, case.what, soft=True, timeout=timeout)
+            except SubmissionError:
+                continue  # a call that fails tells nothing of the others
+            got, problem = latency_figures(plain_value(reply.header.get("result")),
+                                           list(case.L_values))  # fmt: skip
+            gens, unread = ([], problem) if problem else generations_of(
+                reply.header, case.settings["prompt_len"])  # fmt: skip
+            if gens and not unread:
+                runs[case.what] = Run(case, got, gens)
+        if not runs:
+            return ""
+        self.name(latency_causes(runs))
+        return f"Generations measure_latency made, by the grader's record: {runs_table(runs)}."
 
 
 def calls_problem(runs: list[tuple[int, int, list[int]]]) -> str:
