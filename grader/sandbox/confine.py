@@ -16,6 +16,7 @@ import errno
 import functools
 import os
 import resource
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -54,14 +55,20 @@ def ipc_isolation() -> str:
     """ "" when a new IPC namespace can be made here, else why not (probed once, in a
     child). Needs ``CAP_SYS_ADMIN``, which a default Docker container lacks: there the
     worker shares the container's System V IPC (Docker gives each container its own)."""
+    return probed(unshare_ipc, "unshare(CLONE_NEWIPC)")
+
+
+def probed(attempt: Callable[[], int], what: str) -> str:
+    """Why ``attempt`` (a call returning 0 or an errno) cannot work here ("" when it can),
+    tried in a child that reports by its exit status, so the grader keeps its own state."""
     if os.geteuid() != 0:
         return "the grader is not root"
     pid = os.fork()
-    if pid == 0:  # the probe: a child that tries, and reports by its exit status
-        os._exit(min(unshare_ipc(), 255))
+    if pid == 0:
+        os._exit(min(attempt(), 255))
     _, status = os.waitpid(pid, 0)
     code = os.waitstatus_to_exitcode(status)
-    return "" if code == 0 else f"unshare(CLONE_NEWIPC) failed: {os.strerror(code)}"
+    return "" if code == 0 else f"{what} failed: {os.strerror(code)}"
 
 
 def join_group(procs_file: str) -> bool:

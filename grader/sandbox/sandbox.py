@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.core.paths import CACHE_PATTERNS, PARTS_SOURCE, WORKER_SOURCE
-from grader.sandbox.confine import Confinement, ipc_isolation, unshare_network
+from grader.sandbox.confine import Confinement, ipc_isolation, probed, unshare_network
 from grader.sandbox.identity import (  # noqa: F401  (re-exported: the sandbox's accounts)
     FALLBACK_USER,
     LOCK_DIR,
@@ -86,14 +86,7 @@ def network_isolation() -> str:
     Needs root and CAP_SYS_ADMIN: true on a VM or a privileged container, often
     false in a default Docker container, where the worker keeps the network.
     """
-    if os.geteuid() != 0:
-        return "the grader is not root"
-    pid = os.fork()
-    if pid == 0:  # the probe: a child that tries, and reports by its exit status
-        os._exit(min(unshare_network(), 255))
-    _, status = os.waitpid(pid, 0)
-    code = os.waitstatus_to_exitcode(status)
-    return "" if code == 0 else f"unshare(CLONE_NEWNET) failed: {os.strerror(code)}"
+    return probed(unshare_network, "unshare(CLONE_NEWNET)")
 
 
 def memory_limit(device: str) -> int:

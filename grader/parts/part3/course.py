@@ -144,12 +144,3 @@ def first_token_causes(first: list[Any], bos: int | None) -> dict[str, str]:
             "(input_text_mask)."
         )
     }
-
-
-def likely_causes(causes: list[str]) -> str:
-    """``causes`` as one feedback line ("" when there is none)."""
-    if not causes:
-        return ""
-    if len(causes) == 1:
-        return f"Likely cause: {causes[0]}"
-    return "Likely causes:\n" + "\n".join(f"- {c}" for c in causes)

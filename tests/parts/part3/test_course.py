@@ -13,7 +13,6 @@ from grader.parts.part3.course import (
     build_notes,
     expected_logits,
     generation_causes,
-    likely_causes,
     rope_convention,
     rope_view,
 )
@@ -117,12 +116,6 @@ def test_a_text_that_runs_on_past_eot_is_named() -> None:
     assert "did not stop at <|eot_id|> (prompt(s) [1]" in causes["no_eot_stop"]
     other = ["Hello where", "more"]
     assert generation_causes(header([BOS], [[0, 3]]), other, want, META, 128) == {}
-
-
-def test_causes_read_as_one_line_or_a_list() -> None:
-    assert likely_causes([]) == ""
-    assert likely_causes(["x"]) == "Likely cause: x"
-    assert likely_causes(["x", "y"]) == "Likely causes:\n- x\n- y"
 
 
 def test_build_notes_say_only_what_happened() -> None:
