@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import pytest
 
+from grader.parts.part4.latency_clock import ClockedCase, generations_of
+from grader.parts.part4.latency_isolate import EXPERIMENTS, Run, latency_causes
 from grader.ta.mutants import load_mutants
 from tests.conftest import grade_checks, patched_solution
+from tests.parts.part4.test_latency_timed import RIGHT, Lab, lab_id, run_lab
 
 LOOP = "for i in range(warmup + repeats):"
 KEEP = "                if i >= warmup:\n                    times.append"
@@ -70,3 +73,61 @@ def test_a_latency_mistake_nobody_listed_is_named_by_isolation(tmp_path, name: s
     assert test["score"] < test["max_score"], result.output("4.8")
     assert test["extra_data"].get("causes") == [cause], result.output("4.8")
     assert SAYS[cause] in result.output("4.8"), result.output("4.8")
+
+
+# ------------------------------------------------------------ on the simulated lab
+
+
+def isolated(lab, cases=EXPERIMENTS, seed: int = 0) -> list[str]:
+    """The causes the isolation names for ``lab`` run by the simulator of
+    test_latency_timed.py on ``cases`` (the isolating calls, by default)."""
+    runs = {}
+    for case in cases:
+        reply, figures = run_lab(case, lab, seed)
+        gens, unread = generations_of(reply, case.settings["prompt_len"])
+        assert gens and not unread
+        runs[case.what] = Run(case, figures, gens)
+    return [c.id for c in latency_causes(runs)]
+
+
+@pytest.mark.parametrize("lab", RIGHT, ids=lab_id)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_right_reading_gets_no_cause(lab: Lab, seed: int) -> None:
+    """Any number of the lab's own untimed runs (a warmup it ignores included), the
+    median or the mean, a busy machine: nothing to name."""
+    assert isolated(lab, seed=seed) == []
+
+
+SIMULATED = {
+    "first_only": (Lab(first_only=True), ["isolated:latency_first_run_only"]),
+    "seconds": (Lab(unit=lambda L: 1 / L), ["isolated:latency_seconds"]),
+    "totals": (Lab(unit=lambda L: 1000.0), ["isolated:latency_per_run_total"]),
+    # the library's latency_no_warmup: its figures are its runs' own, the first included
+    "no_warmup": (Lab(warmup=0), []),
+    "repeats_ignored": (Lab(repeats=3), ["isolated:latency_ignores_repeats"]),
+    # mistakes of the clock, of rounding, of the prompt: none of the isolation's causes
+    "cpu_time": (Lab(cpu=True), []),
+    "whole_ms": (Lab(whole_ms=True), []),
+    "two_rows": (Lab(rows=2), []),
+    "other_prompt": (Lab(tokens=7), []),
+}
+
+
+@pytest.mark.parametrize("name", SIMULATED)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_each_simulated_mistake_gets_its_cause_and_no_other(name: str, seed: int) -> None:
+    lab, causes = SIMULATED[name]
+    assert isolated(lab, seed=seed) == causes
+
+
+def test_two_units_of_the_same_ratio_are_named_together_with_what_tells_them_apart() -> None:
+    """At L = repeats = 5 a whole run's time is the sum of the runs' mean per token: one
+    call cannot tell them apart, and both are named as candidates."""
+    case = ClockedCase((5,), {"prompt_len": 6, "warmup": 2, "repeats": 5})
+    runs = {}
+    reply, figures = run_lab(case, Lab(unit=lambda L: 1000.0))
+    gens, _ = generations_of(reply, 6)
+    runs[case.what] = Run(case, figures, gens)
+    [cause] = latency_causes(runs)
+    assert cause.id == "isolated:latency_per_run_total+sum_of_runs"
+    assert "a call with other L values tells them apart" in cause.text
