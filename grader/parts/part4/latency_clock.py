@@ -282,13 +282,16 @@ def timed_problem(
     got: dict[str, list[float]],
     gens: list[Generation],
     defaults_only: bool = False,
+    say_match: bool = True,
 ) -> tuple[str, str | None]:
     """ "" if ``got`` are the figures of the generations the grader measured: for each L
     and mode, the median (or the mean) of the last ``repeats`` runs over L, in ms (any
     number of untimed runs of the lab's own before them), the first generation untimed
     (see :class:`Generation`); else what is wrong, and the catalogued mistake it
     matches (or None). ``defaults_only``: the case passing every argument was right, so
-    the defaults are suspect."""
+    the defaults are suspect. ``say_match``: say which wrong reading the figures match
+    (left out where the isolation of :mod:`grader.parts.part4.latency_isolate` decided).
+    """
     s = case.settings
     repeats, L_values = s["repeats"], case.L_values
     timed = [
@@ -314,7 +317,7 @@ def timed_problem(
         )
         matches = {(text, known) for text, known, read in known_readings(repeats)
                    if fits_all(got, gens, L_values, read)}  # fmt: skip
-        if len(matches) == 1:
+        if len(matches) == 1 and say_match:
             [(text, name)] = matches
             problem += f" They match {text}."
     problem = f"{case.what} returned {rounded(got)}: {problem}"

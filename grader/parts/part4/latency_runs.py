@@ -11,9 +11,15 @@ import numpy as np
 
 from grader.checks.base import Workload
 from grader.checks.calls import fed_once, shown
+from grader.core.feedback_items import Cause
 from grader.core.thresholds import load_thresholds
 from grader.parts.part4.latency import latency_figures
-from grader.parts.part4.latency_clock import CLOCKED_CASES, generations_of, timed_problem
+from grader.parts.part4.latency_clock import (
+    CLOCKED_CASES,
+    ClockedCase,
+    generations_of,
+    timed_problem,
+)
 from grader.parts.part4.latency_isolate import EXPERIMENTS, Run, latency_causes, runs_table
 from grader.parts.part4.support import Part4Base, plain_value
 from grader.runtime.outcomes import SubmissionError
@@ -69,6 +75,7 @@ class Part4LatencyRuns(Part4Base):
         problems: list[str] = []
         unseen: list[str] = []
         named: list[str] = []
+        read: list[tuple[int, ClockedCase, dict, list, bool]] = []  # judged on the record
         for case in CLOCKED_CASES:
             timeout = max(self.ctx.limits.request_timeout_s, 60.0)
             reply = self.call(case.request(), {}, case.what, timeout=timeout)
@@ -82,11 +89,16 @@ class Part4LatencyRuns(Part4Base):
                 elif not problem:  # the defaults are suspect once the case passing all is right
                     suspect = not case.args and problems == [""]
                     problem, name = timed_problem(case, got, gens, defaults_only=suspect)
+                    read.append((len(problems), case, got, gens, suspect))
             named += [name] if name else []
             problems.append(f"{problem}\n{self.cause([name] if name else [])}".strip())
         if any(problems):
             if not named:  # the library's names give the most precise words
-                problems.append(self.isolate_latency())
+                causes, line = self.isolate_latency()
+                for i, case, got, gens, suspect in read if causes else ():
+                    # what one call's figures happen to equal gives way to the isolation's
+                    problems[i] = timed_problem(case, got, gens, suspect, say_match=False)[0]
+                problems.append(line)
             self.fail("\n".join(p for p in problems if p))
         if unseen:
             print(
@@ -99,11 +111,12 @@ class Part4LatencyRuns(Part4Base):
         if judged:
             print(f"Timed by the grader, generation by generation: {'; '.join(judged)}.")
 
-    def isolate_latency(self) -> str:
+    def isolate_latency(self) -> tuple[list[Cause], str]:
         """Name what the isolating calls of :mod:`grader.parts.part4.latency_isolate`
         single out (``measure_latency`` again with warmup varied alone and repeats varied
-        alone) for a 4.8 that failed without a catalogued cause. Returns a line saying how
-        many generations each call made ("" where none could be read)."""
+        alone) for a 4.8 that failed without a catalogued cause. Returns the causes named
+        and a line saying how many generations each call made ("" where none could be
+        read)."""
         runs: dict[str, Run] = {}
         for case in EXPERIMENTS:
             timeout = max(self.ctx.limits.request_timeout_s, 60.0)
@@ -118,9 +131,13 @@ class Part4LatencyRuns(Part4Base):
             if gens and not unread:
                 runs[case.what] = Run(case, got, gens)
         if not runs:
-            return ""
-        self.name(latency_causes(runs))
-        return f"Generations measure_latency made, by the grader's record: {runs_table(runs)}."
+            return [], ""
+        causes = latency_causes(runs)
+        self.name(causes)
+        return (
+            causes,
+            f"Generations measure_latency made, by the grader's record: {runs_table(runs)}.",
+        )
 
 
 def calls_problem(runs: list[tuple[int, int, list[int]]]) -> str:
