@@ -313,6 +313,26 @@ class GradedTestCase(unittest.TestCase):
         results.json (``extra_data["causes"]``) for reports to count."""
         self.feedback.name(causes)
 
+    def once_per_grading(self, key: str, find: Callable[[], str]) -> str:
+        """``find()``'s verdict, computed once per grading for every check that asks (a
+        probe two checks share); the causes it named are named again on each later check
+        that reports it, so the page of every check that lost points to it says why. A
+        verdict that ended in a failure (``failureException``) is kept as its message and
+        raised again where it was found."""
+        memo = self.ctx.scratch.setdefault(f"{self.part}.{key}", [])
+        if memo:
+            verdict, causes = memo[0]
+            self.name(causes)
+            return str(verdict)
+        before = len(self.feedback.causes)
+        try:
+            verdict = find()
+        except self.failureException as exc:
+            memo.append((str(exc), list(self.feedback.causes[before:])))
+            raise
+        memo.append((verdict, list(self.feedback.causes[before:])))
+        return verdict
+
     def say_count(self, passed: int, total: int, what: str = "cases") -> None:
         """ "18 of 32 cases correct.": the verdict line carries it."""
         self.feedback.count = f"{passed} of {total} {what} correct."

@@ -62,7 +62,8 @@ def decided(ratio: Ratio, threshold: float, *, at_least: bool = True) -> bool:
 
 
 class TimedPools:
-    """A mixin of a part's checks (it needs ``meta``, ``ctx`` and ``fail``)."""
+    """A mixin of a part's checks (it needs ``meta``, ``ctx``, ``fail`` and
+    ``once_per_grading``)."""
 
     part: str  # set by the part's base class; names the pool counters in the scratch state
     min_work_ratio: float  # the work probe's threshold: cache-free over cached CPU time
@@ -101,14 +102,7 @@ class TimedPools:
         not). Measured once per grading (the work check and the benchmark both ask, and
         the growth pools hold the prompts of one probe), its figures printed with the
         first check that asks."""
-        memo = self.ctx.scratch.setdefault(f"{self.part}.growth_problem", [])
-        if not memo:
-            try:
-                memo.append(self.measure_growth())
-            except self.failureException as exc:  # a run failed (wrong output): that is why
-                memo.append(str(exc))
-                raise
-        return str(memo[0])
+        return self.once_per_grading("growth_problem", self.measure_growth)
 
     def measure_growth(self) -> str:
         """Run the growth probe, print its figures and judge them."""

@@ -253,10 +253,7 @@ class Part2CacheContents(Part2Growth):
         """Why the cache does not hold each layer's keys and values, is wider than the
         weights or is not read at every step ("" when none applies; the first two need the
         hidden cases). Once per grading."""
-        memo = self.ctx.scratch.setdefault("part2.cache_problem", [])
-        if not memo:
-            memo.append(self.look_at_cache())
-        return str(memo[0])
+        return self.once_per_grading("cache_problem", self.look_at_cache)
 
     def look_at_cache(self) -> str:
         """What the cache holds against the reference's keys and values (with the hidden

@@ -192,10 +192,7 @@ class Part3CacheContents(Part3Base):
         """Why the cache after the probe's calls does not hold every layer's keys and
         values ("" when it does, without the hidden file, or when forward cannot run: the
         checks of forward name why). Asked once per grading; 3.7 and 3.11 share it."""
-        memo = self.ctx.scratch.setdefault("part3.cache_contents", [])
-        if not memo:
-            memo.append(self.look_at_cache_contents())
-        return str(memo[0])
+        return self.once_per_grading("cache_contents", self.look_at_cache_contents)
 
     def look_at_cache_contents(self) -> str:
         """One ``cache_contents`` request and its verdict (see the module's docstring)."""
