@@ -38,13 +38,19 @@ def test_mutant_applies_to_the_solution(mutant) -> None:
 def test_every_cache_layout_is_graded_with_the_benchmarks() -> None:
     """Each way of keeping the cache that the benchmark probes must accept is a correct
     variant graded with them: Meta's preallocated cache, one grown with torch.cat or copied
-    at every step, per-layer pairs handed through the layers (Part 3); a buffer allocated
-    on first use or with the model, a copy at every call (Part 2)."""
+    at every step, per-layer pairs handed through the layers, a closure, a helper module, a
+    parameter list, a rotating deque (Part 3); a buffer allocated on first use or with the
+    model, a copy at every call, six containers deep, a helper module, an lru_cache, a
+    decorator's closure (Part 2)."""
     timed = {(v.part, v.name) for v in VARIANTS if v.timed}
     assert {("part3", n) for n in ("eager_cache", "cat_grown_cache", "cloned_cache_per_step",
-                                   "cache_passed_through_layers")} <= timed  # fmt: skip
+                                   "cache_passed_through_layers", "cache_in_closure",
+                                   "cache_in_helper_module", "cache_in_parameter_list",
+                                   "cache_in_rotating_deque")} <= timed  # fmt: skip
     assert {("part2", n) for n in ("preallocated_cache", "cloned_cache_per_step",
-                                   "eager_cache_on_layers")} <= timed  # fmt: skip
+                                   "eager_cache_on_layers", "cache_nested_in_dataclass",
+                                   "cache_in_helper_module", "cache_in_lru_store",
+                                   "cache_in_decorator_closure")} <= timed  # fmt: skip
 
 
 def test_a_stale_edit_is_refused() -> None:
