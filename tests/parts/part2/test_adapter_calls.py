@@ -6,6 +6,7 @@ token per call; a generate that starts over is still seen starting over."""
 from __future__ import annotations
 
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,11 @@ def torch_one_thread() -> Iterator[None]:
 
 def recorded(root: Path, use_cache: bool | None) -> list[int]:
     """The forward calls run_generate records for ``root``'s generate on the public model."""
-    module = import_path(root / FILE, f"part2_adapter_calls_{abs(hash((root, use_cache)))}")
+    sys.path.insert(0, str(root))  # a variant's own helper module sits beside its file
+    try:
+        module = import_path(root / FILE, f"part2_adapter_calls_{abs(hash((root, use_cache)))}")
+    finally:
+        sys.path.remove(str(root))
     model = load(module, PUBLIC_MODEL)
     forward = vars(type(model))["forward"]
     ids = np.random.default_rng(0).integers(0, PUBLIC_MODEL["config"]["vocab_size"], (2, PROMPT))

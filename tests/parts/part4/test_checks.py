@@ -238,7 +238,7 @@ def test_generations_are_found_by_the_generate_calls_too(tmp_path, fixed) -> Non
     if fixed:
         assert graded.score("4.8") == 0
         assert "generate_no_cache ran 4 times for that L, fewer than the repeats = 5" in output
-        assert "They match the average of the last 3 runs of each L and mode" in output
+        assert "made the same 4 generations per L and mode" in output  # found by isolation
     else:
         assert graded.score("4.8") == POINTS["part4"]["4.8"], output
         assert TIMED_BY_THE_GRADER in output

@@ -157,6 +157,7 @@ def test_the_mistake_census_is_in_both_summaries_as_in_the_report(regraded: Regr
     md = (regraded.out / "summary.md").read_text()
     assert "## Mistake census" in md
     for c in causes:
-        assert re.search(rf"^\| `{re.escape(c.cause)}` \| {c.count} \| \d+ \| ", md, re.M)
+        row = rf"^\| `{re.escape(c.cause)}` \| {c.kind} \| {c.count} \| \d+ \| "
+        assert re.search(row, md, re.M)
     html = (regraded.out / "report.html").read_text()
     assert all(c.cause in html for c in causes)
