@@ -69,6 +69,8 @@ class WorkerClient:
     _output: OutputCollector | None = None
     _import_error: SubmissionError | None = None
     _timed_out: set[str] = field(default_factory=set)
+    _starved: set[str] = field(default_factory=set)  # those of them the machine starved
+    _last_starved: bool = False  # whether the last request that timed out was starved
     _next_id: int = 0
     _cpu_group: CpuGroup | None = None
     _sampler: Sampler | None = None
@@ -269,6 +271,13 @@ class WorkerClient:
             raise SubmissionError(
                 f"{what} was not run: the grading ran past its time budget.", kind="timeout"
             )
+        if key in self._starved:
+            raise SubmissionError(
+                f"{what} was not run: an earlier run of it was stopped while the machine was "
+                "busy, not because of your code. This check should be graded again: ask the "
+                "course staff for a regrade.",
+                kind="timeout",
+            )
         if key in self._timed_out:
             raise SubmissionError(
                 f"{what} was not run: it already ran past the time limit in an earlier check.",
@@ -306,6 +315,8 @@ class WorkerClient:
             except SubmissionError as exc:
                 if exc.kind == "timeout":
                     self._timed_out.add(key)
+                    if self._last_starved:
+                        self._starved.add(key)
                 raise
             seconds = time.perf_counter() - start
             cpu = cpu_between(self._cpu_group, cpu_before, cpu_reading(*reading))
@@ -366,6 +377,7 @@ class WorkerClient:
         except ReadTimeout:
             output = self._output.since_mark() if self._output else ""
             ended = starvation.read(self._cpu_group, pid, final=True)
+            self._last_starved = starvation.was_starved(clocks, ended)
             self.stop()
             raise SubmissionError(
                 starvation.timeout_message(label, timeout, clocks, ended),

@@ -181,3 +181,27 @@ def test_a_crowd_born_during_the_request_is_counted_whole() -> None:
     assert after.queued_s is not None
     assert after.queued_s - before.queued_s > starvation.CROWD * (after.at - before.at)
     assert not was_starved(before, after)
+
+
+def test_a_request_the_machine_starved_is_not_blamed_on_the_code_when_asked_again() -> None:
+    """After a starved timeout, the checks that would run the same request again say the
+    machine was busy and ask for a regrade; after a timeout of the code's own, they say
+    it ran past the time limit."""
+    import threading
+    import types
+
+    from grader.runtime.client import WorkerClient
+    from grader.runtime.outcomes import SubmissionError
+    from grader.sandbox.sandbox import Limits
+
+    sandbox = types.SimpleNamespace(expired=threading.Event())
+    client = WorkerClient("part2", "transformer_skeleton.py", "/nonexistent", sandbox, Limits())
+    client._timed_out |= {"generate", "forward"}
+    client._starved.add("generate")
+    with pytest.raises(SubmissionError) as busy:
+        client._refuse_if_stopped("generate(...)", "generate")
+    assert "the machine was busy, not because of your code" in busy.value.message
+    with pytest.raises(SubmissionError) as own:
+        client._refuse_if_stopped("forward(...)", "forward")
+    assert "already ran past the time limit" in own.value.message
+    client._refuse_if_stopped("sample(...)", "sample")  # never timed out: runs
