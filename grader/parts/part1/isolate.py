@@ -239,41 +239,14 @@ def experiments(call: Call) -> list[Experiment]:
     spec, f = spec_of(p), call.func
     out: list[Experiment] = []
     if f == "kv_cache_bytes_per_request" and spec is not None:
-        b, c = p["bytes_per_elem"], p["context_len"]
-        out.append(
-            Experiment(
-                "bytes_per_elem",
-                _with(call, bytes_per_elem=2 * b),
-                f"doubling bytes_per_elem ({b} to {2 * b})",
-                2.0,
-            )
-        )
-        out.append(
-            Experiment(
-                "context_len",
-                _with(call, context_len=2 * c),
-                f"doubling context_len ({c:,} to {2 * c:,})",
-                2.0,
-            )
-        )
-        layers = spec["n_layers"]
-        out.append(
-            Experiment(
-                "n_layers",
-                _with(call, spec={"n_layers": 2 * layers}),
-                f"doubling spec.n_layers ({layers} to {2 * layers})",
-                2.0,
-            )
-        )
+        out += [
+            _doubled(call, "bytes_per_elem", p["bytes_per_elem"], 2.0),
+            _doubled(call, "context_len", p["context_len"], 2.0),
+            _doubled(call, "n_layers", spec["n_layers"], 2.0, in_spec=True),
+        ]
     elif f == "weight_bytes" and spec is not None:
-        b = spec.get("bytes_per_param", 2)
         out.append(
-            Experiment(
-                "bytes_per_param",
-                _with(call, spec={"bytes_per_param": 2 * b}),
-                f"doubling spec.bytes_per_param ({b} to {2 * b})",
-                2.0,
-            )
+            _doubled(call, "bytes_per_param", spec.get("bytes_per_param", 2), 2.0, in_spec=True)
         )
     elif f == "max_batch_size" and spec is not None:
         out += _tp_experiment(call, p, spec)
@@ -298,19 +271,21 @@ def _tp_experiment(call: Call, p: Mapping[str, Any], spec: Mapping[str, Any]) ->
 
 def _attention_experiments(call: Call, p: Mapping[str, Any]) -> list[Experiment]:
     n, d, phase = p["N"], p["d"], p["phase"]
-    out = []
     if call.func == "attention_flops":
-        for arg, n2, d2 in (("N", 2 * n, d), ("d", n, 2 * d)):
-            ratio = _attention_ratio(call.func, phase, n, d, n2, d2)
-            was, now = (n, n2) if arg == "N" else (d, d2)
-            out.append(Experiment(arg, _with(call, N=n2, d=d2),
-                                  f"doubling {arg} ({was:,} to {now:,})", ratio))  # fmt: skip
-    else:
-        bpe = p["bpe"]
-        ratio = 2.0 if call.func == "attention_bytes" else 0.5
-        out.append(Experiment("bpe", _with(call, bpe=2 * bpe),
-                              f"doubling bpe ({bpe} to {2 * bpe})", ratio))  # fmt: skip
-    return out
+        return [
+            _doubled(call, "N", n, _attention_ratio(call.func, phase, n, d, 2 * n, d)),
+            _doubled(call, "d", d, _attention_ratio(call.func, phase, n, d, n, 2 * d)),
+        ]
+    return [_doubled(call, "bpe", p["bpe"], 2.0 if call.func == "attention_bytes" else 0.5)]
+
+
+def _doubled(call: Call, arg: str, was: Any, ratio: float, *, in_spec: bool = False) -> Experiment:
+    """``call`` with one argument (or, ``in_spec``, one field of its spec) doubled alone,
+    and the right value's response to it."""
+    change = {"spec": {arg: 2 * was}} if in_spec else {arg: 2 * was}
+    name = f"spec.{arg}" if in_spec else arg
+    words = f"doubling {name} ({was:,} to {2 * was:,})"
+    return Experiment(arg, _with(call, **change), words, ratio)
 
 
 def _response(ratio: float | None) -> str:
