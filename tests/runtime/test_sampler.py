@@ -7,8 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -17,10 +15,11 @@ import pytest
 
 from grader.runtime.client import WorkerClient
 from grader.runtime.outcomes import SubmissionError
-from grader.runtime.usage import Sampler, rss_peak, sampled
+from grader.runtime.usage import Sampler, sampled
 from grader.sandbox.sandbox import Sandbox
 from grader.sandbox.view import VIEW_ENV
 from tests.conftest import FAST_LIMITS, SOLUTION
+from tests.runtime.test_timing import peak_growth_of_an_allocating_child
 
 
 def _threads() -> int:
@@ -59,32 +58,12 @@ def test_without_a_sampler_a_body_gets_a_thread_of_its_own() -> None:
 
 
 def test_rss_peak_through_the_sampler_sees_another_process_allocate() -> None:
-    code = (
-        "import sys, time\n"
-        "sys.stdin.readline()\n"
-        "b = bytearray(96 * 2**20)\n"
-        "b[::4096] = b'x' * len(b[::4096])\n"
-        "time.sleep(0.3)\n"
-        "del b\n"
-        "print('done', flush=True)\n"
-        "sys.stdin.readline()\n"
-    )
-    child = subprocess.Popen(
-        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
     sampler = Sampler()
     sampler.start()
     try:
-        time.sleep(0.2)
-        with rss_peak(child.pid, sampler=sampler) as rss:
-            child.stdin.write("go\n")
-            child.stdin.flush()
-            assert child.stdout.readline().strip() == "done"
-        assert rss["peak"] - rss["start"] >= 64 * 2**20
+        assert peak_growth_of_an_allocating_child(sampler=sampler) >= 64 * 2**20
     finally:
         sampler.close()
-        child.kill()
-        child.wait()
 
 
 def test_a_body_that_raises_leaves_the_sampler_serving() -> None:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -402,31 +403,40 @@ def test_cpu_used_never_shrinks_when_a_process_goes() -> None:
     assert cpu_snapshot(2**22 + 12345) is None  # no such process
 
 
-def test_rss_peak_sees_another_process_allocate() -> None:
-    # Touch 96 MB of fresh pages, hold them briefly, free them, then wait to be stopped.
-    code = (
-        "import sys, time\n"
-        "sys.stdin.readline()\n"
-        "b = bytearray(96 * 2**20)\n"
-        "b[::4096] = b'x' * len(b[::4096])\n"
-        "time.sleep(0.3)\n"
-        "del b\n"
-        "print('done', flush=True)\n"
-        "sys.stdin.readline()\n"
-    )
+#: Touches 96 MB of fresh pages on a line of input, holds them briefly, frees them, then
+#: waits to be stopped.
+ALLOCATING_CHILD = (
+    "import sys, time\n"
+    "sys.stdin.readline()\n"
+    "b = bytearray(96 * 2**20)\n"
+    "b[::4096] = b'x' * len(b[::4096])\n"
+    "time.sleep(0.3)\n"
+    "del b\n"
+    "print('done', flush=True)\n"
+    "sys.stdin.readline()\n"
+)
+
+
+def peak_growth_of_an_allocating_child(**sampling: Any) -> int:
+    """How far :func:`rss_peak` (given ``sampling``) sees that child's RSS rise."""
     child = subprocess.Popen(
-        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
+        [sys.executable, "-c", ALLOCATING_CHILD],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
     try:
         time.sleep(0.2)
-        with rss_peak(child.pid) as rss:
+        with rss_peak(child.pid, **sampling) as rss:
             child.stdin.write("go\n")
             child.stdin.flush()
             assert child.stdout.readline().strip() == "done"
-        assert rss["peak"] - rss["start"] >= 64 * 2**20
+        return rss["peak"] - rss["start"]
     finally:
         child.kill()
         child.wait()
+
+
+def test_rss_peak_sees_another_process_allocate() -> None:
+    assert peak_growth_of_an_allocating_child() >= 64 * 2**20
 
 
 def test_rss_peak_of_a_missing_process_is_empty() -> None:
