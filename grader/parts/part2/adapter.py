@@ -24,6 +24,7 @@ if __package__:  # grader.parts.part2.adapter: regen and the tests, in the grade
         written,
     )
     from grader.parts.part2.adapter_calls import forward_calls
+    from grader.parts.part2.adapter_trace import run_trace
     from grader.parts.part2.adapter_weights import draw_on
 else:  # the worker, where the adapter's modules sit beside its main.py
     from adapter_part2_cache import (
@@ -35,6 +36,7 @@ else:  # the worker, where the adapter's modules sit beside its main.py
         written,
     )
     from adapter_part2_calls import forward_calls
+    from adapter_part2_trace import run_trace
     from adapter_part2_weights import draw_on
 
 module: Any = None
@@ -320,6 +322,20 @@ def run_generate(
     return {"tokens": tokens.detach().to("cpu", torch.int64).numpy(), "forward_lengths": lengths}
 
 
+def run_sample(model: Any, logits: np.ndarray, temperature: float, seed: int) -> np.ndarray:
+    """The submission's ``sample`` alone on ``logits`` (B, vocab) the grader chose, seeded:
+    the token ids it drew, as int64 (whatever shape it returned them in)."""
+    import torch
+
+    torch.manual_seed(seed)
+    z = torch.as_tensor(logits, dtype=torch.float32, device=_device_of(model))
+    with torch.no_grad():
+        tokens = model.sample(z, temperature)
+    if not isinstance(tokens, torch.Tensor) or tokens.is_floating_point():
+        raise TypeError("sample must return token ids (an integer tensor)")
+    return tokens.detach().to("cpu", torch.int64).numpy()
+
+
 # ----------------------------------------------------------------- the protocol
 
 
@@ -350,6 +366,14 @@ def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict
     if op == "cache_values":
         result = run_cache_values(_model(request), arrays["input_ids"], request["steps"])
         return {"cache_shapes": result["shapes"], "dtypes": result["dtypes"]}, result["arrays"]
+    if op == "trace":  # every piece's input and output, for a failed check's isolation
+        layers = int(request["layers"])
+        return {}, run_trace(_model(request), arrays["input_ids"], request.get("steps"), layers)
+    if op == "sample":  # the sampler alone, on logits the grader chose
+        tokens = run_sample(
+            _model(request), arrays["logits"], float(request["temperature"]), int(request["seed"])
+        )
+        return {}, {"tokens": tokens}
     if op == "cache_read":  # the last step's change with the prefill's cache scrambled
         effect = cache_read_effect(
             _model(request), arrays["input_ids"], int(request["prefix"]), int(request["width"])

@@ -20,7 +20,7 @@ import numpy as np
 from grader.checks.base import check, likely_cause, with_output
 from grader.checks.logits import position
 from grader.core.thresholds import load_thresholds
-from grader.parts.part2 import isolate
+from grader.parts.part2 import isolate, isolate_forward
 from grader.parts.part2.cases import frequency_band, softmax64
 from grader.parts.part2.support import Part2Base
 from grader.parts.part2.timed import Part2CacheContents, Part2Growth, bench_key, calls_problem
@@ -37,6 +37,16 @@ from grader.runtime.timing import (
 
 
 class Part2ForwardChecks(Part2Base):
+    def isolate(self, model: str) -> None:
+        """After a check of logits failed with no known mistake named, the place narrowed
+        by experiment on ``model`` (:mod:`grader.parts.part2.isolate_forward`): its cause
+        named, its lines after the failing cases. A known mistake's words stand alone."""
+        if self.feedback.causes:
+            return
+        causes, lines = isolate_forward.narrow_forward(self, model)
+        self.name(causes)
+        self.feedback.notes.extend(lines)
+
     # -------------------------------------------------------------- checks
 
     @check("2.1")

@@ -103,12 +103,20 @@ def sampling_not_to_blame(check: Part2Base, prompt: list[list[int]], rows: int) 
             f"(tolerance {atol:g})",
         )
     off = departure(single[0], together, atol) or off
+    return batch_cause(
+        f"forward(use_cache=True) of {rows} copies of the prompt, the batch generate drew "
+        f"from, gives other last-position logits than the prompt alone, {off.where()} "
+        f"(tolerance {atol:g})",
+    )
+
+
+def batch_cause(evidence: str) -> Cause:
+    """A forward right for a prompt alone and wrong for it in a batch, as ``evidence``
+    showed (check 2.10's draws, or the forward checks' batch of different prompts)."""
     return Cause(
         BATCH_ROWS_DIFFER,
         "your forward gives other logits for a prompt in a batch than for the prompt alone: "
         "every row of a batch must be computed as if it were alone (look at what mixes the "
         "batch dimension with another: a view, reshape or transpose)",
-        f"forward(use_cache=True) of {rows} copies of the prompt, the batch generate drew "
-        f"from, gives other last-position logits than the prompt alone, {off.where()} "
-        f"(tolerance {atol:g})",
+        evidence,
     )

@@ -283,8 +283,14 @@ class Part2Base(Part2Diagnosis, GradedTestCase):
                     self.name(self.diagnose(mode, steps, observed))
                 if exc.kind in FATAL:
                     outcome.total = len(cases)
-                    break
+                    return outcome
+        if outcome.failures:
+            self.isolate("public")
         return outcome
+
+    def isolate(self, model: str) -> None:
+        """After a check of logits failed: the place narrowed by experiment on ``model``
+        (``Part2ForwardChecks`` runs them; nothing here)."""
 
     def observe_first(self, steps: list[int] | None) -> dict[str, Any]:
         """What the first public case gives: its logits, or the error it raises."""
@@ -321,6 +327,7 @@ class Part2Base(Part2Diagnosis, GradedTestCase):
     def run_hidden(self, num: str) -> Outcome:
         outcome = Outcome()
         cases = self.cases(num)
+        wrong: list[str] = []  # the models of the cases whose values were wrong
         for case in cases:
             outcome.total += 1
             ids = np.array(case["input_ids"], dtype=np.int64)
@@ -341,7 +348,10 @@ class Part2Base(Part2Diagnosis, GradedTestCase):
                 outcome.failures.append(exc.failure)
                 if exc.kind in FATAL - {"load"}:
                     outcome.total = len(cases)
-                    break
+                    return outcome
+                wrong.append(case["model"])
+        if wrong:
+            self.isolate(wrong[0])
         return outcome
 
     # ------------------------------------------------------------ generate
