@@ -20,7 +20,7 @@ import numpy as np
 from grader.checks.base import check, likely_cause, with_output
 from grader.checks.logits import position
 from grader.core.thresholds import load_thresholds
-from grader.parts.part2 import isolate, isolate_forward
+from grader.parts.part2 import isolate, isolate_forward, isolate_sampling
 from grader.parts.part2.cases import frequency_band, softmax64
 from grader.parts.part2.support import Part2Base
 from grader.parts.part2.timed import Part2CacheContents, Part2Growth, bench_key, calls_problem
@@ -216,7 +216,12 @@ class Part2GenerateChecks(Part2Growth):
             for k, v in self.signatures("low_temperature").items()
             if isinstance(v, list) and np.array_equal(np.array(v), tokens)
         ]
-        self.name(likely_cause(names, self.meta()["diagnoses"], "the sampled tokens"))
+        known = likely_cause(names, self.meta()["diagnoses"], "the sampled tokens")
+        causes, lines = isolate_sampling.low_temperature_causes(
+            self, known, lambda: self.temperature_lost(low["temperature"])
+        )
+        self.name(causes)
+        self.feedback.notes.extend(lines)
         both = "" if plain is None else f" (without the cache: {plain[0]} of {plain[1]})"
         self.fail(
             f"{setting}, only {hits} of {top.size} sampled tokens{both} were the token your "
@@ -281,13 +286,35 @@ class Part2GenerateChecks(Part2Growth):
                 "as it should: generate's default temperature must be 1.0, as in the "
                 "handout's signature."
             )
-        else:
-            lines.append(
-                "With temperature=1.0 passed explicitly it was no better: sample must draw "
-                "from softmax(logits / temperature), the logits divided by the temperature "
-                "as real numbers."
+            self.fail("\n".join(lines))
+        # The sampler alone, the temperature varied alone (isolate_sampling): it is blamed
+        # only where it is wrong on its own.
+        causes, found, blame = isolate_sampling.default_temperature_causes(self)
+        self.name(causes)
+        lines.append("With temperature=1.0 passed explicitly it was no better.")
+        if blame:
+            lines[-1] += (
+                " sample must draw from softmax(logits / temperature), the logits divided by "
+                "the temperature as real numbers."
             )
-        self.fail("\n".join(lines))
+        self.fail("\n".join(lines + found))
+
+    def temperature_lost(self, temperature: float) -> str:
+        """Evidence that generate draws at ``temperature`` (very low) as at 1.0: the sampling
+        probe's likeliest token as often as its probability at 1.0 says, not nearly always
+        ("" when not, or when the probe cannot run)."""
+        probe = self.meta()["sampling"]
+        try:
+            freq, p, _, n = self.sampling_frequency(temperature)
+        except self.failureException:
+            return ""
+        if abs(freq - p) > frequency_band(p, n, probe["sigmas"]) or p > 0.9:
+            return ""
+        return (
+            f"generate at temperature {temperature:g} drew the sampling probe's likeliest "
+            f"token {freq:.3f} of the time, as at 1.0 (probability {p:.3f}), where it "
+            "should be nearly always"
+        )
 
     def low_temperature_hits(self, settings: dict[str, Any]) -> tuple[int, int] | None:
         """How many of cache-free ``generate``'s tokens at a very low temperature are the
