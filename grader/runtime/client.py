@@ -376,6 +376,14 @@ class WorkerClient:
             )
         except ReadTimeout:
             output = self._output.since_mark() if self._output else ""
+            if self.sandbox.expired.is_set():
+                # The watchdog stopped the worker first; its kill had not closed the
+                # channel yet when the request's own limit passed: the deadline cut it.
+                self.stop()
+                message, kind = death_message(
+                    label, None, expired=True, budget_s=self.limits.grading_timeout_s
+                )
+                raise SubmissionError(message, kind, output) from None
             ended = starvation.read(self._cpu_group, pid, final=True)
             self._last_starved = starvation.was_starved(clocks, ended)
             self.stop()

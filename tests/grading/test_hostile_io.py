@@ -404,13 +404,18 @@ def test_timed_requests_look_like_any_other(tmp_path: Path, monkeypatch) -> None
 
 
 def test_the_whole_grading_has_a_deadline(tmp_path: Path) -> None:
-    """Every call sleeps just under the request timeout: the run's budget stops it."""
+    """Every call sleeps, none past the request timeout: the run's budget stops it.
+
+    The first request (1.10's table, which calls ``param_count`` several times) runs past
+    the budget and would reach its own limit only after it: with a limit near the
+    budget's end the two met, and whichever the grader saw first named the check's end.
+    """
     slow = patched_solution(
         tmp_path / "submission",
         "question1.py",
         [in_param_count("    import time\n    time.sleep(2.5)")],
     )
-    limits = Limits(request_timeout_s=3.0, startup_timeout_s=8.0, grading_timeout_s=4.0)
+    limits = Limits(request_timeout_s=8.0, startup_timeout_s=8.0, grading_timeout_s=4.0)
     started = time.monotonic()
     graded = finishes_within(120, run_grade, slow, tmp_path / "out", parts=["part1"], limits=limits)
     assert time.monotonic() - started < 60
@@ -422,6 +427,31 @@ def test_the_whole_grading_has_a_deadline(tmp_path: Path) -> None:
     cut = [t for t in stopped if "stopped before it finished" in t["output"]]
     assert cut and "4 s time budget" in cut[0]["output"]
     assert not any("os._exit" in t.get("output", "") for t in graded.data["tests"])
+
+
+def test_a_request_the_deadline_stopped_names_the_deadline_when_its_limit_passes_too() -> None:
+    """The watchdog's kill has not closed the channel when the request's own limit passes:
+    the deadline came first, so the check names it, never the submission's speed."""
+    sandbox = Sandbox.create()
+    try:
+        (sandbox.submission_dir / "question1.py").write_text(
+            "import time\n\ndef attention_flops(*args, **kwargs):\n    time.sleep(60)\n"
+        )
+        client = part1_client(sandbox, Limits(request_timeout_s=2.0, startup_timeout_s=30.0))
+        with contextlib.suppress(SubmissionError):  # the worker started and imported first
+            client.request({"op": "none"}, what="nothing")
+        call = {"op": "call", "func": "attention_flops", "args": [], "kwargs": {}}
+        timer = threading.Timer(0.5, sandbox.expired.set)  # a deadline whose kill is late
+        timer.start()
+        with pytest.raises(SubmissionError) as info:
+            finishes_within(60, client.request, call, what="attention_flops(N)")
+        timer.join()
+        client.stop()
+    finally:
+        sandbox.cleanup()
+    assert info.value.kind == "timeout"
+    assert "stopped before it finished: the whole grading ran past" in str(info.value)
+    assert "infinite loop" not in str(info.value)
 
 
 @PRIVATE_VIEW
