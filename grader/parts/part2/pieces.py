@@ -186,12 +186,6 @@ def attention_finding(
         facts["view"] = view
     elif (scale := attention_scale(ref, i, a_in, past, a_out, atol)) is not None:
         facts.update(scale=scale, d_model=int(a_in.shape[-1]))
-    if c > 0:  # the cache the previous call handed back, against the inputs it saw
-        held = cache_facts(
-            ref, i, past, trace.get(f"c{c - 1}.k{i}"), trace.get(f"c{c - 1}.v{i}"), atol
-        )
-        if held:
-            facts["cache"] = held
     return Finding("attention", c, i, error, facts)
 
 
@@ -215,12 +209,43 @@ def block_finding(
     return Finding("layer", c, i, error) if error > atol else None
 
 
+def cache_finding(
+    ref: Reference, trace: dict[str, np.ndarray], c: int, atol: float
+) -> Finding | None:
+    """The first layer whose cache, as call ``c - 1`` handed it back, does not hold the
+    keys and values of the attention inputs of calls 0 to ``c - 1`` (each layer's pair
+    judged only where the trace holds both tensors)."""
+    for i in range(ref.layers):
+        k, v = trace.get(f"c{c - 1}.k{i}"), trace.get(f"c{c - 1}.v{i}")
+        earlier = [trace.get(f"c{e}.l{i}.attention.in") for e in range(c)]
+        if k is None or v is None or any(e is None for e in earlier):
+            continue
+        inputs = np.concatenate(earlier, axis=1).astype(np.float64)
+        if held := cache_facts(ref, i, inputs, k, v, atol):
+            keys, values = ref.keys_values(i, inputs)
+            error = max(off(k, keys), off(v, values))
+            return Finding("cache", c, i, error, {"cache": held, "past": int(inputs.shape[1])})
+    return None
+
+
 def first_departure(
     ref: Reference, trace: dict[str, np.ndarray], ids: np.ndarray, plan: list[int], atol: float
 ) -> Finding | None:
     """The first piece, in the order the model runs them over the calls of ``plan``, whose
     output departs from the reference's on its own input; None when none does (or the
-    trace holds too little to tell)."""
+    trace holds too little to tell). A piece that departs in a later call is preceded by
+    the cache the call before handed it: where that cache does not hold the keys and
+    values of the tokens seen, it is the finding (a position read from a short cache is
+    right for that cache)."""
+    found = first_piece(ref, trace, ids, plan, atol)
+    if found is not None and found.call > 0:
+        return cache_finding(ref, trace, found.call, atol) or found
+    return found
+
+
+def first_piece(
+    ref: Reference, trace: dict[str, np.ndarray], ids: np.ndarray, plan: list[int], atol: float
+) -> Finding | None:
     start = 0
     for c, n in enumerate(plan):
         chunk = ids[:, start : start + n]

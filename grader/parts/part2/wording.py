@@ -112,6 +112,15 @@ def finding_cause(found: Finding, label: str, steps: list[int], later_call: bool
         )
     if found.piece == "attention":
         return attention_cause(found, run, later_call)
+    if found.piece == "cache":
+        past = facts["past"]
+        return Cause(
+            IDS["cache"],
+            cache_sentence(found.layer, facts["cache"], past),
+            f"{label}, {call_words(found.call, steps)} departs, and the cache the call before "
+            f"handed it does not hold the keys and values of the {plural(past, 'token')} "
+            "seen (computed from the inputs its attention was given)",
+        )
     return block_cause(found, run)
 
 
@@ -154,8 +163,6 @@ def attention_cause(found: Finding, run: str, later_call: bool) -> Cause:
             f"{measured}, and matches the same attention with the scores divided by "
             f"{facts['scale']:.4g}",
         )
-    if "cache" in facts:
-        return Cause(IDS["cache"], cache_sentence(found.layer, facts["cache"], past), measured)
     if past and later_call:
         return Cause(
             IDS["cached_attention"],
