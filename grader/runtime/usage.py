@@ -11,7 +11,8 @@ from contextlib import contextmanager
 
 import psutil
 
-from grader.sandbox.processes import STARTED
+from grader.runtime.process_table import process_table
+from grader.sandbox.processes import STARTED, is_subreaper
 
 
 def _threads_cpu(pid: int) -> float:
@@ -38,27 +39,6 @@ def _process_cpu(process: psutil.Process, reaped: bool) -> float:
     t = process.cpu_times()
     own = max(t.user + t.system, _threads_cpu(process.pid))
     return own + (t.children_user + t.children_system if reaped else 0.0)
-
-
-def _process_table(gids: bool) -> dict[int, tuple[int, int | None, bool]]:
-    """Every process, by pid: its parent, its real gid (with ``gids``, else None) and
-    whether it is a zombie, read straight from ``/proc`` in one pass: what a fresh
-    ``children(recursive=True)`` and a gid scan would each read again."""
-    table = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                fields = f.read().rpartition(b")")[2].split()
-            gid = None
-            if gids:
-                with open(f"/proc/{name}/status", "rb") as f:
-                    gid = int(f.read().split(b"\nGid:", 1)[1].split()[0])
-            table[int(name)] = (int(fields[1]), gid, fields[0] == b"Z")
-        except (OSError, ValueError, IndexError):
-            continue  # gone meanwhile, or unreadable
-    return table
 
 
 def _descendants(children: dict[int, list[int]], root: int) -> list[int]:
@@ -89,12 +69,16 @@ def cpu_snapshot(
     count only the children they reaped, under their negated pid: a helper the worker
     made a sibling of itself (``clone(CLONE_PARENT)``) is reaped there. This is the
     fallback where the worker has no cgroup (:mod:`grader.sandbox.cgroups`). Every request
-    takes two, timed or not, so the machine's processes are read in one pass."""
+    takes two, timed or not, so only the processes that can hold the worker's work are
+    read, in one pass: below this process and the reapers where this process is its
+    workers' subreaper, else every process of the machine
+    (:mod:`grader.runtime.process_table`)."""
     try:
         out = {pid: _process_cpu(psutil.Process(pid), reaped=True)}
     except psutil.Error:
         return None
-    table = _process_table(gids=run_gid is not None)
+    roots = (os.getpid(), pid, *reapers)
+    table = process_table(roots, gids=run_gid is not None, family=is_subreaper())
     children: dict[int, list[int]] = {}
     for child, (parent, *_) in table.items():
         children.setdefault(parent, []).append(child)

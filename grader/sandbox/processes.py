@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import signal
 from collections.abc import Callable, Iterable
@@ -72,6 +73,26 @@ def become_subreaper() -> bool:
         return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+#: prctl(2)'s option that reads whether this process is a subreaper.
+PR_GET_CHILD_SUBREAPER = 37
+
+
+def is_subreaper() -> bool:
+    """Whether this process is the reaper of its descendants' orphans (see
+    :func:`become_subreaper`); False where the kernel cannot say."""
+    flag = ctypes.c_int(0)
+    try:
+        done = _libc().prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+    return done and flag.value != 0
 
 
 #: The workers this process started itself (their pids), which are never orphans.
