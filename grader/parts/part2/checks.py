@@ -20,7 +20,7 @@ import numpy as np
 from grader.checks.base import check, likely_cause, with_output
 from grader.checks.logits import position
 from grader.core.thresholds import load_thresholds
-from grader.parts.part2 import isolate, isolate_forward, isolate_sampling
+from grader.parts.part2 import isolate, isolate_forward, isolate_generate, isolate_sampling
 from grader.parts.part2.cases import frequency_band, softmax64
 from grader.parts.part2.support import Part2Base
 from grader.parts.part2.timed import Part2CacheContents, Part2Growth, bench_key, calls_problem
@@ -90,6 +90,13 @@ class Part2ForwardChecks(Part2Base):
 
 
 class Part2GenerateChecks(Part2Growth):
+    def isolate_generate(self) -> None:
+        """generate's output against the reference's, token by token
+        (:mod:`grader.parts.part2.isolate_generate`): its causes named, its line added."""
+        causes, lines = isolate_generate.narrow_generate(self)
+        self.name(causes)
+        self.feedback.notes.extend(x for x in lines if x not in self.feedback.notes)
+
     # -------------------------------------------------------------- checks
 
     @check("2.8")
@@ -99,6 +106,7 @@ class Part2GenerateChecks(Part2Growth):
         print(self.generate_convention())
         if not np.array_equal(cached, plain):
             row, col = np.argwhere(cached != plain)[0]
+            self.isolate_generate()
             self.fail(
                 "With the same seed, generate(use_cache=True) and generate(use_cache=False) "
                 "returned different tokens (first difference: batch row "

@@ -292,6 +292,10 @@ class Part2Base(Part2Diagnosis, GradedTestCase):
         """After a check of logits failed: the place narrowed by experiment on ``model``
         (``Part2ForwardChecks`` runs them; nothing here)."""
 
+    def isolate_generate(self) -> None:
+        """After generate returned a wrong shape or prompt: its output narrowed by
+        experiment (``Part2GenerateChecks`` runs it; nothing here)."""
+
     def observe_first(self, steps: list[int] | None) -> dict[str, Any]:
         """What the first public case gives: its logits, or the error it raises."""
         ids = self.course_cases()[0]["input_ids"]
@@ -400,6 +404,10 @@ class Part2Base(Part2Diagnosis, GradedTestCase):
         the n new tokens (B, n). Which one was seen is remembered for check 2.8's output."""
         batch, length = ids.shape
         got = tuple(tokens.shape) if isinstance(tokens, np.ndarray) else type(tokens).__name__
+        if got not in ((batch, n), (batch, length + n)) or not np.array_equal(
+            tokens[:, :length], ids
+        ):
+            self.isolate_generate()
         if got == (batch, n):
             self.ctx.scratch["part2.generate_returns"] = "new"
             return np.concatenate([ids, tokens], axis=1)  # (B, T + n)

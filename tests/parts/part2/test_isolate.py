@@ -59,8 +59,10 @@ def test_a_wrong_sampler_is_still_named_after_the_batch_agrees(tmp_path: Path) -
     assert graded.score("2.10") == 0
     assert SAMPLER in message
     assert "in a batch than for the prompt alone" not in message
+    # sample alone, the temperature varied alone: its draws fit no softmax(logits / T').
     causes = graded.test("2.10").get("extra_data", {}).get("causes", [])
-    assert not [c for c in causes if c.startswith("isolated:")]
+    assert causes == ["isolated:sampler_temperature_departs"], message
+    assert "no softmax(logits / T') of the logits fits" in message
 
 
 def test_a_cached_prefill_that_differs_is_named_not_the_sampler(tmp_path: Path) -> None:
