@@ -19,6 +19,7 @@ if __package__:  # grader.parts.part3.adapter: regen and the tests, in the grade
         held_arrays,
         written_by,
     )
+    from grader.parts.part3.adapter_isolate import FedTokens, decode, encode, run_stages
     from grader.parts.part3.adapter_load import (
         NOTES,
         _device,
@@ -34,6 +35,7 @@ else:  # adapter_part3.py, flat among the worker's scripts in the sandbox
         held_arrays,
         written_by,
     )
+    from adapter_part3_isolate import FedTokens, decode, encode, run_stages
     from adapter_part3_load import (
         NOTES,
         _device,
@@ -110,16 +112,21 @@ def run_generate(
     """Seeded ``generate``, recording every forward call's (start_pos, length) and the
     logits of its last position (the call record is a hint for feedback: the submission
     can rewrite it). ``settings["device"]``: "cpu" for a model built there (check 3.7's
-    work probe), else the grading device."""
+    work probe), else the grading device. With ``settings["record_tokens"]``, what every
+    call fed the model, by row and position, too (``fed_tokens``: the isolating
+    experiments' evidence)."""
     import torch
 
     calls: list[list[int]] = []
+    fed = FedTokens() if settings.get("record_tokens") else None
     first_ids: list[int] = []
     last_logits: list[np.ndarray] = []
     record = settings.get("record_logits", True)
     original = model.forward
 
     def recording_forward(tokens: Any, start_pos: Any, *args: Any, **kwargs: Any) -> Any:
+        if fed is not None:  # before the call: what the model was given
+            fed.add(tokens, start_pos)
         out = original(tokens, start_pos, *args, **kwargs)
         if not calls and int(start_pos) == 0 and tokens.shape[1]:
             first_ids.extend(int(t) for t in tokens[:, 0].tolist())  # BOS, if encoded
@@ -142,7 +149,10 @@ def run_generate(
         texts.append(item["generation"])
     same_shape = last_logits and all(x.shape == last_logits[0].shape for x in last_logits)
     steps = np.stack(last_logits) if same_shape else np.zeros((0,), np.float32)
-    return {"texts": texts, "calls": calls, "first_ids": first_ids, "step_logits": steps}
+    out = {"texts": texts, "calls": calls, "first_ids": first_ids, "step_logits": steps}
+    if fed is not None:
+        out |= fed.arrays() | {"changed": fed.changed}
+    return out
 
 
 def call_generate(model: Any, tokenizer: Any, prompts: list[str], settings: dict[str, Any]) -> Any:
@@ -355,7 +365,18 @@ def handle(request: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[dict
         model = MODELS[_key(request)]
         out = run_generate(model, TOKENIZERS[request["tokenizer"]], request["prompts"], request)
         header = {"texts": out["texts"], "calls": out["calls"], "first_ids": out["first_ids"]}
-        return header, {"step_logits": out["step_logits"]}
+        arrays = {"step_logits": out["step_logits"]}
+        if "fed_tokens" in out:
+            header["changed"] = out["changed"]
+            arrays["fed_tokens"] = out["fed_tokens"]
+        return header, arrays
+    if op == "stages":  # every stage's output of a forward plan (the isolating experiments)
+        model = MODELS[_key(request)]
+        return {}, run_stages(model, arrays["tokens"], request["steps"], _device())
+    if op == "encode":  # the prompts' ids, as generate encodes them
+        return {"ids": encode(TOKENIZERS[request["tokenizer"]], request["prompts"])}, {}
+    if op == "decode":  # the texts of the grader's candidate continuations
+        return {"texts": decode(TOKENIZERS[request["tokenizer"]], request["rows"])}, {}
     if op == "cache_read":  # does attention read its cache? (see cache_read_effect)
         heads = tuple(int(h) for h in request.get("heads", ()))
         effects = cache_read_effect(

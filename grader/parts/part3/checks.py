@@ -20,17 +20,18 @@ from grader.checks.base import Outcome, check, with_output
 from grader.core.feedback import memory_label
 from grader.core.points import points
 from grader.core.thresholds import load_thresholds
-from grader.parts.part3 import isolate
+from grader.parts.part3 import isolate, isolate_sampling
 from grader.parts.part3.cache_contents import Part3CacheContents
 from grader.parts.part3.cases import TOP_P, TOP_P_NUCLEUS, TOP_P_PROBS
 from grader.parts.part3.course import UNSCALED, UNSCALED_NOTE
+from grader.parts.part3.isolation import Part3Isolation
 from grader.parts.part3.probes import Part3Probes
 from grader.parts.part3.timed import Part3Timed, bench_key, calls_problem
 from grader.runtime.outcomes import SubmissionError
 from grader.runtime.timing import BenchmarkRecord, Criterion, Ratio, Sample, Timing, clock_for
 
 
-class Part3ForwardChecks(Part3Probes):
+class Part3ForwardChecks(Part3Isolation, Part3Probes):
     def run_cases(self, num: str, modes: tuple[str, ...], set_score: Any) -> None:
         outcome = Outcome()
         wrong: list[str] = []
@@ -49,6 +50,7 @@ class Part3ForwardChecks(Part3Probes):
             right = [m for m in modes if m not in wrong]
             if num != "3.4":
                 self.diagnose_forward(wrong, right)  # names the causes in the feedback
+            self.isolate("hidden" if num == "3.4" else "public")
             self.fail_with(outcome.listing())
 
     @check("3.1")
@@ -89,7 +91,7 @@ class Part3ForwardChecks(Part3Probes):
         return super().cases("3.2" if num == "3.3" else num)
 
 
-class Part3GenerateChecks(Part3CacheContents, Part3Timed, Part3Probes):
+class Part3GenerateChecks(Part3Isolation, Part3CacheContents, Part3Timed, Part3Probes):
     @check("3.5")
     def test_greedy_generation(self) -> None:
         want = self.meta()["expected_texts"]
@@ -100,7 +102,10 @@ class Part3GenerateChecks(Part3CacheContents, Part3Timed, Part3Probes):
             wrong = [i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b]
             if len(got) != len(want) or wrong:
                 probe = "generate_cached" if cache else "generate_no_cache"
+                before = len(self.feedback.causes)
                 cause = self.generation_cause(reply, want) or self.name_mistakes(probe, got)
+                prompts = self.meta()["generate"]["prompts"]
+                self.isolate_generation(before, reply, prompts, want, cache)
                 problems.append(
                     f"generate(kv_caching={cache}) at temperature 0 gave other text than the "
                     f"reference for prompt(s) {[i + 1 for i in wrong] or 'all'}. {cause}"
@@ -136,7 +141,9 @@ class Part3GenerateChecks(Part3CacheContents, Part3Timed, Part3Probes):
         problems = []
         for cache in (True, False):
             try:
-                reply = self.generate(case["prompts"], cache, max_gen_len=case["max_gen_len"])
+                reply = self.generate(
+                    case["prompts"], cache, max_gen_len=case["max_gen_len"], record_tokens=True
+                )
             except SubmissionError as exc:
                 problems.append(
                     f"generate(kv_caching={cache}) {setting}: "
@@ -146,10 +153,14 @@ class Part3GenerateChecks(Part3CacheContents, Part3Timed, Part3Probes):
             got, want = self.texts(reply), case["expected_texts"]
             wrong = [i + 1 for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b]
             if len(got) != len(want) or wrong:
+                before = len(self.feedback.causes)
                 problems.append(
                     f"generate(kv_caching={cache}) at temperature 0 {setting}, gave other "
                     f"text than the reference for prompt(s) {wrong or 'all'}. "
                     + self.generation_cause(reply, want)
+                )
+                self.isolate_generation(
+                    before, reply, case["prompts"], want, cache, max_gen_len=case["max_gen_len"]
                 )
         return problems
 
@@ -267,11 +278,18 @@ class Part3GenerateChecks(Part3CacheContents, Part3Timed, Part3Probes):
         ]
         for cache in (True, False):
             for prompts, kw, want in runs:
-                reply = self.generate_or_fail(prompts, cache, model="hidden", **kw)
+                reply = self.generate_or_fail(
+                    prompts, cache, model="hidden", record_tokens=True, **kw
+                )
                 if self.texts(reply) != want:
+                    before = len(self.feedback.causes)
+                    message = self.generation_cause(reply, want)
+                    self.isolate_generation(
+                        before, reply, prompts, want, cache, model="hidden", **kw
+                    )
                     self.fail(
                         f"generate(kv_caching={cache}) on the hidden model gave other text. "
-                        + self.generation_cause(reply, want)
+                        + message
                     )
 
     @check("3.10")
@@ -280,7 +298,7 @@ class Part3GenerateChecks(Part3CacheContents, Part3Timed, Part3Probes):
         # the model cannot be built.
         problems = [self.top_p_problem()]
         try:
-            problems.append(self.temperature_problem())
+            problems.append(self.temperature_problem(top_p_right=not problems[0]))
         except SubmissionError as exc:
             problems.append(with_output(exc.message, exc.output))
         set_score(round(points("3.10") * problems.count("") / len(problems), 4))
@@ -303,11 +321,15 @@ class Part3GenerateChecks(Part3CacheContents, Part3Timed, Part3Probes):
         seen = [sorted(set(row.tolist())) for row in draws]
         for row, allowed in enumerate(TOP_P_NUCLEUS):
             if seen[row] != allowed:
-                return (
+                before = len(self.feedback.causes)
+                message = (
                     f"With probabilities {TOP_P_PROBS[row]} and p = {TOP_P}, sample_top_p must "
                     f"draw exactly from tokens {allowed}; in 400 draws it drew {seen[row]}. "
                     + self.name_mistakes("top_p", seen)
                 )
+                if len(self.feedback.causes) == before:  # no known mistake: p varied alone
+                    self.name(isolate_sampling.top_p_causes(self))
+                return message
         return ""
 
 

@@ -23,7 +23,7 @@ from grader.checks.timed_pools import build_pool
 from grader.core.document import counted
 from grader.core.feedback_items import Case, Cause, LogitCase
 from grader.core.thresholds import load_thresholds
-from grader.parts.part3 import live_pools
+from grader.parts.part3 import isolate_sampling, live_pools
 from grader.parts.part3.cases import (
     BENCH_MAX_BATCH,
     BENCH_MAX_SEQ_LEN,
@@ -252,6 +252,7 @@ class Part3Base(GradedTestCase):
             "top_p": kw.pop("top_p", gen["top_p"]),
             "seed": kw.pop("seed", gen["seed"]),
             "record_logits": kw.pop("record_logits", True),
+            "record_tokens": kw.pop("record_tokens", False),  # the isolation's evidence
         }
         if model in ("work", "memory", "sized", "sized_plain"):
             header["device"] = "cpu"
@@ -274,7 +275,8 @@ class Part3Base(GradedTestCase):
         asked on models of its own. A call that failed is not kept: each check says so."""
         kept = self.ctx.scratch.setdefault(f"{self.part}.handout_generation", {})
         if cache not in kept:
-            kept[cache] = self.generate_or_fail(self.meta()["generate"]["prompts"], cache)
+            prompts = self.meta()["generate"]["prompts"]
+            kept[cache] = self.generate_or_fail(prompts, cache, record_tokens=True)
         return kept[cache]
 
     # ------------------------------------------------------------ diagnosis
@@ -345,7 +347,7 @@ class Part3Base(GradedTestCase):
         texts = reply.header.get("texts")
         return texts if isinstance(texts, list) else []
 
-    def temperature_problem(self) -> str:
+    def temperature_problem(self, top_p_right: bool = True) -> str:
         """ "" when ``generate`` samples the first token from softmax(logits / T) cut to the
         nucleus: drawn many times, every text lies in the nucleus and the likeliest one
         comes up as often as its probability says (within a band of six standard
@@ -376,9 +378,27 @@ class Part3Base(GradedTestCase):
             cause = self.generation_cause(replies[0], [])
         else:
             verdict.lines.insert(1, OWN_LOGITS_NOTE)
-            self.name(likely_cause(verdict.names, self.meta()["diagnoses"], "the draws"))
+            self.name(self.sampling_causes(logits, verdict.names, top_p_right))
             cause = ""
         return "\n".join(line for line in [*verdict.lines, cause] if line)
+
+    def sampling_causes(self, logits: Any, names: list[str], top_p_right: bool) -> list[Cause]:
+        """The causes of draws that do not follow the nucleus of softmax(logits / T): the
+        temperature and top-p varied alone decide (:mod:`.isolate_sampling`); the library's
+        ``names`` stand only where the temperature alone shows them (or where the
+        experiments could not run). A wrong sample_top_p, which every draw passes through,
+        leaves the temperature unjudged."""
+        diagnoses = self.meta()["diagnoses"]
+        if not top_p_right:  # the draws pass through sample_top_p: its own probe names it
+            return []
+        row = np.asarray(logits[0, 0], dtype=np.float64)
+        found, known = isolate_sampling.temperature_causes(
+            self, row, self.raw()["token_texts"], top_p_right
+        )
+        if not found and not known:
+            return likely_cause(names, diagnoses, "the draws")
+        evidence = "the draws with the temperature alone (top_p = 1)"
+        return [*likely_cause(sorted(known), diagnoses, evidence), *found]
 
 
 #: Where check 3.10 judged the draws by the submission's own logits.
