@@ -54,10 +54,11 @@ def run_stages(
     model: Any, tokens: np.ndarray, steps: list[list[int]], device: str
 ) -> dict[str, np.ndarray]:
     """``model(tokens[:, s : s + n], s)`` for every (s, n) of ``steps``, as
-    ``run_forward`` calls it, with every stage recorded: ``logits``, ``out.<stage>`` (each
-    module's output) and ``in.<stage>`` (the input of each attention and feed-forward),
-    (B, sum n, width) each, joined on the sequence axis. A stage whose module ran other
-    than once per call, or gave (or took) another shape than (B, n, width), is left out."""
+    ``run_forward`` calls it (after :func:`scrub`), with every stage recorded: ``logits``,
+    ``out.<stage>`` (each module's output) and ``in.<stage>`` (the input of each attention
+    and feed-forward), (B, sum n, width) each, joined on the sequence axis. A stage whose
+    module ran other than once per call, or gave (or took) another shape than (B, n,
+    width), is left out."""
     import torch
 
     modules = stage_modules(model)
@@ -82,6 +83,7 @@ def run_stages(
     current = [0]  # the length of the call running now
     handles = [m.register_forward_hook(hook_for(name, current)) for name, m in modules.items()]
     ids = torch.as_tensor(tokens, dtype=torch.long, device=device)
+    scrub(model, ids)
     pieces = []
     try:
         with torch.inference_mode():
@@ -105,6 +107,20 @@ def run_stages(
         if key not in broken and len(got) == len(steps):  # once per call, every call
             arrays[key] = np.concatenate(got, axis=1)
     return arrays
+
+
+def scrub(model: Any, ids: Any) -> None:
+    """Fill whatever cache the model keeps with other tokens' keys and values first (one
+    call of the same length at 0), so that a plan never reads right values an earlier plan
+    of the same tokens left behind. A model that fails here fails the plan itself."""
+    import torch
+
+    other = torch.where(ids > 0, ids - 1, ids + 1)
+    try:
+        with torch.inference_mode():
+            model(other, 0)
+    except Exception:  # the plan that follows shows the failure
+        pass
 
 
 class FedTokens:

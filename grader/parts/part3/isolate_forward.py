@@ -21,7 +21,6 @@ cannot tell, nothing is said. Run once per grading and model, only after a failu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,7 +31,7 @@ from grader.core.feedback_items import Cause
 from grader.parts.part3 import wording
 from grader.parts.part3.cases import N_RANKS, plans
 from grader.parts.part3.course import UNSCALED
-from grader.parts.part3.pieces import Finding, departure, first_departure
+from grader.parts.part3.pieces import PlanRun, departure, first_departure
 from grader.parts.part3.reference import ReferenceLlama, ReferenceUnavailable
 from grader.runtime.outcomes import SubmissionError
 
@@ -40,30 +39,6 @@ if TYPE_CHECKING:
     from grader.parts.part3.support import Part3Base
 
 PROBE_SEED, PROBE_LEN, BATCH_ROWS = 7373, 12, 3
-
-
-@dataclass(frozen=True)
-class PlanRun:
-    """One plan on the grader's tokens: where its logits first depart (None: right), the
-    call that position belongs to, the first piece that departs, or what it raised."""
-
-    mode: str
-    steps: list[list[int]]
-    position: int | None = None
-    error: float = 0.0
-    finding: Finding | None = None
-    raised: str = ""
-    rows: tuple[int, ...] = ()  # the rows (0-based) whose logits depart
-
-    @property
-    def right(self) -> bool:
-        return self.position is None and not self.raised
-
-    @property
-    def call(self) -> int:
-        """The 0-based call of the first departing position."""
-        ends = np.cumsum([n for _, n in self.steps])
-        return int(np.searchsorted(ends, self.position or 0, side="right"))
 
 
 def spec_of(check: Part3Base, model: str) -> dict[str, Any]:

@@ -100,3 +100,27 @@ def first_departure(
     if (off := departure(arrays.get("logits"), ref.head(layer_in), atol)) is not None:
         return Finding("logits", ref.n_layers, *off)
     return None
+
+
+@dataclass(frozen=True)
+class PlanRun:
+    """One plan on the grader's tokens: where its logits first depart (None: right), the
+    call that position belongs to, the first piece that departs, or what it raised."""
+
+    mode: str
+    steps: list[list[int]]
+    position: int | None = None
+    error: float = 0.0
+    finding: Finding | None = None
+    raised: str = ""
+    rows: tuple[int, ...] = ()  # the rows (0-based) whose logits depart
+
+    @property
+    def right(self) -> bool:
+        return self.position is None and not self.raised
+
+    @property
+    def call(self) -> int:
+        """The 0-based call of the first departing position."""
+        ends = np.cumsum([n for _, n in self.steps])
+        return int(np.searchsorted(ends, self.position or 0, side="right"))

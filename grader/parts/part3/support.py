@@ -23,7 +23,7 @@ from grader.checks.timed_pools import build_pool
 from grader.core.document import counted
 from grader.core.feedback_items import Case, Cause, LogitCase
 from grader.core.thresholds import load_thresholds
-from grader.parts.part3 import isolate_sampling, live_pools
+from grader.parts.part3 import live_pools
 from grader.parts.part3.cases import (
     BENCH_MAX_BATCH,
     BENCH_MAX_SEQ_LEN,
@@ -384,21 +384,8 @@ class Part3Base(GradedTestCase):
 
     def sampling_causes(self, logits: Any, names: list[str], top_p_right: bool) -> list[Cause]:
         """The causes of draws that do not follow the nucleus of softmax(logits / T): the
-        temperature and top-p varied alone decide (:mod:`.isolate_sampling`); the library's
-        ``names`` stand only where the temperature alone shows them (or where the
-        experiments could not run). A wrong sample_top_p, which every draw passes through,
-        leaves the temperature unjudged."""
-        diagnoses = self.meta()["diagnoses"]
-        if not top_p_right:  # the draws pass through sample_top_p: its own probe names it
-            return []
-        row = np.asarray(logits[0, 0], dtype=np.float64)
-        found, known = isolate_sampling.temperature_causes(
-            self, row, self.raw()["token_texts"], top_p_right
-        )
-        if not found and not known:
-            return likely_cause(names, diagnoses, "the draws")
-        evidence = "the draws with the temperature alone (top_p = 1)"
-        return [*likely_cause(sorted(known), diagnoses, evidence), *found]
+        library's ``names`` (the checks narrow them: ``Part3Isolation``)."""
+        return likely_cause(names, self.meta()["diagnoses"], "the draws")
 
 
 #: Where check 3.10 judged the draws by the submission's own logits.

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any
 from grader.core.feedback_items import Cause
 
 if TYPE_CHECKING:
-    from grader.parts.part3.isolate_forward import PlanRun
-    from grader.parts.part3.pieces import Finding
+    from grader.parts.part3.pieces import Finding, PlanRun
 
 NARROWED = "Narrowed by experiment:"
 
@@ -74,9 +73,11 @@ def where(run: PlanRun) -> str:
     start, n = run.steps[call]
     if len(run.steps) == 1:
         return f"position {pos}"
+    token = f"token {pos - start + 1} of {n} of " if n > 1 else ""
+    if run.steps[0][1] == 1:  # no prefill: one token per call from position 0
+        return f"position {pos}, {token}call {call + 1} (start_pos {start})"
     if call == 0:
         return f"position {pos}, in the prefill (its first call, positions 0 to {n - 1})"
-    token = f"token {pos - start + 1} of {n} of " if n > 1 else ""
     return f"position {pos}, {token}the {ordinal(call)} call after the prefill (start_pos {start})"
 
 
