@@ -157,21 +157,56 @@ def seen_positions(tensor: Any, heads: tuple[int, ...], seen: int) -> Any:
     return held.detach().to("cpu", torch.float32).numpy().copy()
 
 
+def chunk_layouts(tensor: Any, heads: tuple[int, ...], seen: int) -> list[Any]:
+    """``tensor`` (a tensor that may hold keys or values of fewer than ``seen`` positions:
+    one chunk of a cache kept as a list of chunks and joined when read) laid out (N, t,
+    heads, head_dim) in float32 on the CPU, in each layout its shape allows: a chunk of as
+    many positions as a head count reads both ways. [] where neither fits, the chunk holds
+    ``seen`` positions or more (:func:`seen_positions` sends those), or is too large."""
+    import torch
+
+    if tensor.ndim < 3 or not tensor.is_floating_point():
+        return []
+    forms = []
+    if tensor.shape[-2] in heads and 0 < tensor.shape[-3] < seen:
+        forms.append(tensor)
+    if tensor.shape[-3] in heads and 0 < tensor.shape[-2] < seen:
+        forms.append(tensor.transpose(-2, -3))
+    out = []
+    for form in forms:
+        form = form.reshape(-1, *form.shape[-3:])
+        if form.shape[0] <= MAX_ROWS:
+            out.append(form.detach().to("cpu", torch.float32).numpy().copy())
+    return out
+
+
+#: At most this many chunks go back to the grader (a cache kept one tensor per token, for
+#: the keys and values of every layer of the probe's model, is well under it).
+MAX_CHUNKS = 256
+
+
 def held_arrays(
     model: Any, seen: int, heads: tuple[int, ...], head_dim: int
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """What ``model`` holds now that may be its cache of ``seen`` positions: ``t0``, ``t1``
     ... (:func:`seen_positions` of each of :func:`cache_tensors`, parameters included: a
-    weight is never shaped like one), and the dtypes of those
-    tensors and of the model's first floating-point parameter. The grader compares them
-    with the reference's keys and values; nothing here knows what they should be."""
+    weight is never shaped like one), ``c0``, ``c1`` ... the tensors of fewer positions
+    that may be chunks of a cache kept in pieces (:func:`chunk_layouts`), and the dtypes of
+    those tensors and of the model's first floating-point parameter. The grader compares
+    them with the reference's keys and values; nothing here knows what they should be."""
     arrays: dict[str, Any] = {}
+    chunks: list[Any] = []
     dtypes: set[str] = set()
-    for t in cache_tensors(model, seen, heads, head_dim, protected=set()):
+    for t in cache_tensors(model, 1, heads, head_dim, protected=set()):
         held = seen_positions(t, heads, seen)
         if held is not None and len(arrays) < MAX_HELD:
             arrays[f"t{len(arrays)}"] = held
             dtypes.add(str(t.dtype).removeprefix("torch."))
+        elif held is None and len(chunks) < MAX_CHUNKS:
+            found = chunk_layouts(t, heads, seen)
+            chunks += found[: MAX_CHUNKS - len(chunks)]
+            dtypes |= {str(t.dtype).removeprefix("torch.")} if found else set()
     weights = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
     model_dtype = str(weights).removeprefix("torch.") if weights is not None else ""
+    arrays |= {f"c{i}": chunk for i, chunk in enumerate(chunks)}
     return arrays, {"cache": sorted(dtypes), "model": model_dtype}

@@ -6,11 +6,11 @@ does most of a cache's saving, so the timed probes can miss it. This probe judge
 the model holds instead: after a prefill and one decode step with ``kv_caching`` on,
 called as generate calls forward, the worker sends back the seen positions of every
 tensor that may be the cache (``adapter_cache.held_arrays``: wherever an honest design
-keeps it, in any of the two layouts), and the grader looks among them for the
-reference's keys (after RoPE, or before it for a cache that rotates them when it reads)
-and values of each layer, stored with the hidden cases. Expected values never enter the
-worker. Where the model holds no such tensor at all, nothing is said: the timed probes
-judge alone.
+keeps it, in either layout, whole or as a list of pieces joined when read), and the
+grader looks among them for the reference's keys (after RoPE, or before it for a cache
+that rotates them when it reads) and values of each layer, stored with the hidden cases.
+Expected values never enter the worker. Where the model holds no such tensor at all,
+nothing is said: the timed probes judge alone.
 """
 
 from __future__ import annotations
@@ -114,6 +114,30 @@ def holds(arrays: list[np.ndarray], want: np.ndarray, atol: float) -> bool:
     return False
 
 
+def covered(chunks: list[np.ndarray], want: np.ndarray, atol: float) -> bool:
+    """Whether ``chunks`` (each (N, t, H, D), t shorter than ``want``'s T) hold ``want``
+    (rows, T, n_kv_heads, D) between them: a cache kept as a list of pieces (the prompt's,
+    then one per step) and joined when read. Each chunk may stand at any position and in
+    any run of consecutive rows, as :func:`holds` allows; ``want`` is held where, for one
+    run of rows, the positions the chunks match cover every position seen."""
+    rows, total, kv_heads, _ = want.shape
+    tol = atol * max(1.0, float(np.max(np.abs(want))))
+    seen_at: dict[int, np.ndarray] = {}
+    for got in chunks:
+        if got.ndim != 4 or got.shape[0] < rows or not 0 < got.shape[1] < total:
+            continue
+        if got.shape[3] != want.shape[3] or got.shape[2] % kv_heads:
+            continue
+        target = np.repeat(want, got.shape[2] // kv_heads, axis=2).astype(np.float64)
+        t = got.shape[1]
+        for j in range(got.shape[0] - rows + 1):
+            piece = got[j : j + rows]
+            for start in range(total - t + 1):
+                if np.max(np.abs(piece - target[:, start : start + t])) <= tol:  # NaN fails
+                    seen_at.setdefault(j, np.zeros(total, bool))[start : start + t] = True
+    return any(positions.all() for positions in seen_at.values())
+
+
 def observation(
     expected: dict[str, Any], arrays: dict[str, np.ndarray], atol: float
 ) -> dict[str, Any]:
@@ -129,15 +153,23 @@ def observation(
         return {"logits_differ": True}
     if not np.max(np.abs(got.astype(np.float64) - want), initial=0.0) <= atol:  # NaN fails
         return {"logits_differ": True}
-    held = [a for k, a in arrays.items() if k != "logits" and isinstance(a, np.ndarray)]
-    if not held:
-        return {"nothing_found": True}
-    missing = []
+    held = [a for k, a in arrays.items() if k.startswith("t") and isinstance(a, np.ndarray)]
+    chunks = [a for k, a in arrays.items() if k.startswith("c") and isinstance(a, np.ndarray)]
+    missing, pieces = [], False
     for i, layer in enumerate(expected["layers"]):
         for kind, forms in FORMS.items():
             wants = [_array(layer[f]) for f in forms if f in layer]
-            if not any(holds(held, w, atol) for w in wants):
-                missing.append([kind, i])
+            if any(holds(held, w, atol) for w in wants):
+                continue
+            if chunks and any(covered(chunks, w, atol) for w in wants):
+                pieces = True
+                continue
+            missing.append([kind, i])
+    # Pieces count as the cache only where they hold some layer's keys or values whole: a
+    # tensor kept for another reason (this call's keys, say) beside a cache of a layout the
+    # probe cannot read is not a cache that leaves the rest out.
+    if not held and not pieces:
+        return {"nothing_found": True}
     return {"not_held": missing}
 
 

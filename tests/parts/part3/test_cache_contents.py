@@ -26,6 +26,7 @@ from grader.parts.part3.build import import_llama
 from grader.parts.part3.cache_contents import (
     CACHE_FILE,
     contents_verdict,
+    covered,
     dtype_note,
     holds,
     observation,
@@ -35,6 +36,7 @@ from grader.sandbox.sandbox import Limits
 from grader.ta.mutants import load_mutants
 from grader.ta.regen import one_thread
 from tests.conftest import SOLUTION, patched_solution, run_grade
+from tests.grading.test_partial_caches import LLAMA_VALUES_FROM_INPUT_PIECES
 
 # The adapters import the worker's modules flat, as in the sandbox.
 pytestmark = pytest.mark.usefixtures("worker_modules_importable")
@@ -44,7 +46,7 @@ HEADS, HEAD_DIM = (2, 4), 16  # the tiny checkpoint's n_kv_heads, n_heads, dim /
 LIBRARY = {m.name: m for m in load_mutants("part3") + load_mutants("part3", variants=True)}
 #: The correct variants that keep their cache another way than the reference.
 LAYOUTS = ["eager_cache", "cat_grown_cache", "cat_cache_report_style", "cloned_cache_per_step",
-           "cache_passed_through_layers", "sdpa_attention"]  # fmt: skip
+           "cache_passed_through_layers", "sdpa_attention", "cache_as_chunk_list"]  # fmt: skip
 #: Each partial cache and what it leaves out: [keys or values, layer].
 PARTIAL = {
     "values_reprojected_every_layer": [["values", 0], ["values", 1]],
@@ -125,6 +127,18 @@ def test_the_layer_named_follows_the_layer_left_out(tmp_path: Path, probe: dict[
     assert "the keys of layer 1 " in contents_verdict(seen, probe["prefix"])
 
 
+def test_a_cache_kept_in_pieces_that_leaves_the_values_out_is_named(
+    tmp_path: Path, probe: dict[str, Any]
+) -> None:
+    """Keys kept as a list of pieces joined when read, values projected again from the
+    inputs kept beside them: no tensor holds every position, and the values of every layer
+    are named."""
+    root = patched_solution(tmp_path / "sub", "llama/model.py", LLAMA_VALUES_FROM_INPUT_PIECES)
+    seen = seen_by(root, probe)[0]
+    assert seen == {"not_held": [["values", 0], ["values", 1]]}
+    assert "the values of layers 0 and 1 " in contents_verdict(seen, probe["prefix"])
+
+
 def test_wrong_logits_are_left_to_the_checks_of_forward(probe: dict[str, Any]) -> None:
     """RoPE sliced from position 0: the keys differ from the reference's because forward
     is wrong (checks 3.3 to 3.5 say so), not because the cache leaves them out."""
@@ -192,6 +206,55 @@ def test_a_cache_of_every_query_head_holds_the_keys_repeated() -> None:
 def test_what_is_not_held(got: Any) -> None:
     want = _keys()
     assert not holds([got(want).astype(np.float32)], want, ATOL)
+
+
+def test_pieces_that_cover_every_position_hold_the_keys() -> None:
+    want = _keys()
+    prompt, steps = want[:, :12], [want[:, 12:13]]
+    assert covered([prompt, *steps], want, ATOL)
+    assert covered([np.concatenate([want, want])[:, :12], want[:, 12:]], want, ATOL)  # rows
+    one_per_token = [want[:, i : i + 1] for i in range(13)]
+    assert covered(one_per_token, want, ATOL)
+
+
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        lambda w: [w[:, :12]],  # the step's piece missing
+        lambda w: [w[:, :11], w[:, 12:]],  # a gap
+        lambda w: [w[:1, :12], w[1:, 12:]],  # one row's prompt, the other row's step
+        lambda w: [w[:, :12] + 0.05, w[:, 12:]],  # other values
+    ],
+)
+def test_pieces_that_leave_a_position_out_do_not_hold(pieces: Any) -> None:
+    want = _keys()
+    assert not covered([p.astype(np.float32) for p in pieces(want)], want, ATOL)
+
+
+def test_a_piece_beside_a_cache_the_probe_cannot_read_is_not_judged() -> None:
+    """A model that keeps this call's keys (a piece of one position) beside a cache of a
+    layout the probe cannot read: nothing is found, nothing is blamed."""
+    k, v = _keys(1), _keys(2)
+    expected = {"layers": [{"k": k, "v": v}], "logits": np.zeros((2, 5))}
+    arrays = {"c0": k[:, 12:], "logits": np.zeros((2, 5), np.float32)}
+    assert observation(expected, arrays, ATOL) == {"nothing_found": True}
+    arrays = {"c0": k[:, :12], "c1": k[:, 12:], "logits": np.zeros((2, 5), np.float32)}
+    assert observation(expected, arrays, ATOL) == {"not_held": [["values", 0]]}
+
+
+def test_the_worker_sends_pieces_in_both_layouts_where_their_shape_allows() -> None:
+    """A piece of as many positions as a head count reads either way; one of fewer
+    positions than the probe has seen goes back as a piece, never as a whole cache."""
+
+    class Pieces(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.k = [torch.zeros(2, 12, 2, HEAD_DIM), torch.ones(2, 2, 2, HEAD_DIM)]
+
+    arrays, _ = adapter_cache.held_arrays(Pieces(), 13, HEADS, HEAD_DIM)
+    shapes = sorted(a.shape for a in arrays.values())
+    assert not [k for k in arrays if k.startswith("t")]
+    assert shapes == [(2, 2, 2, HEAD_DIM), (2, 2, 2, HEAD_DIM), (2, 12, 2, HEAD_DIM)]
 
 
 def test_keys_before_rope_count_as_held() -> None:

@@ -58,7 +58,7 @@ PREFIX = 9
 #: prefill time, a deque the layers turn.
 LAYOUTS = ["eager_cache", "cat_grown_cache", "cloned_cache_per_step", "cache_passed_through_layers",
            "cache_in_closure", "cache_in_helper_module", "cache_in_parameter_list",
-           "cache_in_rotating_deque"]  # fmt: skip
+           "cache_in_rotating_deque", "cache_as_chunk_list"]  # fmt: skip
 VARIANTS = {v.name: v for v in load_mutants("part3", variants=True)}
 
 #: Keys and values projected again, at every step, from the layer inputs the layer keeps
