@@ -80,10 +80,10 @@ def run_stages(
 
         return hook
 
+    ids = torch.as_tensor(tokens, dtype=torch.long, device=device)
+    scrub(model, ids)  # before the hooks: its calls are not the plan's
     current = [0]  # the length of the call running now
     handles = [m.register_forward_hook(hook_for(name, current)) for name, m in modules.items()]
-    ids = torch.as_tensor(tokens, dtype=torch.long, device=device)
-    scrub(model, ids)
     pieces = []
     try:
         with torch.inference_mode():
