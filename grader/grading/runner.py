@@ -46,6 +46,7 @@ from grader.grading.suite import (
 from grader.grading.watchdog import Watchdog
 from grader.runtime.context import GradingContext
 from grader.runtime.launch import STARTS
+from grader.sandbox.ceiling import ceiling
 from grader.sandbox.confine import ipc_isolation
 from grader.sandbox.cpu_share import recorded_mode
 from grader.sandbox.identity import RUN_RECORD_ENV
@@ -212,7 +213,12 @@ class Grading:
         )
         self.ctx.ahead = imports_ahead(parts_run(suite, self.ctx.bases))
         self.ctx.before_first_worker = yardsticks_ahead(suite)
-        self.results = run_suite(suite)
+        # A check that would take the grader past its memory fails alone (sandbox/ceiling.py).
+        # Not on a GPU: its seeded weights travel through the grader (1.6 GB for Part 2's),
+        # and such a machine's memory is not a 768 MB container's.
+        headroom = self.limits.grader_headroom_bytes if self.ctx.device == "cpu" else None
+        with ceiling(headroom):
+            self.results = run_suite(suite)
 
     def describe(self) -> None:
         """The page's summary, the run's facts for TAs, and the leaderboard."""

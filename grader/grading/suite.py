@@ -14,6 +14,7 @@ import unittest
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gradescope_utils.autograder_utils.json_test_runner import JSONTestResult, JSONTestRunner
 
@@ -22,6 +23,7 @@ from grader.core.registry import PARTS
 from grader.core.results import GradingResults, TestResult
 from grader.runtime.context import GradingContext
 from grader.runtime.trace import at_check
+from grader.sandbox.ceiling import ACTIVE
 
 
 @dataclass(frozen=True)
@@ -101,13 +103,41 @@ def yardsticks_ahead(suite: unittest.TestSuite) -> dict[str, Callable[[], None]]
     return ahead
 
 
+#: The key of a check's ``extra_data`` that says the grader's memory ceiling stopped it.
+MEMORY_STOP = "memory_stop"
+
+
+def memory_stop_message() -> str:
+    """What a check says that ran into the grader's memory ceiling
+    (:mod:`grader.sandbox.ceiling`)."""
+    headroom = ACTIVE.get("headroom")
+    room = f" (the {headroom // 2**20} MiB it keeps for checking)" if headroom else ""
+    return (
+        f"The grader ran out of memory{room} while it checked what your code returned "
+        "here, so this check was stopped and is not graded; the other checks were graded "
+        "as usual. What your code returned is likely far larger than asked for (an array "
+        "of another shape or type)."
+    )
+
+
 class TracedResult(JSONTestResult):
     """gradescope-utils' result that names each check as it starts, for the lines of a
-    grading's trace (:mod:`grader.runtime.trace`), and no check once the run ends."""
+    grading's trace (:mod:`grader.runtime.trace`), and no check once the run ends. A
+    check stopped by the grader's memory ceiling fails with a message that says so."""
 
     def startTest(self, test: unittest.TestCase) -> None:
         at_check(self.getNumber(test))
         super().startTest(test)
+
+    def addError(self, test: unittest.TestCase, err: Any) -> None:
+        if err[0] is not None and issubclass(err[0], MemoryError):
+            stop = {"error": str(err[1])[:300], "ceiling_bytes": ACTIVE.get("bytes")}
+            if isinstance(test, GradedTestCase):  # reported before its tearDown keeps them
+                test.note_detail(MEMORY_STOP, stop)
+            message = memory_stop_message()
+            self.addFailure(test, (AssertionError, AssertionError(message), None))
+            return
+        super().addError(test, err)
 
     def stopTestRun(self) -> None:
         at_check(None)

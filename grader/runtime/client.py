@@ -26,6 +26,7 @@ from grader.runtime.client_output import (
     death_message,
     describe_error,
     syntax_sentence,
+    too_many_elements,
 )
 from grader.runtime.gpu_memory import nvml_usage
 from grader.runtime.launch import Launch, launch
@@ -371,9 +372,22 @@ class WorkerClient:
         pid = getattr(self._proc, "pid", None)
         clocks = starvation.read(self._cpu_group, pid)
         try:
-            return read_message(
+            header, arrays = read_message(
                 self._from_worker, deadline=deadline, max_bytes=self.limits.max_response_bytes
             )
+            too_many = too_many_elements(arrays, self.limits.max_response_bytes)
+            if too_many:
+                raise ProtocolError(too_many)
+            return header, arrays
+        except MemoryError:
+            # The grader's own ceiling (grader/sandbox/ceiling.py), met half-way through a
+            # reply: the channel is out of step, so the worker goes too.
+            self.stop()
+            raise SubmissionError(
+                f"{label}: the grader had no memory left to read your code's reply; "
+                "the reply was dropped.",
+                kind="protocol",
+            ) from None
         except ReadTimeout:
             output = self._output.since_mark() if self._output else ""
             if self.sandbox.expired.is_set():

@@ -68,6 +68,23 @@ class OutputCollector(threading.Thread):
         return text
 
 
+#: The bytes each element of a reply's arrays is allowed, counted against the reply's
+#: limit: a check may hold a copy of a reply in float32 or float64 beside it, and a bool
+#: or int8 array of the limit's bytes would be eight times that as float64.
+BYTES_PER_ELEMENT = 4
+
+
+def too_many_elements(arrays: dict[str, Any], max_bytes: int) -> str:
+    """Why a reply's ``arrays`` hold more elements than the grader checks ("" when they
+    do not): at most ``max_bytes / BYTES_PER_ELEMENT`` in all, whatever their type, so
+    that no check's conversion of them grows past what the reply's own limit foresaw."""
+    count = sum(int(getattr(a, "size", 0)) for a in arrays.values())
+    most = max_bytes // BYTES_PER_ELEMENT
+    if count <= most:
+        return ""
+    return f"its arrays hold {count:,} numbers, more than the {most:,} the grader checks"
+
+
 #: The most characters of each field of a worker's exception description the parent keeps:
 #: what the worker itself sends (its message and traceback cut), enforced where the
 #: submission cannot reach, so that no text it forges grows the parent's work or the page.

@@ -130,6 +130,17 @@ class Confinement:
         return cls(**{**data, "mounts": mounts, "landlock": rules})
 
 
+def lift_data_ceiling() -> None:
+    """In a process the grader started, before it runs anything: the grader's own memory
+    ceiling (:mod:`grader.sandbox.ceiling`) lifted, the soft ``RLIMIT_DATA`` back to the
+    hard one. Only system calls: safe between fork and exec."""
+    try:
+        _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        resource.setrlimit(resource.RLIMIT_DATA, (hard, hard))
+    except (OSError, ValueError):
+        pass
+
+
 def confine(spec: Confinement) -> None:
     """Apply ``spec`` to the calling process, in that order: the namespaces need root, so
     the drop comes last. A step that fails ends the process with a status of its own
@@ -137,6 +148,7 @@ def confine(spec: Confinement) -> None:
     """
     if spec.cgroup_procs is not None and not join_group(spec.cgroup_procs):
         os._exit(NO_CPU_GROUP)  # before anything else: no work escapes the clock
+    lift_data_ceiling()  # the grader's own memory ceiling is the grader's alone
     resource.setrlimit(spec.memory_resource, (spec.memory_bytes, spec.memory_bytes))
     resource.setrlimit(resource.RLIMIT_FSIZE, (spec.max_file_bytes, spec.max_file_bytes))
     resource.setrlimit(resource.RLIMIT_CPU, (spec.cpu_seconds, spec.cpu_seconds))

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grader.core.paths import PACKAGE
-from grader.sandbox.confine import Confinement, confine
+from grader.sandbox.confine import Confinement, confine, lift_data_ceiling
 from grader.sandbox.forkserver_main import MAX_MESSAGE
 from grader.sandbox.processes import STARTED
 
@@ -143,6 +143,7 @@ class ForkServer:
                 cwd=PACKAGE.parent,  # where ``-m`` finds the ``grader`` package
                 env=self.env,
                 start_new_session=True,
+                preexec_fn=lift_data_ceiling,  # the grader's memory ceiling is its own
             )
         finally:
             theirs.close()

@@ -65,6 +65,10 @@ class Limits:
     # is held about twice while it is checked: this keeps a grading inside 768 MB.
     max_response_bytes: int = 64 * MIB
     cpu_seconds: int = 1800  # CPU time backstop (RLIMIT_CPU)
+    # How far the grader's own data segment may grow while its checks run, above what it
+    # held when they began (grader/sandbox/ceiling.py): a full CPU grading of the
+    # reference grows it by a few tens of MB; a check past it fails, the others run.
+    grader_headroom_bytes: int = 256 * MIB
     isolate_network: bool = True  # a network namespace of its own, where the kernel allows
 
 
