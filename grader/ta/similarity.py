@@ -44,6 +44,12 @@ from grader.ta.similarity_html import Code, report_html
 
 #: Files larger than this are not compared (generated data, not a student's code).
 MAX_FILE_BYTES = 512 * 1024
+#: The code compared of one submission: copydetect holds every file's fingerprints and a
+#: matrix over every pair of files, so an upload of thousands of files (a library copied
+#: in) would take the comparison's memory. Its assignment files come first; what is past
+#: either bound is left out, with a warning.
+MAX_SUBMISSION_FILES = 64
+MAX_SUBMISSION_BYTES = 4 * 2**20
 #: Pairs listed in similarity.md (every pair is in the CSV).
 TOP_PAIRS = 30
 #: Tokens in a matching run below which copydetect ignores it (its noise threshold); runs
@@ -143,15 +149,25 @@ def stage(
     owner: dict[str, Staged] = {}
     for folder in folders:
         names = assignment_names(folder)
-        for rel, path in code_files(folder).items():
+        files = sorted(code_files(folder).items(), key=lambda item: item[0] not in names)
+        staged = size = left = 0
+        for rel, path in files:
             name = names.get(rel, rel)
             code = read_code(path)
             dest = scratch / folder.name / name.replace("/", "__")
             if code is None or skeleton.get(name) == code or str(dest) in owner:
                 continue
+            if staged >= MAX_SUBMISSION_FILES or size + len(code) > MAX_SUBMISSION_BYTES:
+                left += 1
+                continue
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(code)
             owner[str(dest)] = Staged(folder.name, name)
+            staged, size = staged + 1, size + len(code)
+        if left:
+            print(f"warning: {folder.name}: {left} code files not compared (past "
+                  f"{MAX_SUBMISSION_FILES} files or {MAX_SUBMISSION_BYTES // 2**20} MiB)",
+                  file=sys.stderr)  # fmt: skip
     return owner
 
 

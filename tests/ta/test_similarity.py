@@ -174,6 +174,20 @@ def test_links_and_large_files_are_not_read(tmp_path: Path) -> None:
     assert list(similarity.code_files(folder)) == ["question1.py"]
 
 
+def test_a_submission_of_many_files_is_compared_on_its_assignment_files_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "submission_1"
+    (folder / "vendored").mkdir(parents=True)
+    (folder / "question1.py").write_text("def param_count(spec):\n    return 1\n")
+    for i in range(similarity.MAX_SUBMISSION_FILES + 5):
+        (folder / "vendored" / f"m{i:03}.py").write_text(f"x = {i}\n")
+    owner = similarity.stage([folder], tmp_path / "scratch", {})
+    names = [s.rel for s in owner.values()]
+    assert len(names) == similarity.MAX_SUBMISSION_FILES and "question1.py" in names
+    assert "submission_1: 6 code files not compared" in capsys.readouterr().err
+
+
 def test_a_missing_export_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["similarity", str(tmp_path / "absent")]) == 2
     assert "is not a folder" in capsys.readouterr().err
