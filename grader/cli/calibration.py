@@ -32,7 +32,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-    run = dict(device=args.device, parts=parse_parts(args.parts), runs=args.runs)
+    run = dict(
+        device=args.device, parts=parse_parts(args.parts), runs=args.runs, probes=args.probes
+    )
     if cluster is None:
         main(**run, margin=args.margin, json_out=json_out)
         return 0
@@ -45,7 +47,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 def add_calibrate(sub: argparse._SubParsersAction) -> None:
     ca = sub.add_parser(
-        "calibrate", help="time the reference and a cache-free baseline; propose thresholds"
+        "calibrate",
+        help="time the reference and a cache-free baseline; propose thresholds",
+        description="Grade the benchmark checks of the reference and of cache-free designs "
+        "several times on this machine and propose the thresholds of the device's profile; "
+        "also run the work and growth probes on them (on the CPU, every round timed) and "
+        "propose their limits, [probes.<part>] of the thresholds file.",
     )
     add_device_option(ca)
     add_parts_option(ca)
@@ -54,6 +61,10 @@ def add_calibrate(sub: argparse._SubParsersAction) -> None:
         "--margin", type=float, default=1.5, help="margin where no baseline is told apart"
     )
     ca.add_argument("--json", default="", help="also write the measurements to this file")
+    ca.add_argument(
+        "--no-probes", dest="probes", action="store_false",
+        help="time the benchmarks only, not the work and growth probes ([probes.partN])",
+    )  # fmt: skip
     ca.add_argument(
         "--reference-results", nargs="+", metavar="JSON",
         help="grade nothing: pool these results files of the reference's gradings",

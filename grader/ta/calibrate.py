@@ -14,8 +14,13 @@ geometric mean), with that margin stated. Where the
 baseline cannot be told apart by a criterion (it checks the cache-free path
 itself), the proposal is the reference's worst run divided by ``margin``.
 
+The work and growth probes of checks 2.9 and 3.7 (``[probes.<part>]``, one table for
+every device: they run on the CPU) are measured on the same submissions, in gradings of
+their own that run the probes alone and time every round (:mod:`grader.ta.calibrate_probes`),
+and proposed by the same rule.
+
 With ``--reference-results`` (and ``--baseline-results``) nothing is graded: results
-files written before are pooled instead (:mod:`grader.ta.pooled`).
+files written before are pooled instead (:mod:`grader.ta.pooled`); they hold no probe.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,7 +40,9 @@ from unittest import mock
 
 from grader.core.paths import PROJECT_ROOT, RESULTS, SOLUTION
 from grader.core.registry import PARTS
+from grader.core.thresholds import probe_thresholds
 from grader.runtime.timing import FULL_TIMING
+from grader.ta.calibrate_probes import PROBE_LIMITS, PROBES_TABLE, probe_grading, probe_parts
 from grader.ta.mutants import load_mutants, materialise_all
 
 if TYPE_CHECKING:
@@ -80,7 +88,7 @@ def baseline_sets(parts: list[str]) -> list[tuple[list[str], dict[str, str]]]:
 class Observation:
     """One threshold's ratio, measured over several runs of two submissions."""
 
-    key: str  # e.g. "part3.min_speedup.8"
+    key: str  # e.g. "part3.min_speedup.8" ([<profile>.part3]), "probes.part2.min_work_ratio"
     label: str
     at_least: bool
     limit: float  # the value in thresholds.toml now
@@ -140,13 +148,13 @@ def report(
 ) -> str:
     """A table of what was measured and proposed, then the TOML to paste. ``runs``: how
     many graded runs each side had, or a phrase that says it."""
-    head = f"{'threshold':<28} {'reference':>20} {'cache-free':>20} {'now':>6} {'proposed':>9}"
+    head = f"{'threshold':<32} {'reference':>20} {'cache-free':>20} {'now':>6} {'proposed':>9}"
     lines = [f"Ratio medians over {runs} graded runs: median (lowest-highest)", head]
     for key, obs in observations.items():
         prop = proposals[key]
         sense = ">=" if obs.at_least else "<="
         lines.append(
-            f"{key:<28} {spread(obs.reference):>20} {spread(obs.baseline):>20} "
+            f"{key:<32} {spread(obs.reference):>20} {spread(obs.baseline):>20} "
             f"{obs.limit:>6g} {sense}{prop.threshold:>7g}"
         )
     lines.append("")
@@ -164,11 +172,24 @@ def report(
     return "\n".join(lines) + "\n\n" + toml_snippet(proposals)
 
 
+def table_of(key: str) -> tuple[str, str, list[str]]:
+    """Where criterion ``key`` lies in the thresholds file: its table (``<profile>.part3``
+    for a benchmark's, the profile filled in by the caller; ``probes.part2`` for a probe's),
+    its name and the batch size under it, if any."""
+    head, *rest = key.split(".")
+    if head == PROBES_TABLE:
+        part, name, *rest = rest
+        return f"{PROBES_TABLE}.{part}", name, rest
+    name, *rest = rest
+    return f"<profile>.{head}", name, rest
+
+
 def toml_snippet(proposals: dict[str, Proposal]) -> str:
-    """``[profile.partN]`` lines with the proposed values (tables of batch sizes inline)."""
+    """``[profile.partN]`` and ``[probes.partN]`` lines with the proposed values (tables
+    of batch sizes inline)."""
     by_table: dict[str, dict[str, Any]] = {}
     for key, prop in proposals.items():
-        part, name, *rest = key.split(".")
+        part, name, rest = table_of(key)
         table = by_table.setdefault(part, {})
         if rest:
             table.setdefault(name, {})[rest[0]] = prop.threshold
@@ -176,7 +197,7 @@ def toml_snippet(proposals: dict[str, Proposal]) -> str:
             table[name] = prop.threshold
     out = []
     for part, values in by_table.items():
-        out.append(f"[<profile>.{part}]")
+        out.append(f"[{part}]")
         for name, value in values.items():
             if isinstance(value, dict):
                 inner = ", ".join(f'"{k}" = {v:g}' for k, v in value.items())
@@ -211,6 +232,32 @@ def measure(
         print(f"  {side} run {i + 1}/{runs} done", flush=True)
 
 
+def measure_probes(
+    submission: Path, parts: list[str], runs: int, side: str,
+    observations: dict[str, Observation],
+) -> None:  # fmt: skip
+    """Run the work and growth probes of ``parts`` (those with ``[probes.<part>]``
+    limits) on ``submission`` in ``runs`` gradings of their own, every round timed, and
+    add each grading's medians to ``side`` under ``probes.<part>.<limit>``."""
+    parts = probe_parts(parts)
+    for i in range(runs):
+        if not parts:
+            return
+        began = time.monotonic()
+        for key, ratio in probe_grading(submission, parts).items():
+            part, name = key.split(".")
+            label, at_least = PROBE_LIMITS[name]
+            limit = probe_thresholds(part)[name]
+            obs = observations.setdefault(
+                f"{PROBES_TABLE}.{key}",
+                Observation(f"{PROBES_TABLE}.{key}", label, at_least, limit),
+            )
+            if math.isfinite(ratio):  # as collect(): a run timed as zero says nothing
+                getattr(obs, side).append(ratio)
+        took = time.monotonic() - began
+        print(f"  {side} probes run {i + 1}/{runs} done ({took:.0f} s)", flush=True)
+
+
 def main(
     *,
     device: str = "auto",
@@ -218,23 +265,31 @@ def main(
     runs: int = 5,
     margin: float = DEFAULT_MARGIN,
     json_out: Path | None = None,
+    probes: bool = True,
 ) -> dict[str, Proposal]:
-    """Measure the reference and the cache-free baseline; print and return proposals."""
+    """Measure the reference and the cache-free baselines (the benchmarks on ``device``,
+    and unless ``probes`` is false the work and growth probes, on the CPU); print and
+    return proposals."""
     from grader.core.thresholds import resolve_device
 
     device = resolve_device(device)
     parts = [p for p in (parts or list(PARTS)) if p in BASELINES]
     if not parts:
         raise ValueError(f"no benchmark checks in these parts (they are in {BENCHMARK_PARTS})")
+    probed = probe_parts(parts) if probes else []
     observations: dict[str, Observation] = {}
-    print(f"Calibrating the {device} profile on {', '.join(parts)}: {runs} runs each")
+    also = f", the probes of {', '.join(probed)} on the CPU" if probed else ""
+    print(f"Calibrating the {device} profile on {', '.join(parts)}{also}: {runs} runs each")
     measure(SOLUTION, parts, device, runs, "reference", observations)
+    measure_probes(SOLUTION, probed, runs, "reference", observations)
     for subset, names in baseline_sets(parts):
         baseline = cache_free_submission(subset, names)
         if names:
             print(f"Extra baseline: {', '.join(names.values())}")
         try:
             measure(baseline, subset, device, runs, "baseline", observations)
+            measure_probes(baseline, [p for p in subset if p in probed], runs, "baseline",
+                           observations)  # fmt: skip
         finally:
             shutil.rmtree(baseline, ignore_errors=True)
     return conclude(observations, margin, device, runs, json_out)
@@ -267,6 +322,7 @@ def main_on_cluster(
     runs: int = 5,
     margin: float = DEFAULT_MARGIN,
     json_out: Path | None = None,
+    probes: bool = True,
 ) -> int:
     """The same calibration as :func:`main`, run as one cluster job (``--executor slurm``
     or ``submitit-local``) so that a profile is calibrated on the GPUs that will grade.
@@ -281,7 +337,7 @@ def main_on_cluster(
     command = [
         sys.executable, "-m", "grader", "calibrate", "--device", device,
         "--parts", ",".join(parts or []), "--runs", str(runs), "--margin", str(margin),
-        "--json", str(json_out),
+        "--json", str(json_out), *([] if probes else ["--no-probes"]),
     ]  # fmt: skip
     log_dir = cluster.log_dir or RESULTS / "cluster" / "calibrate"
     code = run_command_job(command, cluster, log_dir=log_dir, cwd=PROJECT_ROOT)
