@@ -9,6 +9,7 @@ import pytest
 
 from grader.core.points import bonus_total
 from grader.core.registry import PARTS
+from grader.runtime.context import load_cases
 from grader.ta.mutants import Mutant, MutantVerdict, load_mutants, run_mutants
 from tests.conftest import SOLUTION
 
@@ -51,6 +52,24 @@ def test_every_cache_layout_is_graded_with_the_benchmarks() -> None:
                                    "eager_cache_on_layers", "cache_nested_in_dataclass",
                                    "cache_in_helper_module", "cache_in_lru_store",
                                    "cache_in_decorator_closure")} <= timed  # fmt: skip
+
+
+@pytest.mark.parametrize("part", LIBRARY_PARTS)
+def test_the_stored_catalogue_is_the_librarys(part: str) -> None:
+    """The committed cases' diagnosis catalogue, whose texts name a mistake on a student's
+    page, holds every single mistake of the library, worded as the library words it, and
+    no other: an entry added, reworded or removed without ``python -m grader regen`` fails
+    here at once and by name (the drift test finds it too, after regenerating every part;
+    Part 2's stored signatures: ``test_part2_catalogue_names_every_mutant_somewhere``)."""
+    stored = load_cases(part)["diagnoses"]
+    library = {m.name: m.diagnosis for m in load_mutants(part, combined=False)}
+    missing = sorted(library.keys() - stored.keys())
+    gone = sorted(stored.keys() - library.keys())
+    stale = sorted(n for n in library.keys() & stored.keys() if stored[n] != library[n])
+    assert not (missing or gone or stale), (
+        f"run `python -m grader regen --parts {part}`: not in the stored catalogue {missing}, "
+        f"no longer in the library {gone}, worded otherwise in the library {stale}"
+    )
 
 
 def test_a_stale_edit_is_refused() -> None:
