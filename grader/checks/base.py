@@ -79,7 +79,13 @@ def check(num: str, *, vis: str = "visible") -> Callable[[Callable], Callable]:
 def declared_title(declared: CheckDeclaration) -> str:
     """A check's declared title with its fields filled from its part's ``cases`` module
     (imported by the part's checks before they are declared)."""
-    cases = sys.modules.get(f"grader.parts.{part_of(declared.number)}.cases")
+    name = f"grader.parts.{part_of(declared.number)}.cases"
+    cases = sys.modules.get(name)
+    if cases is None and "{cases." in declared.title:
+        raise RuntimeError(
+            f"check {declared.number}'s title names {name}, which is not imported yet: "
+            "declare a part's checks in a module that imports its cases first"
+        )
     return fill(declared.title, cases=cases)
 
 

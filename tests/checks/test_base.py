@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from grader.checks.base import Outcome
@@ -100,3 +102,20 @@ def test_a_check_hands_over_its_items_even_when_it_said_nothing() -> None:
     assert run("Note: the yardstick was not measured.", "  x")["lead"] == [
         "Note: the yardstick was not measured."
     ]
+
+
+def test_a_title_that_names_its_parts_constants_needs_them_imported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """2.1's title states the public model's sizes from Part 2's cases: declared where that
+    module is not imported, the check says what to do instead of a formatter's error."""
+    import grader.parts.part2.cases as cases
+    from grader.checks.base import check
+
+    def runTest(self) -> None:
+        pass
+
+    assert str(cases.PUBLIC_MODEL["config"]["d_model"]) in check("2.1")(runTest).__doc__
+    monkeypatch.delitem(sys.modules, "grader.parts.part2.cases")
+    with pytest.raises(RuntimeError, match="imports its cases first"):
+        check("2.1")(runTest)
