@@ -20,12 +20,19 @@ after it. The median or the mean of the timed runs lies between the median or th
 of their bounds, since both only grow with each run. The tolerance is the measurement
 itself: a busy machine widens the bounds, it never puts a right figure outside them.
 
+Beside each reading of its wall clock the adapter reads the process's and the thread's
+CPU time, so every generation has the same two bounds on those clocks too: what a lab
+reading ``time.process_time`` or ``time.thread_time`` around it would get. They only
+name a clock (the grader's waits are sleeps, wall time and almost no CPU time, so the
+two kinds of bounds lie apart); a figure is right only on wall time.
+
 What each probe assumes is in docs/parts.md, beside check 4.8.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import statistics
 from collections.abc import Callable
@@ -41,6 +48,9 @@ WAITS_S = tuple(ms / 1000 for ms in (
     15, 33, 11, 43, 31, 19, 5, 27, 45, 23, 41, 7, 17, 37, 29, 9, 47, 35, 13, 25, 39, 21,
 ))  # fmt: skip
 CLOCK_SLACK_S = 20e-6  # per run: two readings of a clock of 1 us resolution, and float sums
+#: The clocks a generation has bounds on: wall time, the process's CPU time (every
+#: thread's: ``time.process_time``), the calling thread's (``time.thread_time``).
+CLOCKS = ("wall", "process", "thread")
 FIGURE_SLACK_MS = 0.005  # per figure: a figure rounded to 0.01 ms is still right
 CPU_SHARE = 0.2  # naming only: CPU time holds at least this share of the model calls' time
 #: What "ms per token" may average the timed runs with: the kit's handout says the
@@ -99,6 +109,19 @@ class Generation:
     high_s: float
     waited_s: float
     first: bool
+    #: On the adapter's wall clock since its record began: the earliest time a clock read
+    #: before the generation can have been read, when it began and ended, and the latest
+    #: time a clock read after it can have been read (a span across runs is bounded by
+    #: them); None where not known.
+    span: tuple[float, float, float, float] | None = None
+    cpu: tuple[float, float] | None = None  # its bounds on the process's CPU time
+    thread: tuple[float, float] | None = None  # ... on the thread's (one thread ran all)
+
+    def bounds(self, clock: str) -> tuple[float, float] | None:
+        """[low, high] on ``clock`` (one of :data:`CLOCKS`), or None where not recorded."""
+        if clock == "wall":
+            return self.low_s, self.high_s
+        return self.cpu if clock == "process" else self.thread
 
 
 def _rows(value: Any, width: int) -> list[list[Any]] | None:
@@ -116,25 +139,42 @@ def _number(x: Any) -> bool:
 
 def _found_by_calls(calls: list[list[Any]], prompt_len: int) -> list[tuple]:
     """Generations found by their model calls, the handout's: ``prompt_len`` tokens,
-    then one token per call with the cache, one more every call without it."""
-    runs: list[list[list[Any]]] = []
-    for call in calls:
+    then one token per call with the cache, one more every call without it. Each ends
+    with the indices of its first and last call."""
+    runs: list[list[int]] = []
+    for i, call in enumerate(calls):
         if call[5] != -1:
             continue
         if call[2] == prompt_len:
-            runs.append([call])
+            runs.append([i])
         elif runs:
-            runs[-1].append(call)
+            runs[-1].append(i)
     found = []
     for run in runs:
-        lengths, L = [c[2] for c in run], len(run)
+        lengths, L = [calls[i][2] for i in run], len(run)
         cached = L > 1 and lengths[1] == 1
         want = [prompt_len] + [1] * (L - 1) if cached else list(range(prompt_len, prompt_len + L))
         if L > 1 and lengths == want:
-            t0, t1, waited = run[0][0], run[-1][1], sum(c[4] for c in run)
-            found.append(("cache" if cached else "no_cache", L, t0, t1, run[0][3],
-                          prompt_len, t1 - t0, waited))  # fmt: skip
+            first, last = calls[run[0]], calls[run[-1]]
+            t0, t1, waited = first[0], last[1], sum(calls[i][4] for i in run)
+            found.append(("cache" if cached else "no_cache", L, t0, t1, first[3],
+                          prompt_len, t1 - t0, waited, run[0], run[-1]))  # fmt: skip
     return found
+
+
+def _cpu_record(reply: dict[str, Any], calls: list, made: list) -> tuple[list, list, list] | None:
+    """The CPU times beside ``calls`` and ``made`` (rows of [process at start, at end,
+    thread at start, at end]) and at the end, or None where the reply holds none that
+    can be read (an adapter that records no CPU time)."""
+    on_calls, on_made = _rows(reply.get("calls_cpu"), 4), _rows(reply.get("generations_cpu"), 4)
+    ended = reply.get("ended_cpu")
+    if on_calls is None or on_made is None or _rows([ended], 2) is None:
+        return None
+    if len(on_calls) != len(calls) or len(on_made) != len(made):
+        return None
+    if not all(_number(x) for row in (*on_calls, *on_made, ended) for x in row):
+        return None
+    return on_calls, on_made, ended
 
 
 def generations_of(reply: dict[str, Any], prompt_len: int) -> tuple[list[Generation], str]:
@@ -150,23 +190,41 @@ def generations_of(reply: dict[str, Any], prompt_len: int) -> tuple[list[Generat
             ended = None
     if ended is None:
         return [], "The worker's record of measure_latency's calls could not be read."
+    cpu = _cpu_record(reply, calls, made)
+    # Every event's CPU times (process and thread) at its start and its end: none known
+    # where not recorded; the thread's only where one thread made every event.
+    one_thread = reply.get("threads") == 1
+    on_calls, on_made, cpu_ended = cpu if cpu else ([], [], [])
+    cpu_of = [(r[0], r[2], r[1], r[3]) for r in (*on_calls, *on_made)]
     if made:
-        spans = [(m, L, t0, t1, rows, tokens, t1 - t0, waited)
-                 for m, L, t0, t1, rows, tokens, waited in made]  # fmt: skip
+        spans = [(m, L, t0, t1, rows, tokens, t1 - t0, waited, len(calls) + i, len(calls) + i)
+                 for i, (m, L, t0, t1, rows, tokens, waited) in enumerate(made)]  # fmt: skip
     else:
         spans = _found_by_calls(calls, prompt_len)
     events = [(row[0], row[1]) for row in calls] + [(row[2], row[3]) for row in made]
-    ends, starts = sorted(e for _, e in events), sorted(s for s, _ in events)
+    ends = sorted((e, i) for i, (_, e) in enumerate(events))
+    starts = sorted((s, i) for i, (s, _) in enumerate(events))
+    end_times, start_times = [e for e, _ in ends], [s for s, _ in starts]
     first_call = min((row[0] for row in calls), default=math.inf)
     out = []
-    for mode, L, t0, t1, rows, tokens, low, waited in spans:
-        before = bisect.bisect_right(ends, t0)  # events over by the time it began
-        after = bisect.bisect_left(starts, t1)  # the first event begun once it was over
-        high = (starts[after] if after < len(starts) else ended) - (
-            ends[before - 1] if before else 0.0
-        )
+    for mode, L, t0, t1, rows, tokens, low, waited, i0, i1 in spans:
+        before = bisect.bisect_right(end_times, t0)  # events over by the time it began
+        after = bisect.bisect_left(start_times, t1)  # the first event begun once it was over
+        prev = ends[before - 1][1] if before else None
+        nxt = starts[after][1] if after < len(starts) else None
+        earliest = ends[before - 1][0] if before else 0.0
+        latest = starts[after][0] if after < len(starts) else ended
+        on = {}
+        for clock, k in (("process", 0), ("thread", 1)) if cpu else ():
+            lo = cpu_of[i1][2 + k] - cpu_of[i0][k]
+            hi = (cpu_of[nxt][k] if nxt is not None else cpu_ended[k]) - (
+                cpu_of[prev][2 + k] if prev is not None else 0.0
+            )
+            on[clock] = (lo, hi) if 0 <= lo <= hi else None  # None: not one thread's
         out.append(Generation(str(mode), L if isinstance(L, int) else -1, rows, tokens,
-                              low, high, waited, first_call >= t0))  # fmt: skip
+                              low, latest - earliest, waited, first_call >= t0,
+                              (earliest, t0, t1, latest), on.get("process"),
+                              on.get("thread") if one_thread else None))  # fmt: skip
     return out, ""
 
 
@@ -186,21 +244,23 @@ def reading(
 ) -> Reading:
     """The figures as the average of the last ``repeats`` runs of each group, times
     ``unit(L)`` (ms per token: 1000 / L); or of the first of them only; or on a CPU-time
-    clock (``cpu``: the grader's waits left out, as CPU time misses what a run waits
-    for); or rounded down to whole ms."""
+    clock (``cpu``: the process's or the thread's, on the bounds the adapter recorded;
+    where it recorded none, loosely: the grader's waits left out, as CPU time misses
+    what a run waits for); or rounded down to whole ms."""
 
     def fits(x: float, group: list[Generation], L: int) -> bool:
         if len(group) < repeats:
             return False
         runs = group[-repeats:][:1] if first_only else group[-repeats:]
         slack = FIGURE_SLACK_MS * unit(L) * L / 1000  # the rounding, in the reading's unit
-        for average in (statistics.median,) if first_only else AVERAGES:
-            if cpu:  # the model's work without the waits, a fifth of it at least
-                low = average([CPU_SHARE * (g.low_s - g.waited_s) for g in runs])
-                high = average([g.high_s + CLOCK_SLACK_S - g.waited_s for g in runs])
-            else:
-                low = average([g.low_s - CLOCK_SLACK_S for g in runs])
-                high = average([g.high_s + CLOCK_SLACK_S for g in runs])
+        recorded = [c for c in CLOCKS[1:] if all(g.bounds(c) for g in runs)] if cpu else []
+        bounds = [[g.bounds(c) for g in runs] for c in recorded or ["wall"]]
+        if cpu and not recorded:  # the model's work without the waits, a fifth of it at least
+            bounds = [[(CPU_SHARE * (g.low_s - g.waited_s), g.high_s - g.waited_s) for g in runs]]
+        averages = (statistics.median,) if first_only else AVERAGES
+        for average, on in itertools.product(averages, bounds):
+            low = average([lo - CLOCK_SLACK_S for lo, _ in on])
+            high = average([hi + CLOCK_SLACK_S for _, hi in on])
             lo, hi = low * unit(L) - slack, high * unit(L) + slack
             if whole_ms:
                 lo, hi = math.floor(lo), math.floor(hi)

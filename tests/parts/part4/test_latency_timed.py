@@ -1,7 +1,9 @@
 """Check 4.8's timed cases (grader/parts/part4/latency_clock.py) on a simulated lab: a
-seeded timeline of generate calls and model calls, as the adapter records them, and the
-figures a lab reading any wall clock around its runs would report. No wall clock is read:
-every time here is drawn from a seeded generator.
+seeded timeline of generate calls and model calls, as the adapter records them (wall time,
+and beside it the process's and the thread's CPU time), and the figures a lab reading any
+wall clock around its runs would report, or one reading a CPU clock, or one reading its
+clock in the wrong place. No clock is read: every time here is drawn from a seeded
+generator.
 
 Each right reading (any number of the lab's own untimed runs, before the loop over L or
 inside it; the median or the mean; a quiet or a busy machine) is accepted, and each known
@@ -39,13 +41,17 @@ class Lab:
     repeats: int | None = None
     average: object = statistics.median
     first_only: bool = False
-    cpu: bool = False  # reads CPU time: the grader's waits are not in it
+    clock: str = "wall"  # or "process", "thread": CPU time, where the grader's waits are not
     unit: object = None  # figure = average x unit(L); None: ms per token
     whole_ms: bool = False
     rows: int = 1
     tokens: int | None = None  # the prompt's length; None: the case's
     busy: bool = False  # stalls of up to 30 ms anywhere: between runs and inside them
     by_calls: bool = False  # the generate functions reached another way than by name
+    threads: float = 1.0  # the cores a model call keeps busy: process CPU time over thread
+    started: str | None = None  # the clock's start read once: before the "timed" runs, or
+    # before the loop with the "warmups"
+    record_cpu: bool = True  # False: the reply of an adapter that records no CPU time
 
 
 @dataclass
@@ -55,37 +61,59 @@ class Timeline:
     rng: random.Random
     busy: bool
     waits: tuple[float, ...]
+    threads: float = 1.0
     now: float = 0.0
+    cpu: float = 0.0  # the process's CPU time
+    thread: float = 0.0  # the lab's thread's
     calls: list = field(default_factory=list)
     generations: list = field(default_factory=list)
+    calls_cpu: list = field(default_factory=list)
+    generations_cpu: list = field(default_factory=list)
     runs: dict = field(default_factory=lambda: {"no_cache": 0, "cache": 0})
 
-    def pause(self, low: float, high: float) -> None:
-        self.now += self.rng.uniform(low, high)
+    def pause(self, low: float, high: float, threads: float = 1.0) -> None:
+        """Work of ``low`` to ``high`` seconds (``threads`` cores busy), and on a busy
+        machine sometimes a stall on top, which no CPU clock of the lab's counts."""
+        work = self.rng.uniform(low, high)
+        self.now, self.thread, self.cpu = (
+            self.now + work,
+            self.thread + work,
+            self.cpu + work * threads,
+        )
         if self.busy and self.rng.random() < 0.2:
             self.now += self.rng.uniform(0.0, 0.03)  # another process had the core
 
-    def generation(self, mode: str, L: int, rows: int, tokens: int, by_calls: bool) -> float:
-        """One generate call; returns its CPU time (the model's work, no waits)."""
+    def sleep(self, seconds: float) -> None:
+        """A wait: wall time, and next to no CPU time."""
+        self.now, self.thread, self.cpu = self.now + seconds, self.thread + 1e-6, self.cpu + 1e-6
+
+    def read(self, clock: str) -> float:
+        return {"wall": self.now, "process": self.cpu, "thread": self.thread}[clock]
+
+    def cpu_now(self) -> tuple[float, float]:
+        return self.cpu, self.thread
+
+    def generation(self, mode: str, L: int, rows: int, tokens: int, by_calls: bool) -> None:
+        """One generate call, recorded as the adapter records it."""
         k = self.runs[mode]
         self.runs[mode] += 1
         wait = self.waits[(2 * k + (mode == "cache")) % len(self.waits)]
-        index, t0, work = len(self.generations), self.now, 0.0
+        index, t0, cpu0 = len(self.generations), self.now, self.cpu_now()
         self.pause(2e-6, 8e-6)
         if not by_calls:
-            self.now += wait
+            self.sleep(wait)
         for step in range(L):
-            c0 = self.now
-            self.pause(2e-4, 1e-3)
-            work += self.now - c0
+            c0, on0 = self.now, self.cpu_now()
+            self.pause(2e-4, 1e-3, self.threads)
             waited = wait if by_calls and step == 1 else 0.0
-            self.now += waited
+            self.sleep(waited)
             length = 1 if mode == "cache" and step else tokens + (0 if mode == "cache" else step)
             self.calls.append([c0, self.now, length, rows, waited, -1 if by_calls else index])
+            self.calls_cpu.append([on0[0], self.cpu, on0[1], self.thread])
             self.pause(1e-5, 4e-5)  # argmax and cat between the calls
         if not by_calls:
             self.generations.append([mode, L, t0, self.now, rows, tokens, wait])
-        return work
+            self.generations_cpu.append([cpu0[0], self.cpu, cpu0[1], self.thread])
 
 
 def run_lab(case: ClockedCase, lab: Lab, seed: int = 0) -> tuple[dict, dict[str, list[float]]]:
@@ -94,7 +122,7 @@ def run_lab(case: ClockedCase, lab: Lab, seed: int = 0) -> tuple[dict, dict[str,
     warmup = s["warmup"] if lab.warmup is None else lab.warmup
     repeats = s["repeats"] if lab.repeats is None else lab.repeats
     tokens = s["prompt_len"] if lab.tokens is None else lab.tokens
-    line = Timeline(random.Random(seed), lab.busy, case.waits_s)
+    line = Timeline(random.Random(seed), lab.busy, case.waits_s, lab.threads)
     generate = lambda mode, L: line.generation(mode, L, lab.rows, tokens, lab.by_calls)  # noqa: E731
     for _ in range(lab.before):
         for mode in KEYS:
@@ -105,19 +133,25 @@ def run_lab(case: ClockedCase, lab: Lab, seed: int = 0) -> tuple[dict, dict[str,
             for _ in range(lab.inside):
                 generate(mode, L)
             times = []
+            once = line.read(lab.clock) if lab.started == "warmups" else None
             for i in range(warmup + repeats):
                 line.pause(5e-6, 4e-5)  # the loop, a cuda_sync
-                start = line.now
-                work = generate(mode, L)
+                start = line.read(lab.clock)
+                if lab.started == "timed" and i == warmup:
+                    once = start
+                generate(mode, L)
                 line.pause(5e-6, 4e-5)
                 if i >= warmup:
-                    times.append(work if lab.cpu else line.now - start)
+                    times.append(line.read(lab.clock) - (start if once is None else once))
             kept = times[:1] if lab.first_only else times
             unit = lab.unit(L) if lab.unit else 1000 / L
             figure = lab.average(kept) * unit
             figures[key].append(float(math.floor(figure)) if lab.whole_ms else figure)
     line.pause(1e-5, 1e-4)
     reply = {"calls": line.calls, "generations": line.generations, "ended": line.now}
+    if lab.record_cpu:
+        reply |= {"calls_cpu": line.calls_cpu, "generations_cpu": line.generations_cpu,
+                  "ended_cpu": list(line.cpu_now()), "threads": 1}  # fmt: skip
     return reply, figures
 
 
@@ -157,18 +191,44 @@ def test_every_right_reading_is_accepted(case: ClockedCase, lab: Lab, seed: int)
     assert judged(case, lab, seed) == ("", None)
 
 
+@pytest.mark.parametrize("clock", ["wall", "process", "thread"])
 @pytest.mark.parametrize("seed", range(20))
-def test_any_clocks_reading_lies_within_its_generations_bounds(seed: int) -> None:
-    """The bounds hold each run's time whatever the load: what the design rests on."""
+def test_any_clocks_reading_lies_within_its_generations_bounds(seed: int, clock: str) -> None:
+    """The bounds hold each run's time whatever the load, on each clock: what the design
+    rests on. The CPU clocks' bounds leave the waits out, so they lie apart from wall
+    time's."""
     case = CLOCKED_CASES[0]
-    lab = Lab(busy=True, before=seed % 3, repeats=1, warmup=0, by_calls=bool(seed % 2))
+    lab = Lab(busy=True, before=seed % 3, repeats=1, warmup=0, by_calls=bool(seed % 2),
+              clock=clock, threads=1.0 + seed % 4)  # fmt: skip
     reply, figures = run_lab(case, lab, seed)
     gens, _ = generations_of(reply, case.settings["prompt_len"])
     for key, mode in (("no_cache_ms_per_token", "no_cache"), ("cache_ms_per_token", "cache")):
         for L, figure in zip(case.L_values, figures[key], strict=True):
             [g] = [g for g in gens if g.mode == mode and g.L == L]
-            assert g.low_s <= figure * L / 1000 <= g.high_s
+            low, high = g.bounds(clock)
+            assert low <= figure * L / 1000 <= high
             assert g.waited_s >= 0.005  # every generation holds a wait of the grader's
+            assert g.cpu[1] < g.low_s and g.thread[1] < g.low_s
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"calls_cpu": []}, {"generations_cpu": [[0.0, "x", 0.0, 0.0]]}, {"ended_cpu": 1.0},
+     {"threads": 2}],
+    ids=["calls missing", "not a number", "no end", "two threads"],
+)  # fmt: skip
+def test_cpu_times_that_cannot_be_read_leave_the_wall_clock_alone(change: dict) -> None:
+    """A CPU record that cannot be read gives no CPU bounds (the thread's none where two
+    threads made events); the wall clock's bounds are the same."""
+    case = CLOCKED_CASES[1]
+    reply, _ = run_lab(case, Lab())
+    gens, _ = generations_of(reply, case.settings["prompt_len"])
+    changed, unread = generations_of({**reply, **change}, case.settings["prompt_len"])
+    assert not unread
+    assert [(g.low_s, g.high_s, g.span) for g in changed] == [(g.low_s, g.high_s, g.span)
+                                                               for g in gens]  # fmt: skip
+    assert all(g.thread is None for g in changed)
+    assert all((g.cpu is None) == ("threads" not in change) for g in changed)
 
 
 WRONG = {
@@ -176,7 +236,10 @@ WRONG = {
     "totals": (Lab(unit=lambda L: 1000.0), "not divided by L", "latency_totals"),
     "seconds": (Lab(unit=lambda L: 1 / L), "seconds per token", None),
     "whole_ms": (Lab(whole_ms=True), "rounded down to whole milliseconds", None),
-    "cpu_time": (Lab(cpu=True), "the process's CPU time", None),
+    "cpu_time": (Lab(clock="process"), "the process's CPU time", None),
+    "thread_time": (Lab(clock="thread", threads=3.0), "the process's CPU time", None),
+    # an adapter that records no CPU time: the loose reading (the waits left out)
+    "cpu_time_unrecorded": (Lab(clock="process", record_cpu=False), "the process's CPU time", None),
     "no_warmup": (Lab(warmup=0), "include the first generation it ran", "latency_no_warmup"),
     "two_rows": (Lab(rows=2), "a prompt of 2 rows", None),
     "other_prompt": (Lab(tokens=7), "a prompt of 7 tokens", None),
@@ -243,4 +306,5 @@ def test_model_calls_not_the_handouts_make_no_generation() -> None:
     whole = [[4.0, 5.0, 8, 1, 0.0, -1], [5.0, 6.0, 9, 1, 0.0, -1], [6.0, 7.0, 9, 1, 0.0, -1]]
     gens, _ = generations_of({"calls": handout + whole, "generations": [], "ended": 8.0}, 8)
     assert [(g.mode, g.L) for g in gens] == [("cache", 3)]
-    assert gens[0] == Generation("cache", 3, 1, 8, 3.0, 4.0, 0.0, True)
+    # earliest start read, began, ended, latest stop read; no CPU time recorded
+    assert gens[0] == Generation("cache", 3, 1, 8, 3.0, 4.0, 0.0, True, (0.0, 0.0, 3.0, 4.0))
