@@ -376,6 +376,6 @@ class Part4Checks(Part4LatencyRuns):
         print(verdict.summary(what, figures))
         if not verdict.passed:
             mistake = verdict.mistake(totals_share)
-            more = self.cause([mistake]) if mistake else self.isolate_latency()[1]
+            more = self.share_cause(mistake)
             self.fail(f"{verdict.explain(what, figures)}\n{more}".strip())
         self.clocked_cases()

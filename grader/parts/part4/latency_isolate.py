@@ -1,5 +1,5 @@
 """Check 4.8's diagnosis by isolation: which runs ``measure_latency``'s figures stand for,
-and in which unit, found by varying ``warmup`` alone and ``repeats`` alone.
+in which unit and on which clock, found by varying ``warmup`` alone and ``repeats`` alone.
 
 The mutant library names the latency mistakes it was told about; this module answers for
 the others the way a TA debugs. It runs only once 4.8 has failed without a catalogued
@@ -12,22 +12,30 @@ each call made (how many per L and mode, and the bounds any clock's time of each
   ``repeats`` (the lab may add untimed runs of its own, a fixed number); the figures must
   be the average of the last ``repeats`` runs, not of every run (the warm-ups counted),
   of the first timed run alone, or of the runs left once the warm-ups were taken out of
-  ``repeats``.
+  ``repeats``; nor the time from one start of the clock, read once before the timed runs
+  (or before the warm-ups), to the end of each run (the runs added up as they go).
 * **Units**: the figures against the right ones from the same runs: a factor of 1000 or
   1/1000, L / (L + prompt_len) (per token of the whole sequence), L (a whole run's time),
   ``repeats`` (the sum of the runs, not their mean). The base case's two L and the
   experiments' two ``repeats`` give every candidate a different pattern of ratios, so at
   most one fits all the calls.
 
+* **The clock**: the adapter records the process's and the thread's CPU time beside its
+  wall clock, so each run has bounds on both; the grader's waits in every run are sleeps
+  (5 to 47 ms of wall time and next to no CPU time), which sets the two kinds of bounds
+  apart on purpose. The figures are named CPU time (``time.process_time``,
+  ``time.thread_time``) when every call's fit the right runs on a CPU clock and none
+  fit them on wall time.
+
 A cause is stated only where one candidate fits every call within the bounds and no other
-does; the clock (CPU time against wall time) is left to the readings of
-:mod:`grader.parts.part4.latency_clock`, as the adapter records no CPU time of its own.
+does: where a reading on wall time and one on CPU time both fit, nothing is named.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from grader.core.feedback_items import Cause
 from grader.parts.part4.latency import LATENCY_KEYS
@@ -35,6 +43,7 @@ from grader.parts.part4.latency_clock import (
     AVERAGES,
     CLOCK_SLACK_S,
     CLOCKED_CASES,
+    CLOCKS,
     FIGURE_SLACK_MS,
     ClockedCase,
     Generation,
@@ -74,25 +83,41 @@ class Run:
             len(groups_of(self.gens, key, L)) for key in LATENCY_KEYS for L in self.case.L_values
         }
 
-    def fits(self, select: Select, scale: Callable[[int, Run], float]) -> bool:
+    def fits(self, select: Select, scale: Callable[[int, Run], float], clock: str = "wall") -> bool:
         """Every figure the average of ``select``'s runs times ``scale`` (per second of
-        one run; ms per generated token: 1000 / L), within the runs' bounds."""
+        one run; ms per generated token: 1000 / L), within the runs' bounds on
+        ``clock`` (one of :data:`CLOCKS`)."""
         for key in LATENCY_KEYS:
             for x, L in zip(self.figures[key], self.case.L_values, strict=True):
                 runs = select(groups_of(self.gens, key, L), self.warmup, self.repeats)
-                if not runs or not _within(x, runs, scale(L, self), L):
+                if not runs or not _within(x, runs, scale(L, self), L, clock):
                     return False
         return True
 
+    def recorded(self, clock: str) -> bool:
+        """Whether every generation has bounds on ``clock``."""
+        return bool(self.gens) and all(g.bounds(clock) for g in self.gens)
 
-def _within(x: float, runs: list[Generation], per_s: float, L: int) -> bool:
+
+def _within(x: float, runs: list[Generation], per_s: float, L: int, clock: str = "wall") -> bool:
+    bounds = [g.bounds(clock) for g in runs]
+    if not all(bounds):
+        return False
     slack = FIGURE_SLACK_MS * per_s * L / 1000  # a figure rounded to 0.01 ms, rescaled
     for average in AVERAGES:
-        low = average([g.low_s - CLOCK_SLACK_S for g in runs]) * per_s - slack
-        high = average([g.high_s + CLOCK_SLACK_S for g in runs]) * per_s + slack
+        low = average([lo - CLOCK_SLACK_S for lo, _ in bounds]) * per_s - slack
+        high = average([hi + CLOCK_SLACK_S for _, hi in bounds]) * per_s + slack
         if low <= x <= high:
             return True
     return False
+
+
+def _span(runs: list[Generation], per_s: float, clock: str) -> str:
+    """The bounds of the median of ``runs`` on ``clock``, in the figure's unit."""
+    bounds = [g.bounds(clock) or (0.0, 0.0) for g in runs]
+    low = statistics.median(lo for lo, _ in bounds) * per_s
+    high = statistics.median(hi for _, hi in bounds) * per_s
+    return f"between {low:.4g} and {high:.4g}"
 
 
 def _timed(group: list[Generation], _: int, repeats: int) -> list[Generation] | None:
@@ -112,6 +137,27 @@ def _first_timed(group: list[Generation], _: int, repeats: int) -> list[Generati
 def _inside_repeats(group: list[Generation], warmup: int, repeats: int) -> list | None:
     kept = repeats - warmup  # `for i in range(repeats): if i >= warmup`
     return group[-kept:] if warmup and kept > 0 and len(group) == repeats else None
+
+
+def _from(origin: Generation, timed: list[Generation]) -> list[Generation] | None:
+    """The timed runs as a clock started once before ``origin`` times them: from that
+    start to the end of each (its bounds on wall time; none on the CPU clocks)."""
+    if origin.span is None or any(g.span is None for g in timed):
+        return None
+    earliest, began = origin.span[:2]
+    return [replace(g, low_s=g.span[2] - began, high_s=g.span[3] - earliest, cpu=None,
+                    thread=None) for g in timed]  # fmt: skip
+
+
+def _started_once(group: list[Generation], _: int, repeats: int) -> list[Generation] | None:
+    """`start = clock()` read once before the timed runs: each run's time from there."""
+    return _from(group[-repeats], group[-repeats:]) if 2 <= repeats <= len(group) else None
+
+
+def _started_before_warmups(group: list[Generation], warmup: int, repeats: int) -> list | None:
+    """`start = clock()` read once before the loop of the warm-up and the timed runs."""
+    n = warmup + repeats
+    return _from(group[-n], group[-repeats:]) if warmup and len(group) >= n else None
 
 
 def per_token(L: int, _: Run) -> float:
@@ -164,9 +210,9 @@ def _ignored(runs: dict[str, Run], varied: ClockedCase, arg: str) -> Cause | Non
     return Cause(f"isolated:latency_ignores_{arg}", text, evidence)
 
 
-def _which_runs(runs: list[Run]) -> list[Cause]:
+def _which_runs(runs: list[Run], clock: str = "wall") -> list[Cause]:
     """Causes of the figures standing for the wrong runs, each fitting every call where
-    it can be told apart and never the right runs there."""
+    it can be told apart and never the right runs there (on ``clock``)."""
     found = []
     patterns = (
         ("counts_warmup", _every, "counts its warm-up runs in the figures: each is the "
@@ -178,11 +224,21 @@ def _which_runs(runs: list[Run]) -> list[Cause]:
         ("warmup_inside_repeats", _inside_repeats, "takes its warm-up runs out of repeats: "
          "it makes repeats runs and times those after the first warmup, where the handout "
          "makes warmup + repeats runs and times repeats of them", "the last {k} of {n} runs"),
+        ("clock_started_once", _started_once, "reads the start of its clock once, before "
+         "the timed runs, and the end after each: every time runs from the first timed "
+         "run's start, so it adds the runs before it up; read the clock just before each "
+         "run and again just after it", "the time from the start of its first timed run "
+         "to the end of each, the runs added up"),
+        ("clock_started_before_warmups", _started_before_warmups, "reads the start of its "
+         "clock once, before the warm-up runs, and the end after each timed run: every "
+         "time holds the warm-ups and the runs before it; read the clock just before each "
+         "timed run and again just after it", "the time from the start of the first "
+         "warm-up to the end of each timed run, the runs added up"),
     )  # fmt: skip
     for key, select, text, what in patterns:
         told = [r for r in runs if any(select(g, r.warmup, r.repeats) for g in _groups(r))]
-        if told and all(r.fits(select, per_token) and not r.fits(_timed, per_token)
-                        for r in told):  # fmt: skip
+        if told and all(r.fits(select, per_token, clock) and
+                        not r.fits(_timed, per_token, clock) for r in told):  # fmt: skip
             r = told[0]
             runs_of = what.format(n=_count(r), k=r.repeats - r.warmup, w=r.warmup, r=r.repeats)
             evidence = (
@@ -198,10 +254,11 @@ def _groups(run: Run) -> list[list[Generation]]:
     return [groups_of(run.gens, k, L) for k in LATENCY_KEYS for L in run.case.L_values]
 
 
-def _units(runs: list[Run]) -> list[Cause]:
-    """The unit every call's figures are in, where one candidate fits them all."""
-    fitting = [u for u in UNITS if all(r.fits(_timed, u[3]) for r in runs)]
-    if not fitting or any(r.fits(_timed, per_token) for r in runs):
+def _units(runs: list[Run], clock: str = "wall") -> list[Cause]:
+    """The unit every call's figures are in (on ``clock``), where one candidate fits
+    them all."""
+    fitting = [u for u in UNITS if all(r.fits(_timed, u[3], clock) for r in runs)]
+    if not fitting or any(r.fits(_timed, per_token, clock) for r in runs):
         return []
     calls = "; ".join(_said(r) for r in runs)
     if len(fitting) == 1:
@@ -216,16 +273,72 @@ def _units(runs: list[Run]) -> list[Cause]:
     return [Cause("isolated:latency_" + "+".join(u[0] for u in fitting), text, evidence)]
 
 
+#: The CPU clocks by the words a cause uses for them.
+CPU_CLOCKS = {
+    "process": "the process's CPU time (time.process_time: every thread's)",
+    "thread": "the thread's CPU time (time.thread_time)",
+}
+
+
+def _on_cpu(runs: list[Run]) -> list[Cause]:
+    """The figures read on a CPU clock: every call's fit the right runs (or one wrong
+    reading of :func:`_which_runs` or :func:`_units`, named too) on the process's or the
+    thread's CPU time, and no call's fit the right runs on wall time. The grader's waits
+    (sleeps in every run) set the two apart; where both CPU clocks fit, both are named."""
+    clocks = [c for c in CLOCKS[1:] if all(r.recorded(c) for r in runs)]
+    if not runs or not clocks or any(r.fits(_timed, per_token) for r in runs):
+        return []
+    explained: dict[str, list[Cause]] = {}
+    for clock in clocks:
+        if all(r.fits(_timed, per_token, clock) for r in runs):
+            explained[clock] = []
+        elif more := _which_runs(runs, clock) or _units(runs, clock):
+            explained[clock] = more
+    if not explained:
+        return []
+    which = list(explained)
+    if len(which) == 1:
+        named = CPU_CLOCKS[which[0]]
+    else:
+        named = ("CPU time (time.process_time or time.thread_time, which differ only where "
+                 "several threads work)")  # fmt: skip
+    run = runs[0]
+    key, L, x = LATENCY_KEYS[0], run.case.L_values[0], run.figures[LATENCY_KEYS[0]][0]
+    timed = _timed(groups_of(run.gens, key, L), run.warmup, run.repeats) or []
+    waits = sorted(run.case.waits_s)
+    on = "CPU time" if len(which) > 1 else f"{which[0]}'s CPU time"
+    evidence = (
+        f"the grader made every run wait {waits[0] * 1000:.0f} to {waits[-1] * 1000:.0f} ms "
+        "asleep: wall time counts the wait, CPU time only what the process's threads ran "
+        f"meanwhile; every figure fits the {on} "
+        f"of its timed runs and none their wall time ({_said(run)}: {key} at L = {L} is "
+        f"{x:.4g}; by the {on} of its runs it would be {_span(timed, 1000 / L, which[0])} "
+        f"ms per token, by their wall time {_span(timed, 1000 / L, 'wall')})"
+    )
+    text = (
+        f"your measure_latency times with {named}, not with wall time: CPU time leaves out "
+        "what a generation waits for (on a GPU, the device's work; here, the grader's "
+        "waits), and with several threads it counts every core's time. Latency is the "
+        "wall-clock time a generation takes: time.perf_counter()"
+    )
+    more = explained[which[0]]
+    if any([c.id for c in explained[w]] != [c.id for c in more] for w in which):
+        more = []  # the CPU clocks disagree on what else is wrong: the clock alone
+    return [Cause("isolated:latency_cpu_time", text, evidence), *more]
+
+
 def latency_causes(runs: dict[str, Run]) -> list[Cause]:
-    """What the isolating calls single out: an ignored argument, the wrong runs, or the
-    wrong unit (none where nothing fits alone). ``runs``: the calls that returned figures
+    """What the isolating calls single out: an ignored argument, the wrong runs, the
+    wrong unit or the wrong clock (none where nothing fits alone, or where a reading on
+    wall time and one on CPU time both fit). ``runs``: the calls that returned figures
     and a readable record, by their case's words (:attr:`ClockedCase.what`)."""
     ignored = [c for c in (_ignored(runs, NO_WARMUP, "warmup"),
                            _ignored(runs, FEW_REPEATS, "repeats")) if c]  # fmt: skip
     if ignored:
         return ignored
     done = list(runs.values())
-    return _which_runs(done) or _units(done)
+    on_wall, on_cpu = _which_runs(done) or _units(done), _on_cpu(done)
+    return [] if on_wall and on_cpu else on_wall or on_cpu
 
 
 def runs_table(runs: dict[str, Run]) -> str:

@@ -5,6 +5,7 @@ the checks themselves."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -117,6 +118,32 @@ class Part4LatencyRuns(Part4Base):
         alone) for a 4.8 that failed without a catalogued cause. Returns the causes named
         and a line saying how many generations each call made ("" where none could be
         read)."""
+        runs = self.isolating_runs()
+        if not runs:
+            return [], ""
+        causes = latency_causes(runs)
+        self.name(causes)
+        return causes, runs_line(runs, causes)
+
+    def share_cause(self, mistake: str | None) -> str:
+        """What 4.8 says after its first probe (the figures against the grader's clock
+        around the call) failed with ``mistake`` (of :meth:`LatencyVerdict.mistake`).
+        A timed first run (``latency_no_warmup``) and a clock started once before the
+        warm-ups give the same figures there, the one-off delay in both: the isolating
+        calls decide, and the library's name stands unless they single out the clock's
+        start. No mistake: the isolation's words, or none."""
+        if mistake is None:
+            return self.isolate_latency()[1]
+        if mistake == "latency_no_warmup":
+            runs = self.isolating_runs()
+            causes = latency_causes(runs) if runs else []
+            if causes and {c.id for c in causes} <= STARTED_ONCE:
+                self.name(causes)
+                return runs_line(runs, causes)
+        return self.cause([mistake])
+
+    def isolating_runs(self) -> dict[str, Run]:
+        """The isolating calls that returned figures and a record that can be read."""
         runs: dict[str, Run] = {}
         for case in EXPERIMENTS:
             timeout = max(self.ctx.limits.request_timeout_s, 60.0)
@@ -130,14 +157,23 @@ class Part4LatencyRuns(Part4Base):
                 reply.header, case.settings["prompt_len"])  # fmt: skip
             if gens and not unread:
                 runs[case.what] = Run(case, got, gens)
-        if not runs:
-            return [], ""
-        causes = latency_causes(runs)
-        self.name(causes)
-        return (
-            causes,
-            f"Generations measure_latency made, by the grader's record: {runs_table(runs)}.",
-        )
+        return runs
+
+
+#: The isolated causes of a clock started once, which can pass for a timed first run.
+STARTED_ONCE = {
+    "isolated:latency_clock_started_once",
+    "isolated:latency_clock_started_before_warmups",
+}
+
+
+def runs_line(runs: dict[str, Run], causes: Sequence[Cause] = ()) -> str:
+    """How many generations each isolating call made, then the evidence of each cause
+    whose sentence does not hold it already."""
+    lines = [f"Generations measure_latency made, by the grader's record: {runs_table(runs)}."]
+    lines += [f"Narrowed by experiment: {c.evidence}." for c in causes
+              if c.evidence and c.evidence not in c.text]  # fmt: skip
+    return "\n".join(lines)
 
 
 def calls_problem(runs: list[tuple[int, int, list[int]]]) -> str:

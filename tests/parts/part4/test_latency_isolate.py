@@ -2,9 +2,12 @@
 variants the mutant library does not hold, each written as a student would write
 measure_latency: graded, each failing 4.8 names the one cause the isolating calls
 single out (warmup or repeats varied alone, the figures against their runs' times) and
-none of the library's."""
+none of the library's. On the simulated lab, the clock too (CPU time against wall time,
+a clock started once); the graded mistakes of the clock are in test_latency_clock.py."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
@@ -107,8 +110,30 @@ SIMULATED = {
     # the library's latency_no_warmup: its figures are its runs' own, the first included
     "no_warmup": (Lab(warmup=0), []),
     "repeats_ignored": (Lab(repeats=3), ["isolated:latency_ignores_repeats"]),
-    # mistakes of the clock, of rounding, of the prompt: none of the isolation's causes
-    "cpu_time": (Lab(cpu=True), []),
+    # the clock: CPU time (one thread: the process's and the thread's agree, both fit)
+    "cpu_time": (Lab(clock="process"), ["isolated:latency_cpu_time"]),
+    "thread_time_of_many": (Lab(clock="thread", threads=3.0), ["isolated:latency_cpu_time"]),
+    "process_time_of_many": (
+        Lab(clock="process", threads=3.0, busy=True),
+        ["isolated:latency_cpu_time"],
+    ),
+    "cpu_time_in_seconds": (
+        Lab(clock="process", unit=lambda L: 1 / L),
+        ["isolated:latency_cpu_time", "isolated:latency_seconds"],
+    ),
+    # ... an adapter that records no CPU time cannot tell
+    "cpu_time_unrecorded": (Lab(clock="process", record_cpu=False), []),
+    # where the clock is read: its start once, before the timed runs or the warm-ups
+    "started_once": (Lab(started="timed"), ["isolated:latency_clock_started_once"]),
+    "started_before_warmups": (
+        Lab(started="warmups"),
+        ["isolated:latency_clock_started_before_warmups"],
+    ),
+    "started_once_busy": (
+        Lab(started="timed", busy=True, before=1),
+        ["isolated:latency_clock_started_once"],
+    ),
+    # mistakes of rounding, of the prompt: none of the isolation's causes
     "whole_ms": (Lab(whole_ms=True), []),
     "two_rows": (Lab(rows=2), []),
     "other_prompt": (Lab(tokens=7), []),
@@ -120,6 +145,44 @@ SIMULATED = {
 def test_each_simulated_mistake_gets_its_cause_and_no_other(name: str, seed: int) -> None:
     lab, causes = SIMULATED[name]
     assert isolated(lab, seed=seed) == causes
+
+
+def cause_texts(lab, seed: int = 0) -> dict[str, str]:
+    runs = {}
+    for case in EXPERIMENTS:
+        reply, figures = run_lab(case, lab, seed)
+        gens, _ = generations_of(reply, case.settings["prompt_len"])
+        runs[case.what] = Run(case, figures, gens)
+    return {c.id: f"{c.text} | {c.evidence}" for c in latency_causes(runs)}
+
+
+@pytest.mark.parametrize(
+    ("lab", "says"),
+    [(Lab(clock="process", threads=3.0), "the process's CPU time (time.process_time"),
+     (Lab(clock="thread", threads=3.0), "the thread's CPU time (time.thread_time)"),
+     (Lab(clock="thread"), "CPU time (time.process_time or time.thread_time, which differ")],
+)  # fmt: skip
+def test_the_cpu_clock_is_named_where_the_threads_tell_it(lab: Lab, says: str) -> None:
+    """With several threads at work the process's CPU time runs ahead of the thread's:
+    the one clock that fits is named; with one thread both are, as candidates."""
+    text = cause_texts(lab)["isolated:latency_cpu_time"]
+    assert says in text, text
+    assert "by their wall time between" in text  # what the figure would be on each clock
+
+
+#: Wall-clock labs with a mistake of another kind (or none), on a busy machine whose
+#: process runs several threads: never told the clock.
+NOT_THE_CLOCK = [
+    *((f"right {lab_id(lab)}", lab) for lab in RIGHT),
+    *((name, replace(lab, busy=True, threads=4.0)) for name, (lab, _) in SIMULATED.items()
+      if lab.clock == "wall"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "lab"), NOT_THE_CLOCK, ids=[n for n, _ in NOT_THE_CLOCK])
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_a_wall_clock_lab_is_never_told_the_clock(name: str, lab: Lab, seed: int) -> None:
+    assert "isolated:latency_cpu_time" not in isolated(lab, seed=seed)
 
 
 def test_two_units_of_the_same_ratio_are_named_together_with_what_tells_them_apart() -> None:
