@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.checks.base import declared_title
+from grader.judging.base import declared_title
 from grader.core.registry import CheckDeclaration, Part
 
 ROOT = Path(__file__).resolve().parents[1]

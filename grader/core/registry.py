@@ -23,7 +23,7 @@ A part may hold more modules of its own (Part 1's ``seal.py``: the write-up answ
 in the public cases students get). Its mutant library is TA tooling, in
 ``grader/ta/mutants/<tag>.toml``.
 
-The shared machinery sits beside them: ``grader/checks`` (base classes, logit
+The shared machinery sits beside them: ``grader/judging`` (base classes, logit
 comparison, timed pools), ``grader/worker`` (the worker's main loop, protocol and
 value encoding), the client, sandbox, timing and results modules.
 """

@@ -18,7 +18,7 @@ from typing import Any
 
 from gradescope_utils.autograder_utils.json_test_runner import JSONTestResult, JSONTestRunner
 
-from grader.checks.base import GradedTestCase
+from grader.judging.base import GradedTestCase
 from grader.core.registry import PARTS
 from grader.core.results import GradingResults, TestResult
 from grader.runtime.context import GradingContext

@@ -12,7 +12,7 @@
 
 A part may hold more modules of its own (Part 1's ``seal.py``: the write-up answers sealed
 in the public cases students get). The parts never import each other; what they share is
-in the layers below (``grader.checks``, ``grader.runtime``, ``grader.core``). Which part
+in the layers below (``grader.judging``, ``grader.runtime``, ``grader.core``). Which part
 needs which file, and where its checks are, is in :mod:`grader.core.registry`; its mutant
 library (known mistakes and correct variants) is TA tooling, in ``grader/ta/mutants/``.
 """

@@ -135,7 +135,7 @@ class BenchmarkRecord:
     extra_rounds: int = 0  # rounds added to each measurement that missed (0: none needed)
     cut_short: bool = False  # a measurement stopped once something else decided the check
     #: Why the reference's timings (the yardstick) are missing: the check was judged
-    #: without the comparison with them, a grader fault (grader/checks/yardstick.py).
+    #: without the comparison with them, a grader fault (grader/judging/yardstick.py).
     grader_fault: str = ""
 
     def add(self, measurement: Measurement) -> None:

@@ -19,7 +19,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from grader.checks.timed_pools import TimedPools
+from grader.judging.timed_pools import TimedPools
 from grader.core.paths import TEST_CASES
 from grader.core.registry import imports_ahead
 from grader.core.thresholds import parse_thresholds, thresholds_text

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grader.checks.images import problem_with_png
+from grader.judging.images import problem_with_png
 from grader.core.results import reserve_results, validate_results, write_results
 from grader.grading.runner import grade
 from grader.runtime.client import WorkerClient

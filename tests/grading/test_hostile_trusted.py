@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.checks import yardstick
+from grader.judging import yardstick
 from grader.runtime.client import WorkerClient
 from grader.runtime.outcomes import SubmissionError
 from grader.sandbox.sandbox import TRUSTED_USER, Sandbox

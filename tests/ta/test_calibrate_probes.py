@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from grader.checks.timed_pools import TimedPools
+from grader.judging.timed_pools import TimedPools
 from grader.core.registry import PARTS
 from grader.grading.suite import check_classes
 from grader.runtime.series import Sample

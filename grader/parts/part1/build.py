@@ -22,7 +22,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from grader.checks.base import same_value
+from grader.judging.base import same_value
 from grader.parts.part1.combine import Combiner, combined_mistakes
 from grader.parts.part1.seal import MISTAKE, seal
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from grader.checks.base import (
+from grader.judging.base import (
     Failure,
     GradedTestCase,
     Outcome,
@@ -32,7 +32,7 @@ from grader.checks.base import (
     whole_float,
     with_output,
 )
-from grader.checks.images import problem_with_png
+from grader.judging.images import problem_with_png
 from grader.core.feedback_items import Case, Cause
 from grader.core.points import points
 from grader.parts.part1.causes import combination, cover, hard_coded_cause, name_causes

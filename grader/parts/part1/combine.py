@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
-from grader.checks.base import same_value, values_match
+from grader.judging.base import same_value, values_match
 from grader.parts.part1.causes import combination
 
 #: The most single mistakes in one combination: students seldom make more at once, and

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from grader.checks.base import values_match
+from grader.judging.base import values_match
 
 #: Each function's parameters in the handout's order, with defaults: calls that differ only
 #: in how they pass an argument are the same call.

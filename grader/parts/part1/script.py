@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from grader.checks.base import cause_sentence
+from grader.judging.base import cause_sentence
 from grader.parts.part1.causes import name_causes
 from grader.parts.part1.printed import (
     DEFAULT_WHERE,

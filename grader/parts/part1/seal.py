@@ -66,7 +66,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from grader.checks.base import same_value, values_match
+from grader.judging.base import same_value, values_match
 
 #: PBKDF2 rounds per digest: about 6 ms on a laptop core. A self-check of the solution
 #: computes a few dozen digests, a wrong submission a few hundred.

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from grader.checks.base import check, likely_cause, with_output
-from grader.checks.logits import position
+from grader.judging.base import check, likely_cause, with_output
+from grader.judging.logits import position
 from grader.core.thresholds import load_thresholds
 from grader.parts.part2 import isolate, isolate_forward, isolate_generate, isolate_sampling
 from grader.parts.part2.cases import frequency_band, softmax64

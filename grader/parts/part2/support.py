@@ -17,20 +17,20 @@ from typing import Any
 
 import numpy as np
 
-from grader.checks.base import (
+from grader.judging.base import (
     Failure,
     GradedTestCase,
     Outcome,
     likely_cause,
     with_output,
 )
-from grader.checks.logits import (
+from grader.judging.logits import (
     compare,
     logits_problem,
     matching_mistakes,
     position,
 )
-from grader.checks.timed_pools import build_pool
+from grader.judging.timed_pools import build_pool
 from grader.core.arrays import decode_array, weights_digest
 from grader.core.feedback_items import Case, LogitCase
 from grader.core.points import points

@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from grader.checks.base import Workload
-from grader.checks.cache_read import cache_read_outcome
-from grader.checks.calls import fed_once, shown
-from grader.checks.timed_pools import WITH, TimedPools
+from grader.judging.base import Workload
+from grader.judging.cache_read import cache_read_outcome
+from grader.judging.calls import fed_once, shown
+from grader.judging.timed_pools import WITH, TimedPools
 from grader.core.arrays import decode_array
 from grader.core.feedback import HIDDEN_ANSWER
 from grader.core.thresholds import load_thresholds
@@ -399,7 +399,7 @@ def cache_dtype_problem(dtypes: Any) -> str:
 
 def calls_problem(runs: list[list[int] | None], prompt_len: int, new_tokens: int) -> str:
     """Why the cached runs' forward calls were not a prefill and then one token per call
-    ("" when they were; see :mod:`grader.checks.calls`)."""
+    ("" when they were; see :mod:`grader.judging.calls`)."""
     for lengths in runs:
         if lengths is None:
             continue

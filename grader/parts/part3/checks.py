@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from grader.checks.base import Outcome, check, with_output
+from grader.judging.base import Outcome, check, with_output
 from grader.core.feedback import memory_label
 from grader.core.points import points
 from grader.core.thresholds import load_thresholds

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from grader.checks.logits import compare
+from grader.judging.logits import compare
 from grader.core.arrays import decode_array
 from grader.parts.part3.isolate import kept_stop_causes, ran_past_stop
 

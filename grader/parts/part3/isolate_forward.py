@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from grader.checks.logits import compare
+from grader.judging.logits import compare
 from grader.core.arrays import decode_array
 from grader.core.feedback_items import Cause
 from grader.parts.part3 import wording

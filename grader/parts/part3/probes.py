@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from grader.checks.base import likely_cause, with_output
+from grader.judging.base import likely_cause, with_output
 from grader.parts.part3.cases import (
     MAX_CACHE_MEMORY_RATIO,
     MEMORY_MAX_BATCH,

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from grader.checks.base import Failure, GradedTestCase, likely_cause, with_output
-from grader.checks.logits import (
+from grader.judging.base import Failure, GradedTestCase, likely_cause, with_output
+from grader.judging.logits import (
     compare,
     explain,
     logits_problem,
@@ -19,7 +19,7 @@ from grader.checks.logits import (
     several_causes,
     signature_matches,
 )
-from grader.checks.timed_pools import build_pool
+from grader.judging.timed_pools import build_pool
 from grader.core.document import counted
 from grader.core.feedback_items import Case, Cause, LogitCase
 from grader.core.thresholds import load_thresholds

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from grader.checks.base import Workload
-from grader.checks.cache_read import cache_read_outcome
-from grader.checks.calls import fed_once, shown
-from grader.checks.timed_pools import TimedPools
+from grader.judging.base import Workload
+from grader.judging.cache_read import cache_read_outcome
+from grader.judging.calls import fed_once, shown
+from grader.judging.timed_pools import TimedPools
 from grader.core.feedback import HIDDEN_ANSWER
 from grader.core.thresholds import load_thresholds
 from grader.parts.part3.cases import (
@@ -301,7 +301,7 @@ def cache_read_verdict(effect: Any, prefix: int) -> str:
 def calls_problem(runs: list[Any]) -> str:
     """Why a timed cached ``generate``'s model calls were not the prompt once (in one call
     or in chunks) and then one token per call, each at the position after the last ("" when
-    they were; see :mod:`grader.checks.calls`)."""
+    they were; see :mod:`grader.judging.calls`)."""
     for calls in runs:
         if not isinstance(calls, list) or not all(
             isinstance(c, list) and len(c) == 2 for c in calls

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from grader.checks.base import (
+from grader.judging.base import (
     Outcome,
     ValueProblem,
     as_number,

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from grader.checks.base import shown
+from grader.judging.base import shown
 
 # Bytes per element of the dtypes a quantised cache may hold (by torch's name).
 ITEMSIZE = {"int8": 1, "uint8": 1, "bool": 1, "float16": 2, "bfloat16": 2, "int16": 2}

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from grader.checks.base import shown
+from grader.judging.base import shown
 from grader.runtime.timing import Criterion, Ratio, Timing
 
 LATENCY_KEYS = ("no_cache_ms_per_token", "cache_ms_per_token")

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from grader.checks.base import Workload
-from grader.checks.calls import fed_once, shown
+from grader.judging.base import Workload
+from grader.judging.calls import fed_once, shown
 from grader.core.feedback_items import Cause
 from grader.core.thresholds import load_thresholds
 from grader.parts.part4.latency import latency_figures
@@ -178,7 +178,7 @@ def runs_line(runs: dict[str, Run], causes: Sequence[Cause] = ()) -> str:
 
 def calls_problem(runs: list[tuple[int, int, list[int]]]) -> str:
     """Why a timed ``generate_with_cache`` run's model calls were not the prompt once and
-    then one token per call ("" when they were; see :mod:`grader.checks.calls`)."""
+    then one token per call ("" when they were; see :mod:`grader.judging.calls`)."""
     for L, prompt_len, lengths in runs:
         calls_ok = len(lengths) - 1 <= L and sum(lengths) >= prompt_len + L - 1
         if not (calls_ok and fed_once(lengths, prompt_len)):

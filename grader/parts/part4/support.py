@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from grader.checks.base import GradedTestCase, Outcome, likely_cause, with_output
-from grader.checks.timed_pools import build_pool, pool_fault, pools_built
+from grader.judging.base import GradedTestCase, Outcome, likely_cause, with_output
+from grader.judging.timed_pools import build_pool, pool_fault, pools_built
 from grader.core.feedback_items import Case, Cause
 from grader.core.points import points
 from grader.core.thresholds import load_thresholds

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 
-from grader.checks.base import same_value
+from grader.judging.base import same_value
 from grader.core.paths import TEST_CASES
 from grader.parts.part1 import build
 from grader.parts.part1.causes import parts_of

@@ -64,7 +64,7 @@ def test_unknown_phase_is_rejected() -> None:
 
 
 def test_plots_are_written(tmp_path) -> None:
-    from grader.checks.images import problem_with_png
+    from grader.judging.images import problem_with_png
 
     q1.plot_prefill_ai(tmp_path / "p.png")
     q1.plot_decode_ai(tmp_path / "d.png")

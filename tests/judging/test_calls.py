@@ -1,11 +1,11 @@
-"""grader/checks/calls.py: a cached generation's forward calls feed the prompt once (in
+"""grader/judging/calls.py: a cached generation's forward calls feed the prompt once (in
 one call or in chunks), then one token per call."""
 
 from __future__ import annotations
 
 import pytest
 
-from grader.checks.calls import fed_once, shown
+from grader.judging.calls import fed_once, shown
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from grader.checks.logits import compare, logits_problem, matching_mistakes
+from grader.judging.logits import compare, logits_problem, matching_mistakes
 from grader.core.arrays import decode_array, encode_array, fingerprint
 from grader.parts.part2.cases import chunk_plan
 
@@ -74,7 +74,7 @@ def test_chunk_plans_cover_the_sequence() -> None:
 
 
 def test_error_kinds_match_across_python_wordings() -> None:
-    from grader.checks.logits import same_error_kind
+    from grader.judging.logits import same_error_kind
 
     py311 = "UnboundLocalError: cannot access local variable 'keys' where it is not associated"
     py310 = "UnboundLocalError: local variable 'keys' referenced before assignment"
@@ -96,7 +96,7 @@ def test_an_error_signature_and_observed_logits_never_crash_the_naming() -> None
     an array is ambiguous" once replaced the whole message) and finds the logits match."""
     from types import SimpleNamespace
 
-    from grader.checks.logits import signature_matches
+    from grader.judging.logits import signature_matches
     from grader.parts.part3.support import Part3Base
 
     got = logits(5)
@@ -126,7 +126,7 @@ def test_an_error_signature_and_observed_logits_never_crash_the_naming() -> None
 def test_one_shared_error_does_not_name_a_mistake_that_leaves_another_probe_right() -> None:
     """Attention over the new keys only and a mask without the start_pos columns raise
     the same shape error in chunks; one token at a time only the first is wrong."""
-    from grader.checks.logits import explain
+    from grader.judging.logits import explain
 
     new_keys_only = logits(7)
     catalogue = {
@@ -152,7 +152,7 @@ def test_two_mistakes_at_once_are_both_named() -> None:
     """Positions and mask not offset: the plain probe matches neither mistake, while a
     probe where only one of them shows (no position embeddings, or no attention values)
     matches that one."""
-    from grader.checks.logits import explain, several_causes
+    from grader.judging.logits import explain, several_causes
 
     positions, mask, both = logits(9), logits(10), logits(11)
     catalogue = {

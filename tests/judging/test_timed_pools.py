@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from grader.checks.timed_pools import WITH, WITHOUT, TimedPools, decided
+from grader.judging.timed_pools import WITH, WITHOUT, TimedPools, decided
 from grader.runtime.timing import Ratio, Sample
 
 

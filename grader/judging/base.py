@@ -24,7 +24,7 @@ from gradescope_utils.autograder_utils.decorators import (
     weight,
 )
 
-from grader.checks import yardstick
+from grader.judging import yardstick
 from grader.core.feedback import CUT_SHORT, GPU_HELD, NOT_GRADED, confirmed, memory_label
 from grader.core.feedback_items import ITEMS, PRINTED, Case, Cause, Feedback, LogitCase
 from grader.core.points import POINTS, part_of, points
@@ -441,7 +441,7 @@ class GradedTestCase(unittest.TestCase):
         grading device, under the same limits, with each workload's warm-up, until its
         runs are steady (at most its repeats: :func:`until_steady`).
         Empty when the profile sets no ``max_vs_reference`` or the reference is not here,
-        and when its runs failed (:mod:`grader.checks.yardstick`): then the check's page
+        and when its runs failed (:mod:`grader.judging.yardstick`): then the check's page
         says so, once, and its record is flagged for the TA.
         The reference takes the prompts from the start of each pool, and gives them back:
         the submission's runs still get ones it has never seen."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from grader.checks.base import Workload
+from grader.judging.base import Workload
 from grader.core.thresholds import load_thresholds
 from grader.runtime.context import GradingContext, live_pools_key
 from grader.runtime.timing import Ratio, Sample, Timing, decided_once
@@ -94,7 +94,7 @@ class TimedPools:
         were not the prompt once and then one token per call ("" when they were). Their
         long runs show a ``generate`` that starts over every few steps, at any period up to
         64, where the benchmarks' runs are too short to; the record names an honest
-        design, and the yardstick stops a forger (:mod:`grader.checks.calls`)."""
+        design, and the yardstick stops a forger (:mod:`grader.judging.calls`)."""
         raise NotImplementedError
 
     def growth_problem(self) -> str:

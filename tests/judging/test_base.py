@@ -1,4 +1,4 @@
-"""grader/checks/base.py: what every check shares."""
+"""grader/judging/base.py: what every check shares."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from grader.checks.base import Outcome
+from grader.judging.base import Outcome
 
 
 @pytest.mark.parametrize(
@@ -40,7 +40,7 @@ def test_a_yardstick_that_fails_ahead_is_timed_again_by_the_check_that_asks() ->
     that compares times it again and fails with the reason, where the student sees it."""
     import types
 
-    from grader.checks.base import GradedTestCase
+    from grader.judging.base import GradedTestCase
 
     runs: list[str] = []
 
@@ -73,7 +73,7 @@ def test_a_check_hands_over_its_items_even_when_it_said_nothing() -> None:
     import io
     import types
 
-    from grader.checks.base import GradedTestCase
+    from grader.judging.base import GradedTestCase
     from grader.core.feedback import feedback_blocks
     from grader.core.feedback_items import ITEMS
     from grader.core.results import TestResult
@@ -110,7 +110,7 @@ def test_a_title_that_names_its_parts_constants_needs_them_imported(
     """2.1's title states the public model's sizes from Part 2's cases: declared where that
     module is not imported, the check says what to do instead of a formatter's error."""
     import grader.parts.part2.cases as cases
-    from grader.checks.base import check
+    from grader.judging.base import check
 
     def runTest(self) -> None:
         pass

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from grader.checks.cache_read import cache_read_outcome
+from grader.judging.cache_read import cache_read_outcome
 
 
 @pytest.mark.parametrize(
