@@ -134,7 +134,7 @@ def test_a_new_module_that_breaks_a_rule_is_caught(tmp_path: Path, case: str) ->
 
 def test_a_new_module_that_imports_downward_keeps_them(tmp_path: Path) -> None:
     package = copy_of_grader(tmp_path)
-    (package / "checks" / "newmodule.py").write_text(
+    (package / "judging" / "newmodule.py").write_text(
         "from grader.core import points\nfrom grader.runtime import timing\n"
         "from grader.worker import protocol\n"
     )
