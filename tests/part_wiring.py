@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.judging.base import declared_title
 from grader.core.registry import CheckDeclaration, Part
+from grader.judging.base import declared_title
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -18,9 +18,9 @@ from typing import Any
 
 from gradescope_utils.autograder_utils.json_test_runner import JSONTestResult, JSONTestRunner
 
-from grader.judging.base import GradedTestCase
 from grader.core.registry import PARTS
 from grader.core.results import GradingResults, TestResult
+from grader.judging.base import GradedTestCase
 from grader.runtime.context import GradingContext
 from grader.runtime.trace import at_check
 from grader.sandbox.ceiling import ACTIVE

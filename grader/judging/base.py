@@ -24,11 +24,11 @@ from gradescope_utils.autograder_utils.decorators import (
     weight,
 )
 
-from grader.judging import yardstick
 from grader.core.feedback import CUT_SHORT, GPU_HELD, NOT_GRADED, confirmed, memory_label
 from grader.core.feedback_items import ITEMS, PRINTED, Case, Cause, Feedback, LogitCase
 from grader.core.points import POINTS, part_of, points
 from grader.core.registry import PARTS, CheckDeclaration, fill
+from grader.judging import yardstick
 from grader.runtime.context import GradingContext
 from grader.runtime.outcomes import SubmissionError
 from grader.runtime.starvation import STARVED, taken

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from grader.judging.base import Workload
 from grader.core.thresholds import load_thresholds
+from grader.judging.base import Workload
 from grader.runtime.context import GradingContext, live_pools_key
 from grader.runtime.timing import Ratio, Sample, Timing, decided_once
 

@@ -19,11 +19,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from grader.judging.timed_pools import TimedPools
 from grader.core.paths import TEST_CASES
 from grader.core.registry import imports_ahead
 from grader.core.thresholds import parse_thresholds, thresholds_text
 from grader.grading.suite import check_classes
+from grader.judging.timed_pools import TimedPools
 
 #: The probes' limits, each a criterion of the thresholds file's ``[probes.<part>]``:
 #: its label in the report and whether the ratio must be at least (or at most) the limit.

@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grader.judging.images import problem_with_png
 from grader.core.results import reserve_results, validate_results, write_results
 from grader.grading.runner import grade
+from grader.judging.images import problem_with_png
 from grader.runtime.client import WorkerClient
 from grader.runtime.outcomes import SubmissionError
 from grader.sandbox.confine import confine

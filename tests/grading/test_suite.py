@@ -58,8 +58,8 @@ def test_each_part_times_its_yardstick_ahead_through_its_first_check_that_compar
     # Titles name their part's constants: the parts' checks modules import them first.
     for tag in ("part2", "part3"):
         importlib.import_module(f"grader.parts.{tag}.cases")
-    from grader.judging.base import check
     from grader.grading.suite import build_suite, yardsticks_ahead
+    from grader.judging.base import check
 
     ctx = types.SimpleNamespace()  # bound to the checks, never used here
 

@@ -73,10 +73,10 @@ def test_a_check_hands_over_its_items_even_when_it_said_nothing() -> None:
     import io
     import types
 
-    from grader.judging.base import GradedTestCase
     from grader.core.feedback import feedback_blocks
     from grader.core.feedback_items import ITEMS
     from grader.core.results import TestResult
+    from grader.judging.base import GradedTestCase
 
     class Timed(GradedTestCase):
         part = "part2"

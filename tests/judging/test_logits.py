@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from grader.judging.logits import compare, logits_problem, matching_mistakes
 from grader.core.arrays import decode_array, encode_array, fingerprint
+from grader.judging.logits import compare, logits_problem, matching_mistakes
 from grader.parts.part2.cases import chunk_plan
 
 

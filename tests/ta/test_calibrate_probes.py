@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from grader.judging.timed_pools import TimedPools
 from grader.core.registry import PARTS
 from grader.grading.suite import check_classes
+from grader.judging.timed_pools import TimedPools
 from grader.runtime.series import Sample
 from grader.ta import calibrate
 from grader.ta.calibrate import baseline_sets, cache_free_submission, propose

@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from grader.core.feedback_items import Case, Cause
+from grader.core.points import points
 from grader.judging.base import (
     Failure,
     GradedTestCase,
@@ -33,8 +35,6 @@ from grader.judging.base import (
     with_output,
 )
 from grader.judging.images import problem_with_png
-from grader.core.feedback_items import Case, Cause
-from grader.core.points import points
 from grader.parts.part1.causes import combination, cover, hard_coded_cause, name_causes
 from grader.parts.part1.knock_on import (
     Call,

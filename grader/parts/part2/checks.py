@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from grader.core.thresholds import load_thresholds
 from grader.judging.base import check, likely_cause, with_output
 from grader.judging.logits import position
-from grader.core.thresholds import load_thresholds
 from grader.parts.part2 import isolate, isolate_forward, isolate_generate, isolate_sampling
 from grader.parts.part2.cases import frequency_band, softmax64
 from grader.parts.part2.support import Part2Base

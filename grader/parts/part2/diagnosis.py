@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from grader.core.feedback_items import Cause
 from grader.judging.base import likely_cause
 from grader.judging.logits import explain, matching_mistakes, several_causes
-from grader.core.feedback_items import Cause
 from grader.parts.part2.cases import ABLATIONS, CACHED_MODES
 from grader.runtime.outcomes import SubmissionError
 

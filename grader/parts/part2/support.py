@@ -17,6 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from grader.core.arrays import decode_array, weights_digest
+from grader.core.feedback_items import Case, LogitCase
+from grader.core.points import points
+from grader.core.thresholds import load_thresholds
 from grader.judging.base import (
     Failure,
     GradedTestCase,
@@ -31,10 +35,6 @@ from grader.judging.logits import (
     position,
 )
 from grader.judging.timed_pools import build_pool
-from grader.core.arrays import decode_array, weights_digest
-from grader.core.feedback_items import Case, LogitCase
-from grader.core.points import points
-from grader.core.thresholds import load_thresholds
 from grader.parts.part2 import live_pools
 from grader.parts.part2.cases import (
     WORK_POSITIONS,

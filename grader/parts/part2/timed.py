@@ -17,13 +17,13 @@ from typing import Any
 
 import numpy as np
 
+from grader.core.arrays import decode_array
+from grader.core.feedback import HIDDEN_ANSWER
+from grader.core.thresholds import load_thresholds
 from grader.judging.base import Workload
 from grader.judging.cache_read import cache_read_outcome
 from grader.judging.calls import fed_once, shown
 from grader.judging.timed_pools import WITH, TimedPools
-from grader.core.arrays import decode_array
-from grader.core.feedback import HIDDEN_ANSWER
-from grader.core.thresholds import load_thresholds
 from grader.parts.part2.cases import (
     GROWTH_BATCH,
     GROWTH_LONG,

@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from grader.judging.base import Outcome, check, with_output
 from grader.core.feedback import memory_label
 from grader.core.points import points
 from grader.core.thresholds import load_thresholds
+from grader.judging.base import Outcome, check, with_output
 from grader.parts.part3 import isolate, isolate_sampling
 from grader.parts.part3.cache_contents import Part3CacheContents
 from grader.parts.part3.cases import TOP_P, TOP_P_NUCLEUS, TOP_P_PROBS

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from grader.judging.logits import compare
 from grader.core.arrays import decode_array
+from grader.judging.logits import compare
 from grader.parts.part3.isolate import kept_stop_causes, ran_past_stop
 
 #: The RoPE conventions the case files hold expected values for.

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from grader.judging.logits import compare
 from grader.core.arrays import decode_array
 from grader.core.feedback_items import Cause
+from grader.judging.logits import compare
 from grader.parts.part3 import wording
 from grader.parts.part3.cases import N_RANKS, plans
 from grader.parts.part3.course import UNSCALED

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from grader.judging.base import likely_cause
 from grader.core.feedback_items import Cause
+from grader.judging.base import likely_cause
 from grader.parts.part3 import isolate_forward, isolate_generate, isolate_sampling
 from grader.parts.part3.support import Part3Base
 

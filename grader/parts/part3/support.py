@@ -10,6 +10,9 @@ from typing import Any
 
 import numpy as np
 
+from grader.core.document import counted
+from grader.core.feedback_items import Case, Cause, LogitCase
+from grader.core.thresholds import load_thresholds
 from grader.judging.base import Failure, GradedTestCase, likely_cause, with_output
 from grader.judging.logits import (
     compare,
@@ -20,9 +23,6 @@ from grader.judging.logits import (
     signature_matches,
 )
 from grader.judging.timed_pools import build_pool
-from grader.core.document import counted
-from grader.core.feedback_items import Case, Cause, LogitCase
-from grader.core.thresholds import load_thresholds
 from grader.parts.part3 import live_pools
 from grader.parts.part3.cases import (
     BENCH_MAX_BATCH,

@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
+from grader.core.feedback import HIDDEN_ANSWER
+from grader.core.thresholds import load_thresholds
 from grader.judging.base import Workload
 from grader.judging.cache_read import cache_read_outcome
 from grader.judging.calls import fed_once, shown
 from grader.judging.timed_pools import TimedPools
-from grader.core.feedback import HIDDEN_ANSWER
-from grader.core.thresholds import load_thresholds
 from grader.parts.part3.cases import (
     BENCH_MAX_SEQ_LEN,
     GROWTH_BATCH,

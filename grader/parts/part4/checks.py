@@ -20,6 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from grader.core.arrays import decode_array
+from grader.core.feedback_items import Case
+from grader.core.points import BONUS, points
+from grader.core.thresholds import load_thresholds
 from grader.judging.base import (
     Outcome,
     ValueProblem,
@@ -27,10 +31,6 @@ from grader.judging.base import (
     check,
     shown,
 )
-from grader.core.arrays import decode_array
-from grader.core.feedback_items import Case
-from grader.core.points import BONUS, points
-from grader.core.thresholds import load_thresholds
 from grader.parts.part4.int8 import int8_reply, judge_int8, judge_int8_cache, restored_dtypes
 from grader.parts.part4.latency import judge_latency, latency_criteria, latency_figures
 from grader.parts.part4.latency_runs import Part4LatencyRuns, calls_problem

@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from grader.judging.base import Workload
-from grader.judging.calls import fed_once, shown
 from grader.core.feedback_items import Cause
 from grader.core.thresholds import load_thresholds
+from grader.judging.base import Workload
+from grader.judging.calls import fed_once, shown
 from grader.parts.part4.latency import latency_figures
 from grader.parts.part4.latency_clock import (
     CLOCKED_CASES,

@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from grader.judging.base import GradedTestCase, Outcome, likely_cause, with_output
-from grader.judging.timed_pools import build_pool, pool_fault, pools_built
 from grader.core.feedback_items import Case, Cause
 from grader.core.points import points
 from grader.core.thresholds import load_thresholds
+from grader.judging.base import GradedTestCase, Outcome, likely_cause, with_output
+from grader.judging.timed_pools import build_pool, pool_fault, pools_built
 from grader.parts.part4 import live_pools
 from grader.parts.part4.pools import PROMPT_LEN
 from grader.runtime.outcomes import Reply, SubmissionError

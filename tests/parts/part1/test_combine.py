@@ -6,8 +6,8 @@ from __future__ import annotations
 import itertools
 import json
 
-from grader.judging.base import same_value
 from grader.core.paths import TEST_CASES
+from grader.judging.base import same_value
 from grader.parts.part1 import build
 from grader.parts.part1.causes import parts_of
 from grader.parts.part1.combine import MAX_PARTS, Combiner
