@@ -93,7 +93,7 @@ BREAKS = {
         "worker side",
     ),
     "a check importing a worker-side module": (
-        {"checks/newmodule.py": "from grader.parts.part3 import adapter\n"},
+        {"judging/newmodule.py": "from grader.parts.part3 import adapter\n"},
         "wire protocol",
     ),
     "a new worker-side module reaching into the grader": (
@@ -101,7 +101,7 @@ BREAKS = {
         "worker side",
     ),
     "a check importing a worker-side module named in no contract": (
-        {"checks/newmodule.py": "from grader.parts.part4 import adapter_latency\n"},
+        {"judging/newmodule.py": "from grader.parts.part4 import adapter_latency\n"},
         "wire protocol",
     ),
     "one part importing another": (
