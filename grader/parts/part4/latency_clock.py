@@ -179,8 +179,8 @@ def _cpu_record(reply: dict[str, Any], calls: list, made: list) -> tuple[list, l
 
 def generations_of(reply: dict[str, Any], prompt_len: int) -> tuple[list[Generation], str]:
     """The generations of a ``latency_timed`` reply with their bounds, or "" and why the
-    reply cannot be read. Generate calls are used where the lab made any through the
-    module's names; else the generations its model calls show."""
+    reply cannot be read: the generate calls the lab made through the module's names, and
+    the generations its model calls outside them show (the handout's pattern of calls)."""
     calls, made, ended = _rows(reply.get("calls"), 6), _rows(reply.get("generations"), 7), None
     if calls is not None and made is not None and _number(reply.get("ended")):
         ended = float(reply["ended"])
@@ -196,11 +196,11 @@ def generations_of(reply: dict[str, Any], prompt_len: int) -> tuple[list[Generat
     one_thread = reply.get("threads") == 1
     on_calls, on_made, cpu_ended = cpu if cpu else ([], [], [])
     cpu_of = [(r[0], r[2], r[1], r[3]) for r in (*on_calls, *on_made)]
-    if made:
-        spans = [(m, L, t0, t1, rows, tokens, t1 - t0, waited, len(calls) + i, len(calls) + i)
-                 for i, (m, L, t0, t1, rows, tokens, waited) in enumerate(made)]  # fmt: skip
-    else:
-        spans = _found_by_calls(calls, prompt_len)
+    # Both sources at once: a lab may time one mode through the module's generate
+    # functions and the other through calls of its own (generate_with_cache_from, a loop).
+    spans = [(m, L, t0, t1, rows, tokens, t1 - t0, waited, len(calls) + i, len(calls) + i)
+             for i, (m, L, t0, t1, rows, tokens, waited) in enumerate(made)]  # fmt: skip
+    spans = sorted(spans + _found_by_calls(calls, prompt_len), key=lambda span: span[2])
     events = [(row[0], row[1]) for row in calls] + [(row[2], row[3]) for row in made]
     ends = sorted((e, i) for i, (_, e) in enumerate(events))
     starts = sorted((s, i) for i, (s, _) in enumerate(events))
