@@ -3,7 +3,7 @@
 #   make help                     this list (also what a bare `make` prints)
 #   make grade [SUBMISSION=dir]   grade a submission (default: the reference solution)
 #   make test                     the project's own test suite (no slow benchmarks)
-#   make mutant-tests             the suite's mutation runs: every library mistake graded
+#   make mutant-tests             the suite's mutation runs: every library mistake graded, and the isolation's
 #   make attack-tests             hostile designs graded for every part, with and without cgroups
 #   make lint                     ruff lint + format check, import-linter's layer contracts
 #   make lock                     regenerate requirements/{image,dev}.txt with uv (TORCH_WHEELS=dir: local wheels)
@@ -110,13 +110,13 @@ TEST_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE=
 # TEST_JOBS pytest-xdist workers (default: cores + 1; 0: no workers); modules with
 # expensive fixtures stay on one worker (--dist loadgroup, their xdist_group mark).
 test: $(STAMP) | browser
-	@$(TEST_ENV) $(PY) -m pytest -m "not slow and not slurm and not mutants and not attacks" -q -n $(TEST_JOBS) --dist loadgroup $(PYTEST_ARGS); status=$$?; \
+	@$(TEST_ENV) $(PY) -m pytest -m "not slow and not slurm and not mutants and not attacks and not isolation" -q -n $(TEST_JOBS) --dist loadgroup $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$status
 
 # The mutation runs of the suite: every library mistake caught and named, every correct
 # variant at full marks, every triaged survivor losing its check's points.
 mutant-tests: $(STAMP)
-	@$(TEST_ENV) $(PY) -m pytest -m mutants -q -n $(TEST_JOBS) --dist loadgroup $(PYTEST_ARGS); status=$$?; \
+	@$(TEST_ENV) $(PY) -m pytest -m "mutants or isolation" -q -n $(TEST_JOBS) --dist loadgroup $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no mutant tests" >&2; exit 1; fi; exit $$status
 
 # Hostile designs graded again for every part and both CPU accountings (cgroup, process

@@ -208,6 +208,17 @@ def in_param_count(code: str) -> tuple[str, str]:
     return PARAM_COUNT_BODY, f"{code}\n{PARAM_COUNT_BODY}"
 
 
+def one_kept_quick(names: list[str], marks: Callable[[str], list] | None = None) -> list:
+    """``names`` as parameters of a graded test: the first graded by ``make test``, the
+    others marked ``isolation`` (graded by ``make mutant-tests`` and CI), so that the quick
+    suite keeps one graded mistake of each kind. ``marks`` adds a name's own marks."""
+    later = [pytest.mark.isolation]
+    return [
+        pytest.param(n, marks=[*(marks(n) if marks else []), *(later if i else [])])
+        for i, n in enumerate(names)
+    ]
+
+
 def patched_solution(dest: Path, file: str, edits: list[tuple[str, str]]) -> Path:
     """Copy solution/ to ``dest`` and apply ``(old, new)`` edits (each must match once)."""
     shutil.copytree(SOLUTION, dest, ignore=shutil.ignore_patterns("__pycache__", "*.png"))

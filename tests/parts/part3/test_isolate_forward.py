@@ -15,6 +15,7 @@ from grader.parts.part3.pieces import first_departure
 from grader.parts.part3.reference import ReferenceLlama, ReferenceUnavailable
 from grader.runtime.context import load_cases
 from grader.ta.mutants import load_mutants
+from tests.conftest import one_kept_quick
 from tests.parts.part3.test_checks import grade_numbers
 
 MODEL = "llama/model.py"
@@ -56,7 +57,7 @@ MISTAKES = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("name", sorted(MISTAKES))
+@pytest.mark.parametrize("name", one_kept_quick(sorted(MISTAKES)))
 def test_a_forward_mistake_nobody_listed_is_narrowed_to_its_place(
     tmp_path: Path, name: str
 ) -> None:

@@ -24,7 +24,7 @@ from grader.parts.part4.latency_clock import CLOCKED_CASES, generations_of
 from grader.parts.part4.latency_isolate import EXPERIMENTS, Run, _timed, per_token
 from grader.parts.part4.support import plain_value
 from grader.ta.mutants import load_mutants
-from tests.conftest import ROOT, grade_checks, patched_solution
+from tests.conftest import ROOT, grade_checks, one_kept_quick, patched_solution
 
 TIMED = """                start = time.perf_counter()
                 generate(model, prompt, L)
@@ -162,7 +162,7 @@ def test_the_variants_are_not_in_the_mutant_library() -> None:
 
 @pytest.mark.parametrize(
     "name",
-    [pytest.param(n, marks=[TWO_CORES] if n.endswith("_busy") else []) for n in sorted(MISTAKES)],
+    one_kept_quick(sorted(MISTAKES), lambda n: [TWO_CORES] if n.endswith("_busy") else []),
 )
 def test_a_mistake_of_the_clock_is_named(tmp_path, name: str) -> None:
     edits, cause = MISTAKES[name]
