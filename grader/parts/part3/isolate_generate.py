@@ -227,7 +227,8 @@ def step_cause(
         else f"the {step}{'st' if step == 1 else 'th'} call after the prefill, at start_pos "
         f"{start} with {n} token(s)"
     )
-    err = float(np.nanmax(np.abs(seen - want)))
+    diff = np.abs(seen - want)
+    err = float(np.nanmax(diff)) if not np.isnan(diff).all() else float("nan")  # NaN logits
     return Cause(
         "isolated:generation_departs_at_step",
         f"your {mode} fed the model the reference's tokens up to {token}, but the logits of "

@@ -79,8 +79,9 @@ def test_benchmark_confirms_a_miss_caused_by_stalls(tmp_path: Path) -> None:
     timing = record["timings"]["batch 1, with the cache"]
     assert len(timing["runs_s"]) == 3 + extra
     assert sum(r > 0.4 for r in timing["cpu_runs_s"]) == 2
-    # No miss there: decided once every run cleared its limits (MIN_ROUNDS up to repeats).
-    assert MIN_ROUNDS <= len(record["timings"]["batch 8, with the cache"]["runs_s"]) <= 3
+    # No stall there: decided once its bound cleared the limits, in at least MIN_ROUNDS
+    # rounds (a busy machine may take it into the confirmation rounds too, never past them).
+    assert MIN_ROUNDS <= len(record["timings"]["batch 8, with the cache"]["runs_s"]) <= 3 + confirm
     assert f"timed {extra} more times" in graded.output("3.11")
 
 
