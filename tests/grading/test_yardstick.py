@@ -83,7 +83,9 @@ def test_a_padded_cache_free_llama_loses_check_3_11(tmp_path: Path) -> None:
     benchmark = graded.output("3.11")
     assert "batch 1 speedup (cpu time)" in benchmark  # its own ratio looks like a cache's
     judged = [line for line in benchmark.splitlines() if "over the reference's" in line]
-    assert judged and all("[NOT MET]" in line for line in judged[:3])
+    # The larger batches always miss; batch 1's margin is the smallest (the padding costs
+    # little there) and a busy machine may leave it inside the limit: 3.11 is lost anyway.
+    assert len(judged) >= 3 and all("[NOT MET]" in line for line in judged[1:3]), benchmark
     assert graded.score("3.11") == 0
 
 
