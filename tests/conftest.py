@@ -11,6 +11,7 @@ import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from filelock import FileLock
@@ -206,6 +207,14 @@ PARAM_COUNT_BODY = "    d, kv_dim = spec.d_model"
 def in_param_count(code: str) -> tuple[str, str]:
     """An edit that runs ``code`` (indented lines) at the start of ``param_count``."""
     return PARAM_COUNT_BODY, f"{code}\n{PARAM_COUNT_BODY}"
+
+
+def library_edits(part: str, **options: Any) -> set[tuple[str, str]]:
+    """Every (old, new) edit of ``part``'s mutant-library mistakes (``load_mutants``'s
+    ``options``): a mistake a test writes as one nobody listed must be none of them."""
+    from grader.ta.mutants import load_mutants
+
+    return {(old, new) for m in load_mutants(part, **options) for old, new in m.edits}
 
 
 def one_kept_quick(names: list[str], marks: Callable[[str], list] | None = None) -> list:

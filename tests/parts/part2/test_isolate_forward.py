@@ -18,7 +18,7 @@ from grader.parts.part2.cases import make_state_dict
 from grader.parts.part2.pieces import Finding, cache_facts, first_departure, position_map
 from grader.parts.part2.reference_np import Reference, trustworthy, visible
 from grader.ta.mutants import load_mutants
-from tests.conftest import ROOT, one_kept_quick
+from tests.conftest import ROOT, library_edits, one_kept_quick
 from tests.parts.part2.test_checks import grade_edit
 
 PUBLIC = json.loads((ROOT / "test_cases" / "public" / "part2.json").read_text())
@@ -112,7 +112,7 @@ MISTAKES = {
 
 
 def test_the_mistakes_are_not_in_the_mutant_library() -> None:
-    library = {edit for m in MUTANTS.values() for edit in m.edits}
+    library = library_edits("part2", combined=False)
     for edits, *_ in MISTAKES.values():
         assert not set(edits) & library
 

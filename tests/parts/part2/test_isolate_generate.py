@@ -14,7 +14,7 @@ from grader.parts.part2.cases import softmax64
 from grader.parts.part2.isolate_generate import NEW, PROMPT, compare
 from grader.parts.part2.isolate_sampling import HYPOTHESES, LOGITS, ROWS, Draws, sampler_verdict
 from grader.ta.mutants import load_mutants
-from tests.conftest import one_kept_quick
+from tests.conftest import library_edits, one_kept_quick
 from tests.parts.part2.test_checks import grade_edit
 
 MUTANTS = {m.name: m for m in load_mutants("part2", combined=False)}
@@ -74,7 +74,7 @@ MISTAKES = {
 
 
 def test_the_mistakes_are_not_in_the_mutant_library() -> None:
-    library = {edit for m in MUTANTS.values() for edit in m.edits}
+    library = library_edits("part2", combined=False)
     for edits, *_ in MISTAKES.values():
         assert not set(edits) & library
 

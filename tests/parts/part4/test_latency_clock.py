@@ -24,7 +24,7 @@ from grader.parts.part4.latency_clock import CLOCKED_CASES, generations_of
 from grader.parts.part4.latency_isolate import EXPERIMENTS, Run, _timed, per_token
 from grader.parts.part4.support import plain_value
 from grader.ta.mutants import load_mutants
-from tests.conftest import ROOT, grade_checks, one_kept_quick, patched_solution
+from tests.conftest import ROOT, grade_checks, library_edits, one_kept_quick, patched_solution
 
 TIMED = """                start = time.perf_counter()
                 generate(model, prompt, L)
@@ -155,7 +155,7 @@ RIGHT: dict[str, list[tuple[str, str]]] = {
 
 
 def test_the_variants_are_not_in_the_mutant_library() -> None:
-    library = {(old, new) for m in load_mutants("part4") for old, new in m.edits}
+    library = library_edits("part4")
     for edits in [*(e for e, _ in MISTAKES.values()), *RIGHT.values()]:
         assert not set(edits) & library
 

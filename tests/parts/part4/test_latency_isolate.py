@@ -13,8 +13,7 @@ import pytest
 
 from grader.parts.part4.latency_clock import ClockedCase, generations_of
 from grader.parts.part4.latency_isolate import EXPERIMENTS, Run, latency_causes
-from grader.ta.mutants import load_mutants
-from tests.conftest import grade_checks, patched_solution
+from tests.conftest import grade_checks, library_edits, patched_solution
 from tests.parts.part4.test_latency_timed import RIGHT, Lab, lab_id, run_lab
 
 LOOP = "for i in range(warmup + repeats):"
@@ -62,7 +61,7 @@ SAYS = {
 
 
 def test_the_variants_are_not_in_the_mutant_library() -> None:
-    library = {(old, new) for m in load_mutants("part4") for old, new in m.edits}
+    library = library_edits("part4")
     for edits, _ in VARIANTS.values():
         assert not set(edits) & library
 
